@@ -1,0 +1,54 @@
+"""Command-line entry point: a click group whose subcommands are imported only when used.
+
+Lazy loading keeps ``specload run`` (headless) free of Textual and fast to start: the start-up path
+imports only the command that runs. Each subcommand lives next to what it drives.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import click
+
+from specload import __version__
+
+# name -> "module:attribute" of a click.Command
+_COMMANDS: dict[str, str] = {
+    "run": "specload.cli_run:run_command",
+    "tui": "specload.cli_run:tui_command",
+    "report": "specload.record.report:report_command",
+    "sim": "specload.sim.cli:sim_command",
+    "scan-log": "specload.watch.scan_cli:scan_log_command",
+}
+
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(_COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        target = _COMMANDS.get(cmd_name)
+        if target is None:
+            return None
+        module_name, attr = target.split(":")
+        module = importlib.import_module(module_name)
+        return getattr(module, attr)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="specload")
+def cli() -> None:
+    """Load-test LLM inference servers and watch them for crashes."""
+
+
+def main(argv: list[str] | None = None) -> None:
+    try:
+        cli.main(args=argv, prog_name="specload", standalone_mode=True)
+    except KeyboardInterrupt:
+        click.echo("specload: interrupted", err=True)
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

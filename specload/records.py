@@ -1,0 +1,127 @@
+"""The one vocabulary shared by every part of specload.
+
+Frozen, slotted dataclasses that flow from producers (the engine, the server watch) to sinks (live
+stats, the recorder, the UI). Times are integer nanoseconds from the injected clock; units are in the
+field names. Nothing here does I/O or imports anything heavier than the standard library, so every
+layer can depend on it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+
+class ErrorKind(str, Enum):
+    """Why a request did not complete. Stored in records by value."""
+
+    HTTP = "http"  # the server answered with a non-2xx status
+    CONNECT = "connect"  # connection refused / reset before any byte of the response
+    TIMEOUT = "timeout"  # the whole request took longer than the request timeout
+    STALL = "stall"  # the stream stopped sending for longer than the stall timeout
+    DISCONNECT = "disconnect"  # the connection dropped mid-response
+    MALFORMED = "malformed"  # the response could not be parsed (bad SSE, bad JSON, error event)
+    CANCELLED = "cancelled"  # specload itself stopped the request (quit, Ctrl-C, stop on crash)
+
+
+@dataclass(frozen=True, slots=True)
+class RequestRecord:
+    """One request, finished or failed. Built once by the client, never mutated."""
+
+    request_id: int
+    level: int  # the concurrency level (target) the request was started under
+    level_index: int  # index of that level in the ramp; -1 for warm-up
+    warmup: bool
+    start_ns: int  # clock time the request was sent
+    end_ns: int  # clock time the request ended (last byte or error)
+    ttft_ns: int | None  # request sent -> first chunk carrying text
+    e2e_ns: int | None  # request sent -> last chunk carrying text
+    output_tokens: int
+    tokens_estimated: bool  # True when the server gave no usage and chunks were counted
+    prompt_tokens: int | None
+    chunks: int  # chunks carrying text
+    # arrival of each text chunk, ns after start_ns; the first equals ttft_ns
+    chunk_offsets_ns: tuple[int, ...] = ()
+    # tokens carried by each text chunk when the server says so (continuous usage, SGLang meta_info)
+    chunk_tokens: tuple[int, ...] | None = None
+    error_kind: ErrorKind | None = None
+    error_detail: str | None = None
+    http_status: int | None = None
+    retries: int = 0  # stale pooled connections retried before any byte was sent
+    spec_verify_ct: int | None = None  # SGLang: verification steps, for acceptance length
+    server_timings: dict | None = None  # llama.cpp's non-standard `timings` object, as sent
+    finish_reason: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error_kind is None
+
+    @property
+    def tpot_ns(self) -> float | None:
+        """(E2E - TTFT) / (output_tokens - 1): the mean time per output token after the first."""
+        if self.ttft_ns is None or self.e2e_ns is None or self.output_tokens < 2:
+            return None
+        return (self.e2e_ns - self.ttft_ns) / (self.output_tokens - 1)
+
+    def chunk_gaps_ns(self) -> list[int]:
+        offs = self.chunk_offsets_ns
+        return [offs[i] - offs[i - 1] for i in range(1, len(offs))]
+
+    def itl_per_token_ns(self) -> list[float]:
+        """Gaps between text chunks, each divided by the tokens its later chunk carried.
+
+        When the server does not say how many tokens each chunk carried, the request's mean
+        tokens per chunk after the first is used: with speculative decoding a chunk may carry
+        several accepted tokens and the raw gap would overstate the per-token latency.
+        """
+        gaps = self.chunk_gaps_ns()
+        if not gaps:
+            return []
+        per = self.chunk_tokens
+        if per is not None and len(per) == len(self.chunk_offsets_ns):
+            return [g / max(1, k) for g, k in zip(gaps, per[1:], strict=False)]
+        rest_tokens = self.output_tokens - (1 if self.chunks else 0)
+        k = rest_tokens / len(gaps) if rest_tokens > 0 else 1.0
+        k = max(k, 1e-9)
+        return [g / k for g in gaps]
+
+
+@dataclass(frozen=True, slots=True)
+class RunEvent:
+    """A discrete change during a run: concurrency, pause, resume, hold, level, marker, health..."""
+
+    t_ns: int
+    kind: str
+    value: object = None
+
+
+@dataclass(frozen=True, slots=True)
+class ServerSample:
+    """What the server says about itself at one moment (from its log lines or /metrics)."""
+
+    t_ns: int
+    source: str  # "log:sglang", "log:vllm", "log:llamacpp", "metrics"
+    running: float | None = None
+    queued: float | None = None
+    gen_tok_s: float | None = None
+    prompt_tok_s: float | None = None
+    accept_len: float | None = None  # mean tokens per speculative verify step (incl. the bonus token)
+    accept_rate: float | None = None  # accepted draft tokens / drafted tokens
+    token_usage: float | None = None  # KV-cache usage fraction 0..1
+    extra: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class CrashEvent:
+    """One crash signature as seen so far; re-emitted with a higher count when it repeats."""
+
+    signature: str  # stable id of the group (hash of type, masked message, innermost frame)
+    exception_type: str
+    message: str
+    innermost_frame: str | None
+    processes: tuple[str, ...]  # normalised ranks/processes that showed it
+    count: int
+    first_seen_ns: int
+    last_seen_ns: int
+    excerpt: str  # the full lines of the first occurrence
+    new: bool = True  # False when this is a repeat of a signature already reported
