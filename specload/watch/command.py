@@ -1,0 +1,212 @@
+"""Reading server logs from a shell command, and the child-process handling it shares with launch.
+
+``CommandSource`` runs something like ``ssh gpu1 tail -F /var/log/sglang.log``,
+``docker logs -f NAME`` or ``journalctl -fu UNIT`` and yields its output as lines. Such commands
+die (ssh drops, the container restarts), so the source restarts them with a backoff and says so
+through a notice rather than an exception: losing the log must never end a load run.
+
+Also here, because ``launch.py`` needs exactly the same things: spawning a shell command in its
+own process group (``spawn_shell``), stopping the whole group (``terminate_group``) and describing
+how a process ended (``ProcessExit``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+
+from specload.watch.tail import CHUNK_BYTES, LineSplitter, NoticeFn, NoticeLog
+
+
+def signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessExit:
+    """How a child process ended, in words a person can read in one line."""
+
+    returncode: int
+    signal_name: str | None  # "SIGKILL" when killed by a signal (directly, or 128+N via a shell)
+    description: str  # "exited with code 1", "killed by SIGSEGV", "stopped with SIGTERM"
+    requested: bool = False  # True when specload itself asked it to stop
+
+    @classmethod
+    def from_returncode(cls, rc: int, *, requested: bool = False, how: str | None = None) -> ProcessExit:
+        if rc < 0:
+            name = signal_name(-rc)
+            desc = f"killed by {name}"
+        elif rc > 128 and _is_signal(rc - 128):
+            # A shell that ran the server as a child (no exec) reports a signal death as 128+N.
+            name = signal_name(rc - 128)
+            desc = f"exited with code {rc} ({name} through the shell)"
+        else:
+            name = None
+            desc = f"exited with code {rc}"
+        if how:
+            desc = f"{desc} {how}"
+        return cls(returncode=rc, signal_name=name, description=desc, requested=requested)
+
+
+def _is_signal(n: int) -> bool:
+    try:
+        signal.Signals(n)
+    except ValueError:
+        return False
+    return True
+
+
+async def spawn_shell(
+    cmd: str, *, env: dict[str, str] | None = None, cwd: str | os.PathLike[str] | None = None
+) -> asyncio.subprocess.Process:
+    """Start ``cmd`` under /bin/sh with stdout and stderr merged into one pipe.
+
+    - Merged into one pipe rather than two: the server's own interleaving of stdout and stderr is
+      kept (a traceback on stderr stays next to the stdout line before it).
+    - ``stdin`` is /dev/null so the child can never read the keystrokes meant for the TUI.
+    - A new session (own process group): Ctrl-C in the terminal does not reach the child behind
+      our back, and ``terminate_group`` reaches the shell *and* everything it started.
+    """
+    return await asyncio.create_subprocess_shell(
+        cmd,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+        start_new_session=True,
+        env=env,
+        cwd=cwd,
+    )
+
+
+def signal_group(proc: asyncio.subprocess.Process, sig: int) -> bool:
+    """Send ``sig`` to the process group led by ``proc``; False when nothing was there."""
+    try:
+        os.killpg(proc.pid, sig)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        # Only possible if the group id was reused by someone else's process: leave it alone.
+        return False
+    return True
+
+
+async def terminate_group(proc: asyncio.subprocess.Process, grace: float) -> bool:
+    """SIGTERM the group, SIGKILL it after ``grace`` seconds. Returns True when SIGKILL was needed."""
+    if proc.returncode is not None:
+        return False
+    signal_group(proc, signal.SIGTERM)
+    try:
+        await asyncio.wait_for(proc.wait(), grace)
+        return False
+    except asyncio.TimeoutError:
+        signal_group(proc, signal.SIGKILL)
+        await proc.wait()
+        return True
+
+
+class CommandSource:
+    """Log lines from a shell command, restarted with a backoff whenever it exits.
+
+    ``backoff`` is the sequence of delays between restarts; the last value repeats. A command
+    that ran for ``stable_after`` seconds or more before exiting counts as having worked, so the
+    backoff starts over: an ssh session that drops after three hours comes back in 0.5 s, one that
+    fails at once settles at the slowest delay.
+    """
+
+    def __init__(
+        self,
+        cmd: str,
+        restart: bool = True,
+        backoff: Sequence[float] = (0.5, 1, 2, 5, 10),
+        *,
+        on_notice: NoticeFn | None = None,
+        stable_after: float = 30.0,
+        kill_grace: float = 2.0,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        if not backoff:
+            raise ValueError("backoff needs at least one delay")
+        self.cmd = cmd
+        self.restart = restart
+        self.backoff = tuple(float(b) for b in backoff)
+        self.stable_after = stable_after
+        self.kill_grace = kill_grace
+        self.notices = NoticeLog(on_notice)
+        self.env = env
+        self.starts = 0  # how many times the command was started
+        self.last_exit: ProcessExit | None = None
+        self._proc: asyncio.subprocess.Process | None = None
+        self._stopping = False
+        self._stop = asyncio.Event()
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    async def stop(self) -> None:
+        """End the source: kill the running command's process group and stop restarting."""
+        self._stopping = True
+        self._stop.set()
+        proc = self._proc
+        if proc is not None:
+            await terminate_group(proc, self.kill_grace)
+
+    async def _sleep(self, seconds: float) -> None:
+        try:
+            await asyncio.wait_for(self._stop.wait(), seconds)
+        except asyncio.TimeoutError:
+            pass
+
+    async def lines(self) -> AsyncIterator[str]:
+        loop = asyncio.get_running_loop()
+        attempt = 0
+        while not self._stopping:
+            started = loop.time()
+            rc: int | None = None
+            try:
+                proc = await spawn_shell(self.cmd, env=self.env)
+            except OSError as exc:
+                self.notices(f"could not start log command: {exc}")
+            else:
+                self._proc = proc
+                self.starts += 1
+                split = LineSplitter()
+                assert proc.stdout is not None
+                try:
+                    while True:
+                        data = await proc.stdout.read(CHUNK_BYTES)
+                        if not data:
+                            break
+                        for line in split.feed(data):
+                            yield line
+                    rest = split.flush()
+                    if rest is not None:
+                        yield rest
+                    rc = await proc.wait()
+                finally:
+                    # Reached early when the consumer closes the generator: leave no orphan.
+                    if proc.returncode is None:
+                        await terminate_group(proc, self.kill_grace)
+                    self._proc = None
+            if self._stopping:
+                return
+            if rc is not None:
+                self.last_exit = ProcessExit.from_returncode(rc)
+                what = f"log command {self.last_exit.description}"
+            else:
+                what = "log command failed to start"
+            if not self.restart:
+                self.notices(what)
+                return
+            if loop.time() - started >= self.stable_after:
+                attempt = 0
+            delay = self.backoff[min(attempt, len(self.backoff) - 1)]
+            attempt += 1
+            self.notices(f"{what}, restarting in {delay:g} s")
+            await self._sleep(delay)

@@ -1,0 +1,251 @@
+"""Following a server log file like ``tail -F``, and the line-splitting every log source shares.
+
+This module owns the byte-to-line boundary (``LineSplitter``), the ``LogSource`` shape that the
+session consumes (``lines()`` + ``stop()`` + notices), and ``FileTail``. Command and launched-server
+sources live next door (``command.py``, ``launch.py``) and reuse the splitter, so all three decode
+and cut lines the same way: UTF-8 with ``errors="replace"``, newline removed, partial last lines
+held until their newline arrives.
+
+``FileTail`` polls instead of using inotify: one ``read`` + ``fstat`` + ``stat`` per poll is a few
+microseconds, works on every filesystem (NFS, bind mounts, container overlays where inotify is
+unreliable) and needs no thread. Reads of a regular file never block the event loop for long, so
+they are done inline, in bounded chunks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import os
+import stat
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Protocol
+
+NoticeFn = Callable[[str], None]
+
+# A line longer than this is cut and emitted in pieces: a runaway writer without newlines must
+# not grow our buffer without bound.
+MAX_LINE_BYTES = 1 << 20
+CHUNK_BYTES = 1 << 16
+# Chunks read per poll before yielding to the event loop; a 10 MB backlog then never starves
+# the load engine sharing the loop.
+CHUNKS_PER_POLL = 16
+
+
+class LogSource(Protocol):
+    """What the session reads server log lines from."""
+
+    def lines(self) -> AsyncIterator[str]: ...
+
+    async def stop(self) -> None: ...
+
+
+def _decode(raw: bytes | bytearray) -> str:
+    if raw.endswith(b"\r"):  # CRLF logs (Windows-built servers, some docker log drivers)
+        raw = raw[:-1]
+    return raw.decode("utf-8", errors="replace")
+
+
+class LineSplitter:
+    """Turns a stream of byte chunks into complete decoded lines.
+
+    Lines are decoded only when complete, so a multi-byte UTF-8 character split across two
+    chunks is never mangled.
+    """
+
+    __slots__ = ("_buf", "_max")
+
+    def __init__(self, max_line_bytes: int = MAX_LINE_BYTES) -> None:
+        self._buf = bytearray()
+        self._max = max_line_bytes
+
+    def feed(self, data: bytes) -> list[str]:
+        if b"\n" not in data:
+            self._buf += data
+            if len(self._buf) > self._max:
+                return [self._take()]
+            return []
+        parts = data.split(b"\n")
+        if self._buf:
+            self._buf += parts[0]
+            parts[0] = bytes(self._buf)
+            self._buf.clear()
+        self._buf += parts.pop()
+        out = [_decode(p) for p in parts]
+        if len(self._buf) > self._max:
+            out.append(self._take())
+        return out
+
+    def flush(self) -> str | None:
+        """The held partial line, if any (at end of stream, truncation or rotation)."""
+        if not self._buf:
+            return None
+        return self._take()
+
+    @property
+    def pending(self) -> int:
+        return len(self._buf)
+
+    def _take(self) -> str:
+        line = _decode(self._buf)
+        self._buf.clear()
+        return line
+
+
+class NoticeLog:
+    """Status notices of a source: forwarded to a callback and kept (bounded) for inspection."""
+
+    __slots__ = ("_fn", "recent")
+
+    def __init__(self, fn: NoticeFn | None, keep: int = 100) -> None:
+        self._fn = fn
+        self.recent: collections.deque[str] = collections.deque(maxlen=keep)
+
+    def __call__(self, text: str) -> None:
+        self.recent.append(text)
+        if self._fn is not None:
+            self._fn(text)
+
+
+class FileTail:
+    """Follow a log file by name, surviving truncation, rotation and late creation.
+
+    - ``from_start=False`` (default) starts at the current end, like ``tail -F``; a file that does
+      not exist yet, or a new file after rotation, is always read from its start.
+    - Truncation (size below our position, e.g. ``copytruncate``): restart at offset 0.
+    - Rotation (the path now names a different inode): the rest of the old file is read first,
+      then the new file is followed from its start. While the path is missing the old file is
+      kept open, because its writer may still be appending to it.
+    - Known limit, shared with ``tail``: a truncation followed by a rewrite past our old position
+      within one poll interval goes unnoticed.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        from_start: bool = False,
+        poll_interval: float = 0.1,
+        *,
+        on_notice: NoticeFn | None = None,
+        max_line_bytes: int = MAX_LINE_BYTES,
+    ) -> None:
+        self.path = Path(path)
+        self.from_start = from_start
+        self.poll_interval = poll_interval
+        self.notices = NoticeLog(on_notice)
+        self._max_line = max_line_bytes
+        self._stop = asyncio.Event()
+
+    async def stop(self) -> None:
+        self._stop.set()
+
+    async def _sleep(self) -> None:
+        try:
+            await asyncio.wait_for(self._stop.wait(), self.poll_interval)
+        except asyncio.TimeoutError:
+            pass
+
+    def _open(self) -> tuple[int, os.stat_result]:
+        # O_NONBLOCK so a FIFO passed as the "log file" cannot hang the loop on open or read.
+        fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        return fd, os.fstat(fd)
+
+    async def lines(self) -> AsyncIterator[str]:
+        notice = self.notices
+        split = LineSplitter(self._max_line)
+        fd: int | None = None
+        ident: tuple[int, int] | None = None
+        regular = True
+        pos = 0
+        first_open = True
+        waiting_noticed = False
+        gone_noticed = False
+        try:
+            while not self._stop.is_set():
+                if fd is None:
+                    try:
+                        fd, st = self._open()
+                    except FileNotFoundError:
+                        if not waiting_noticed:
+                            notice(f"waiting for {self.path} to appear")
+                            waiting_noticed = True
+                        first_open = False  # a file created after we started is read whole
+                        await self._sleep()
+                        continue
+                    except OSError as exc:
+                        if not waiting_noticed:
+                            notice(f"cannot open {self.path}: {exc.strerror or exc}; retrying")
+                            waiting_noticed = True
+                        await self._sleep()
+                        continue
+                    ident = (st.st_dev, st.st_ino)
+                    regular = stat.S_ISREG(st.st_mode)
+                    if first_open and not self.from_start and regular:
+                        pos = os.lseek(fd, 0, os.SEEK_END)
+                    else:
+                        pos = 0
+                    if waiting_noticed:
+                        notice(f"{self.path} appeared, following it")
+                    first_open = waiting_noticed = gone_noticed = False
+
+                # Drain what is there, in bounded chunks.
+                n_read = 0
+                for _ in range(CHUNKS_PER_POLL):
+                    try:
+                        data = os.read(fd, CHUNK_BYTES)
+                    except BlockingIOError:
+                        data = b""
+                    if not data:
+                        break
+                    n_read += 1
+                    pos += len(data)
+                    for line in split.feed(data):
+                        yield line
+                    if self._stop.is_set():
+                        return
+                if n_read == CHUNKS_PER_POLL:
+                    await asyncio.sleep(0)  # more is waiting: let others run, then read on
+                    continue
+
+                # At the end of what was written: check for truncation and rotation.
+                if regular and os.fstat(fd).st_size < pos:
+                    notice("log truncated, reading from start")
+                    rest = split.flush()
+                    if rest is not None:
+                        yield rest
+                    os.lseek(fd, 0, os.SEEK_SET)
+                    pos = 0
+                    continue
+                try:
+                    pst = os.stat(self.path)
+                except FileNotFoundError:
+                    pst = None
+                except OSError:
+                    pst = None
+                if pst is not None and (pst.st_dev, pst.st_ino) != ident:
+                    # Rotated: take what the writer added to the old file since our last read,
+                    # then switch. The old file's partial last line is complete by now.
+                    while True:
+                        try:
+                            data = os.read(fd, CHUNK_BYTES)
+                        except BlockingIOError:
+                            data = b""
+                        if not data:
+                            break
+                        for line in split.feed(data):
+                            yield line
+                    rest = split.flush()
+                    if rest is not None:
+                        yield rest
+                    os.close(fd)
+                    fd = None
+                    notice("log rotated, following the new file")
+                    continue
+                if pst is None and not gone_noticed:
+                    notice(f"{self.path} was moved or deleted; waiting for a new file")
+                    gone_noticed = True
+                await self._sleep()
+        finally:
+            if fd is not None:
+                os.close(fd)
