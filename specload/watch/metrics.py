@@ -1,0 +1,335 @@
+"""Scraping the server's Prometheus ``/metrics`` into one ``ServerSample`` per scrape.
+
+Two layers, so the arithmetic is testable without a server:
+
+- ``samples_from_metrics(text, prev_state, t_ns)`` is pure: it parses the exposition text with
+  prometheus_client's real parser, reads the gauges, and turns counters into rates and
+  speculative acceptance as deltas against the previous scrape's state.
+- ``MetricsScraper`` polls the URL and calls ``on_sample``; ``probe_metrics`` tells whether a URL
+  serves Prometheus text at all (the session scrapes the server's /metrics by default when it does).
+
+Why deltas: acceptance since server start (the raw counter ratio) hides what the current load
+level does; per-interval deltas show it. Why sum across series: vLLM labels every series with
+``engine``/``model_name`` and data-parallel servers have several engines, so counts and rates are
+totals over series; fractions (KV-cache usage, SGLang's accept-length gauge) are averaged instead,
+since summing two ranks' 0.5 usage into 1.0 would be wrong.
+
+Names (checked against the servers' sources): vLLM ``vllm:num_requests_running``,
+``vllm:num_requests_waiting``, ``vllm:kv_cache_usage_perc`` (0..1 despite the name; older
+``vllm:gpu_cache_usage_perc``), ``vllm:generation_tokens_total``, ``vllm:prompt_tokens_total``,
+``vllm:spec_decode_num_drafts_total``, ``vllm:spec_decode_num_draft_tokens_total``,
+``vllm:spec_decode_num_accepted_tokens_total``. SGLang ``sglang:num_running_reqs``,
+``sglang:num_queue_reqs``, ``sglang:gen_throughput``, ``sglang:token_usage``,
+``sglang:spec_accept_length``, ``sglang:spec_accept_rate``, ``sglang:generation_tokens_total``,
+``sglang:prompt_tokens_total`` (some SGLang versions emitted ``sglang_`` instead of ``sglang:``;
+both are accepted). llama.cpp ``llamacpp:requests_processing``, ``llamacpp:requests_deferred``,
+``llamacpp:tokens_predicted_total``, ``llamacpp:prompt_tokens_total``,
+``llamacpp:spec_decode_num_drafts_total``, ``..._draft_tokens_total``, ``..._accepted_tokens_total``,
+``llamacpp:kv_cache_usage_ratio`` (older builds only).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import aiohttp
+from prometheus_client.parser import text_string_to_metric_families
+
+from specload.clock import SYSTEM_CLOCK, Clock
+from specload.records import ServerSample
+from specload.watch.tail import NoticeFn, NoticeLog
+
+SampleFn = Callable[[ServerSample], None]
+
+# Counters whose deltas we use, per engine: (role, metric name).
+_COUNTERS: dict[str, dict[str, str]] = {
+    "vllm": {
+        "gen": "vllm:generation_tokens_total",
+        "prompt": "vllm:prompt_tokens_total",
+        "drafts": "vllm:spec_decode_num_drafts_total",
+        "draft_tokens": "vllm:spec_decode_num_draft_tokens_total",
+        "accepted": "vllm:spec_decode_num_accepted_tokens_total",
+    },
+    "sglang": {
+        "gen": "sglang:generation_tokens_total",
+        "prompt": "sglang:prompt_tokens_total",
+    },
+    "llamacpp": {
+        "gen": "llamacpp:tokens_predicted_total",
+        "prompt": "llamacpp:prompt_tokens_total",
+        "drafts": "llamacpp:spec_decode_num_drafts_total",
+        "draft_tokens": "llamacpp:spec_decode_num_draft_tokens_total",
+        "accepted": "llamacpp:spec_decode_num_accepted_tokens_total",
+    },
+}
+_ENGINES = ("vllm", "sglang", "llamacpp")
+
+
+@dataclass(frozen=True, slots=True)
+class MetricsState:
+    """What the next scrape needs from this one: its time and the counter totals."""
+
+    t_ns: int
+    engine: str | None
+    counters: dict[str, float] = field(default_factory=dict)  # role -> total over series
+
+
+class _Series:
+    """Sum and count of the samples of each metric name (across label sets)."""
+
+    __slots__ = ("sums", "counts")
+
+    def __init__(self) -> None:
+        self.sums: dict[str, float] = {}
+        self.counts: dict[str, int] = {}
+
+    def add(self, name: str, value: float) -> None:
+        if math.isnan(value):
+            return
+        self.sums[name] = self.sums.get(name, 0.0) + value
+        self.counts[name] = self.counts.get(name, 0) + 1
+
+    def total(self, *names: str) -> float | None:
+        for n in names:
+            if n in self.sums:
+                return self.sums[n]
+        return None
+
+    def mean(self, *names: str) -> float | None:
+        for n in names:
+            if n in self.sums:
+                return self.sums[n] / self.counts[n]
+        return None
+
+
+def _normalise(name: str) -> str:
+    # SGLang shipped releases exposing "sglang_num_running_reqs" instead of "sglang:...".
+    if name.startswith("sglang_"):
+        return "sglang:" + name[7:]
+    return name
+
+
+def parse_metrics_text(text: str) -> _Series:
+    """Parse Prometheus text; raises ValueError when it is not Prometheus text."""
+    series = _Series()
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            name = s.name
+            if name.endswith(("_bucket", "_created")):
+                continue  # histogram buckets and creation stamps: never used, skip the work
+            series.add(_normalise(name), float(s.value))
+    return series
+
+
+def _detect_engine(series: _Series) -> str | None:
+    for name in series.sums:
+        head = name.partition(":")[0]
+        if head in _ENGINES:
+            return head
+    return None
+
+
+def _delta(role: str, now: dict[str, float], prev: MetricsState | None) -> float | None:
+    if prev is None or role not in now or role not in prev.counters:
+        return None
+    d = now[role] - prev.counters[role]
+    # A negative delta is a counter reset (the server restarted): no rate for this interval.
+    return d if d >= 0 else None
+
+
+def samples_from_metrics(
+    text: str, prev_state: MetricsState | None, t_ns: int
+) -> tuple[ServerSample, MetricsState]:
+    """One scrape's text -> (sample, state for the next call).
+
+    Rates and acceptance are None on the first scrape, after a counter reset, when the engine
+    changed, and when nothing was drafted in the interval (acceptance of zero drafts is unknown,
+    not zero). Raises ValueError when ``text`` is not Prometheus text.
+    """
+    series = parse_metrics_text(text)
+    engine = _detect_engine(series)
+    counters: dict[str, float] = {}
+    if engine is not None:
+        for role, name in _COUNTERS[engine].items():
+            v = series.total(name)
+            if v is not None:
+                counters[role] = v
+    state = MetricsState(t_ns=t_ns, engine=engine, counters=counters)
+    prev = prev_state if prev_state is not None and prev_state.engine == engine else None
+    dt_s = (t_ns - prev.t_ns) / 1e9 if prev is not None else 0.0
+    if dt_s <= 0:
+        prev = None
+
+    def rate(role: str) -> float | None:
+        d = _delta(role, counters, prev)
+        return None if d is None else d / dt_s
+
+    d_drafts = _delta("drafts", counters, prev)
+    d_draft_tokens = _delta("draft_tokens", counters, prev)
+    d_accepted = _delta("accepted", counters, prev)
+    accept_rate = d_accepted / d_draft_tokens if d_accepted is not None and d_draft_tokens else None
+    # Mean tokens per verify step including the bonus token, as vLLM's own log line defines it.
+    accept_len = 1.0 + d_accepted / d_drafts if d_accepted is not None and d_drafts else None
+
+    extra: dict = {"engine": engine}
+    running = queued = token_usage = None
+    gen_tok_s = rate("gen")
+    prompt_tok_s = rate("prompt")
+    if engine == "vllm":
+        running = series.total("vllm:num_requests_running")
+        queued = series.total("vllm:num_requests_waiting")
+        token_usage = series.mean("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
+    elif engine == "sglang":
+        running = series.total("sglang:num_running_reqs")
+        queued = series.total("sglang:num_queue_reqs")
+        token_usage = series.mean("sglang:token_usage")
+        # SGLang's gauge is the last decode-log value and stays stale when idle: prefer the
+        # counter delta, fall back to the gauge on the first scrape or without the counter.
+        if gen_tok_s is None:
+            gen_tok_s = series.total("sglang:gen_throughput")
+            if gen_tok_s is not None:
+                extra["gen_tok_s_from"] = "gauge"
+        al = series.mean("sglang:spec_accept_length")
+        accept_len = al if al else None  # 0 means speculation is off
+        ar = series.mean("sglang:spec_accept_rate")
+        accept_rate = ar if ar else None
+    elif engine == "llamacpp":
+        running = series.total("llamacpp:requests_processing")
+        queued = series.total("llamacpp:requests_deferred")
+        token_usage = series.mean("llamacpp:kv_cache_usage_ratio")
+    if d_drafts is not None:
+        extra["drafts"] = d_drafts
+    if d_draft_tokens is not None:
+        extra["draft_tokens"] = d_draft_tokens
+    if d_accepted is not None:
+        extra["accepted_tokens"] = d_accepted
+    if prev is not None:
+        extra["interval_s"] = dt_s
+    sample = ServerSample(
+        t_ns=t_ns,
+        source="metrics",
+        running=running,
+        queued=queued,
+        gen_tok_s=gen_tok_s,
+        prompt_tok_s=prompt_tok_s,
+        accept_len=accept_len,
+        accept_rate=accept_rate,
+        token_usage=token_usage,
+        extra=extra,
+    )
+    return sample, state
+
+
+async def _fetch(session: aiohttp.ClientSession, url: str, timeout: float) -> tuple[int, str]:
+    async with session.get(url, timeout=aiohttp.ClientTimeout(total=timeout)) as resp:
+        body = await resp.read()
+        return resp.status, body.decode("utf-8", errors="replace")
+
+
+def _looks_like_metrics(text: str) -> bool:
+    try:
+        series = parse_metrics_text(text)
+    except ValueError:
+        return False
+    return bool(series.sums)
+
+
+async def probe_metrics(url: str, timeout: float = 3.0) -> bool:
+    """True when ``url`` answers 200 with Prometheus text holding at least one sample."""
+    try:
+        async with aiohttp.ClientSession() as session:
+            status, text = await _fetch(session, url, timeout)
+    except (aiohttp.ClientError, OSError, asyncio.TimeoutError):
+        return False
+    return status == 200 and _looks_like_metrics(text)
+
+
+def _error_text(exc: BaseException) -> str:
+    if isinstance(exc, aiohttp.ClientConnectorError) and isinstance(exc.os_error, ConnectionRefusedError):
+        return "connection refused"
+    if isinstance(exc, asyncio.TimeoutError):
+        return "timeout"
+    return f"{type(exc).__name__}: {exc}"
+
+
+class MetricsScraper:
+    """Scrape ``url`` every ``interval`` seconds; one ``ServerSample`` per good scrape.
+
+    Nothing the server does makes ``run()`` raise: a refused connection, an error status or a
+    body that is not Prometheus text becomes one notice when it starts and one when it is over
+    (not one per second), and scraping goes on.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        interval: float = 1.0,
+        clock: Clock = SYSTEM_CLOCK,
+        *,
+        timeout: float = 5.0,
+        on_sample: SampleFn | None = None,
+        on_notice: NoticeFn | None = None,
+    ) -> None:
+        self.url = url
+        self.interval = interval
+        self.timeout = timeout
+        self.notices = NoticeLog(on_notice)
+        self.last_sample: ServerSample | None = None
+        self.scrapes = 0
+        self.failures = 0
+        self._clock = clock
+        self._on_sample = on_sample
+        self._state: MetricsState | None = None
+        self._failing: str | None = None
+        self._stop = asyncio.Event()
+
+    async def stop(self) -> None:
+        self._stop.set()
+
+    def _fail(self, why: str) -> None:
+        self.failures += 1
+        if self._failing is None:
+            self.notices(f"/metrics unavailable ({why}); still trying")
+        self._failing = why
+
+    async def scrape_once(self, session: aiohttp.ClientSession) -> ServerSample | None:
+        try:
+            status, text = await _fetch(session, self.url, self.timeout)
+        except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
+            self._fail(_error_text(exc))
+            return None
+        t_ns = self._clock.now_ns()
+        if status != 200:
+            self._fail(f"HTTP {status}")
+            return None
+        try:
+            sample, self._state = samples_from_metrics(text, self._state, t_ns)
+        except ValueError:
+            self._fail("not Prometheus text")
+            return None
+        self.scrapes += 1
+        if self._failing is not None:
+            self.notices("/metrics answering again")
+            self._failing = None
+        self.last_sample = sample
+        if self._on_sample is not None:
+            self._on_sample(sample)
+        return sample
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        # A new connection per scrape: at one per second the cost is nil, and a restarted server
+        # never shows up as a stale pooled connection.
+        connector = aiohttp.TCPConnector(force_close=True)
+        async with aiohttp.ClientSession(connector=connector) as session:
+            while not self._stop.is_set():
+                t0 = loop.time()
+                await self.scrape_once(session)
+                wait = max(0.0, self.interval - (loop.time() - t0))
+                try:
+                    await asyncio.wait_for(self._stop.wait(), wait)
+                except asyncio.TimeoutError:
+                    pass
