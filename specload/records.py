@@ -20,7 +20,8 @@ class ErrorKind(str, Enum):
     TIMEOUT = "timeout"  # the whole request took longer than the request timeout
     STALL = "stall"  # the stream stopped sending for longer than the stall timeout
     DISCONNECT = "disconnect"  # the connection dropped mid-response
-    MALFORMED = "malformed"  # the response could not be parsed (bad SSE, bad JSON, error event)
+    MALFORMED = "malformed"  # the response could not be parsed (bad SSE, bad JSON, no end of stream)
+    STREAM_ERROR = "stream_error"  # the server reported an error inside a 200 stream (`{"error": ...}`)
     CANCELLED = "cancelled"  # specload itself stopped the request (quit, Ctrl-C, stop on crash)
 
 

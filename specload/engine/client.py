@@ -1,0 +1,290 @@
+"""The streaming HTTP client: one call sends one request and returns its ``RequestRecord``.
+
+This is the hot path. Per socket read it takes one clock reading; per SSE event it does one JSON
+parse and a few dict look-ups; per text chunk one list append and one counter call. Everything else
+(percentiles, summaries, records) happens after the request ends, in the sinks.
+
+Errors are data: every failure (HTTP status, refused connection, stall, drop, malformed stream,
+cancellation) becomes a record with an ``ErrorKind``; only programming errors raise. A request
+cancelled by specload itself is recorded as cancelled before the cancellation goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+import aiohttp
+import orjson
+
+from specload.clock import SYSTEM_CLOCK, Clock
+from specload.engine.api import (
+    PATHS,
+    ChunkReader,
+    RequestOptions,
+    build_body,
+    error_message,
+    read_full_response,
+)
+from specload.engine.sse import DONE, SSEDecoder
+from specload.records import ErrorKind, RequestRecord
+
+# Stale pooled connections (a server that closes after each stream, as llama-server does) fail
+# before any response byte; such a request never reached the server's handler and is sent again.
+MAX_STALE_RETRIES = 2
+
+TokenCallback = Callable[[int, int], None]
+
+
+def _noop_tokens(now_ns: int, n: int) -> None:
+    return None
+
+
+class StreamingClient:
+    def __init__(
+        self,
+        base_url: str,
+        flavour: str,
+        options: RequestOptions,
+        *,
+        headers: dict[str, str] | None = None,
+        clock: Clock = SYSTEM_CLOCK,
+        stall_timeout_s: float = 60.0,
+        request_timeout_s: float | None = 600.0,
+        connect_timeout_s: float = 10.0,
+        keepalive: bool = True,
+        on_tokens: TokenCallback | None = None,
+        on_cancelled: Callable[[RequestRecord], None] | None = None,
+        secrets: tuple[str, ...] = (),
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.flavour = flavour
+        self.options = options
+        self.url = self.base_url + PATHS[flavour]
+        self._headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
+        if headers:
+            self._headers.update(headers)
+        self._clock = clock
+        self._timeout = aiohttp.ClientTimeout(
+            total=request_timeout_s or None, sock_connect=connect_timeout_s, sock_read=stall_timeout_s or None
+        )
+        self.stall_timeout_s = stall_timeout_s
+        self.request_timeout_s = request_timeout_s
+        self._keepalive = keepalive
+        self._session: aiohttp.ClientSession | None = None
+        self.on_tokens: TokenCallback = on_tokens or _noop_tokens
+        # a cancelled request cannot return its record, so it is handed here before cancelling on
+        self.on_cancelled: Callable[[RequestRecord], None] = on_cancelled or (lambda rec: None)
+        self._secrets = tuple(s for s in secrets if s)
+
+    async def start(self) -> None:
+        if self._session is None:
+            connector = aiohttp.TCPConnector(limit=0, force_close=not self._keepalive, enable_cleanup_closed=False)
+            self._session = aiohttp.ClientSession(
+                connector=connector, timeout=self._timeout, auto_decompress=False, skip_auto_headers=("User-Agent",)
+            )
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def __aenter__(self) -> StreamingClient:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def _redact(self, text: str) -> str:
+        for s in self._secrets:
+            text = text.replace(s, "***")
+        return text
+
+    async def send(
+        self, prompt: str, *, request_id: int = 0, level: int = 0, level_index: int = 0, warmup: bool = False
+    ) -> RequestRecord:
+        assert self._session is not None, "StreamingClient.start() not called"
+        payload = orjson.dumps(build_body(self.flavour, prompt, self.options))
+        clock_ns = self._clock.now_ns
+        on_tokens = self.on_tokens
+        offsets: list[int] = []
+        ktoks: list[int] = []
+        per_chunk_known = True
+        streamed = 0
+        reader = ChunkReader(self.flavour)
+        retries = 0
+        status: int | None = None
+        error: tuple[ErrorKind, str] | None = None
+        got_done = False
+        start = clock_ns()
+        try:
+            while True:
+                try:
+                    resp_cm = self._session.post(self.url, data=payload, headers=self._headers)
+                    resp = await resp_cm.__aenter__()
+                except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as e:
+                    if isinstance(e, aiohttp.ClientConnectorError) or retries >= MAX_STALE_RETRIES:
+                        raise
+                    retries += 1
+                    start = clock_ns()  # the request is sent anew: time it from the retry
+                    continue
+                break
+            try:
+                status = resp.status
+                if status >= 400:
+                    body = await resp.read()
+                    error = (ErrorKind.HTTP, f"HTTP {status}: {_body_message(body)}")
+                elif "event-stream" not in resp.headers.get("Content-Type", "event-stream"):
+                    # a plain JSON answer although a stream was asked for: read it whole
+                    body = await resp.read()
+                    now = clock_ns()
+                    try:
+                        has_text, ct, pt, fr = read_full_response(self.flavour, orjson.loads(body))
+                    except orjson.JSONDecodeError:
+                        error = (ErrorKind.MALFORMED, f"non-SSE response is not JSON: {body[:200]!r}")
+                    else:
+                        if has_text:
+                            offsets.append(now - start)
+                            ktoks.append(ct or 1)
+                        reader.completion_tokens, reader.prompt_tokens, reader.finish_reason = ct, pt, fr
+                        got_done = True
+                else:
+                    decoder = SSEDecoder()
+                    feed = decoder.feed
+                    read_event = reader.read
+                    loads = orjson.loads
+                    content = resp.content
+                    while True:
+                        data = await content.readany()
+                        if not data:
+                            events = decoder.finish()
+                            now = clock_ns()
+                        else:
+                            now = clock_ns()
+                            events = feed(data)
+                        for name, ev in events:
+                            if ev == DONE:
+                                got_done = True
+                                continue
+                            if name == "error":
+                                error = (ErrorKind.STREAM_ERROR, ev.decode("utf-8", "replace")[:500])
+                                break
+                            try:
+                                read_event(loads(ev))
+                            except orjson.JSONDecodeError:
+                                error = (ErrorKind.MALFORMED, f"event is not JSON: {ev[:200]!r}")
+                                break
+                            if reader.error is not None:
+                                error = (ErrorKind.STREAM_ERROR, reader.error[:500])
+                                break
+                            if reader.has_text:
+                                offsets.append(now - start)
+                                k = reader.tokens
+                                if k is None:
+                                    per_chunk_known = False
+                                    k = 1
+                                else:
+                                    ktoks.append(k)
+                                streamed += k
+                                on_tokens(now, k)
+                        if error is not None or not data:
+                            break
+                    if error is None and not got_done and reader.finish_reason is None:
+                        error = (ErrorKind.MALFORMED, "stream ended without [DONE] or a finish_reason")
+            finally:
+                await resp_cm.__aexit__(None, None, None)
+        except asyncio.CancelledError:
+            rec = self._record(
+                request_id, level, level_index, warmup, start, clock_ns(), offsets, ktoks, per_chunk_known,
+                reader, retries, status, (ErrorKind.CANCELLED, "cancelled by specload"), streamed,
+            )
+            self.on_cancelled(rec)
+            raise
+        except aiohttp.ConnectionTimeoutError as e:
+            error = (ErrorKind.CONNECT, f"connect timeout: {e}")
+        except aiohttp.SocketTimeoutError:
+            where = "no response" if status is None else "no data"
+            error = (ErrorKind.STALL, f"{where} for {self.stall_timeout_s:g} s")
+        except aiohttp.ClientConnectorError as e:
+            error = (ErrorKind.CONNECT, _oneline(e))
+        except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as e:
+            error = (ErrorKind.DISCONNECT, _oneline(e))
+        except aiohttp.ClientResponseError as e:
+            error = (ErrorKind.MALFORMED, f"bad HTTP response: {_oneline(e)}")
+        except TimeoutError:
+            error = (ErrorKind.TIMEOUT, f"request took over {self.request_timeout_s:g} s")
+        except aiohttp.ClientError as e:
+            error = (ErrorKind.DISCONNECT, _oneline(e))
+        except UnicodeDecodeError as e:
+            error = (ErrorKind.MALFORMED, _oneline(e))
+        end = clock_ns()
+        return self._record(
+            request_id, level, level_index, warmup, start, end, offsets, ktoks, per_chunk_known,
+            reader, retries, status, error, streamed,
+        )
+
+    def _record(
+        self,
+        request_id: int,
+        level: int,
+        level_index: int,
+        warmup: bool,
+        start: int,
+        end: int,
+        offsets: list[int],
+        ktoks: list[int],
+        per_chunk_known: bool,
+        reader: ChunkReader,
+        retries: int,
+        status: int | None,
+        error: tuple[ErrorKind, str] | None,
+        streamed: int,
+    ) -> RequestRecord:
+        chunks = len(offsets)
+        if reader.completion_tokens is not None:
+            out_tokens, estimated = reader.completion_tokens, False
+        else:
+            out_tokens, estimated = (sum(ktoks) if per_chunk_known and ktoks else chunks), True
+        if out_tokens != streamed and chunks:
+            # the live counter saw one token per chunk; settle it with the server's count
+            self.on_tokens(end, out_tokens - streamed)
+        kind, detail = (error if error is not None else (None, None))
+        if detail is not None and self._secrets:
+            detail = self._redact(detail)
+        return RequestRecord(
+            request_id=request_id,
+            level=level,
+            level_index=level_index,
+            warmup=warmup,
+            start_ns=start,
+            end_ns=end,
+            ttft_ns=offsets[0] if chunks else None,
+            e2e_ns=offsets[-1] if chunks else None,
+            output_tokens=out_tokens,
+            tokens_estimated=estimated,
+            prompt_tokens=reader.prompt_tokens,
+            chunks=chunks,
+            chunk_offsets_ns=tuple(offsets),
+            chunk_tokens=tuple(ktoks) if per_chunk_known and len(ktoks) == chunks and chunks else None,
+            error_kind=kind,
+            error_detail=detail,
+            http_status=status,
+            retries=retries,
+            spec_verify_ct=reader.spec_verify_ct,
+            server_timings=reader.timings,
+            finish_reason=reader.finish_reason,
+        )
+
+
+def _oneline(e: BaseException) -> str:
+    text = str(e) or type(e).__name__
+    return f"{type(e).__name__}: {text}".replace("\n", " ")[:300]
+
+
+def _body_message(body: bytes) -> str:
+    try:
+        obj = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return body.decode("utf-8", "replace").strip().replace("\n", " ")[:300] or "(empty body)"
+    return error_message(obj)[:300]

@@ -1,0 +1,97 @@
+"""The shape of a load: the ramp of concurrency levels, warm-up, drain, open-loop arrivals.
+
+Pure data plus parsing, so the CLI, the TUI and tests build plans the same way.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class LevelSpec:
+    concurrency: int
+    requests: int | None = None  # the level ends once it has started this many requests
+    duration_s: float | None = None  # ... or once it has run this long (pauses not counted)
+
+
+@dataclass(frozen=True, slots=True)
+class LoadPlan:
+    levels: tuple[LevelSpec, ...]
+    warmup_requests: int = 0
+    drain_between_levels: bool = True
+    rate: float | None = None  # open loop: requests per second (Poisson when burstiness is 1)
+    burstiness: float = 1.0  # gamma shape of inter-arrival times; <1 burstier, >1 smoother
+    max_requests: int | None = None  # safety bound over the whole run
+    max_duration_s: float | None = None
+
+
+class PlanError(ValueError):
+    pass
+
+
+def parse_levels(text: str) -> tuple[int, ...]:
+    """``"1,2,4,8"`` -> (1, 2, 4, 8). Every level a positive integer."""
+    out = []
+    for part in text.replace(" ", "").split(","):
+        if not part:
+            continue
+        try:
+            n = int(part)
+        except ValueError:
+            raise PlanError(f"concurrency level {part!r} is not a whole number") from None
+        if n < 1:
+            raise PlanError(f"concurrency level {n} must be at least 1")
+        out.append(n)
+    if not out:
+        raise PlanError("no concurrency levels given")
+    return tuple(out)
+
+
+def build_plan(
+    levels: tuple[int, ...],
+    *,
+    requests_per_level: int | None,
+    duration_per_level: float | None,
+    warmup_requests: int = 0,
+    drain: bool = True,
+    rate: float | None = None,
+    burstiness: float = 1.0,
+    max_requests: int | None = None,
+    max_duration_s: float | None = None,
+) -> LoadPlan:
+    if requests_per_level is not None and requests_per_level < 1:
+        raise PlanError("--requests-per-level must be at least 1")
+    if duration_per_level is not None and duration_per_level <= 0:
+        raise PlanError("--duration-per-level must be positive")
+    if requests_per_level is None and duration_per_level is None:
+        requests_per_level = 5 * max(levels) if max(levels) > 1 else 10
+    if warmup_requests < 0:
+        raise PlanError("--warmup-requests must not be negative")
+    if rate is not None and rate <= 0:
+        raise PlanError("--rate must be positive")
+    if burstiness <= 0:
+        raise PlanError("--burstiness must be positive")
+    specs = tuple(LevelSpec(c, requests_per_level, duration_per_level) for c in levels)
+    return LoadPlan(
+        levels=specs,
+        warmup_requests=warmup_requests,
+        drain_between_levels=drain,
+        rate=rate,
+        burstiness=burstiness,
+        max_requests=max_requests,
+        max_duration_s=max_duration_s,
+    )
+
+
+class Arrivals:
+    """Inter-arrival gaps for open-loop load: gamma-distributed with mean 1/rate."""
+
+    def __init__(self, rate: float, burstiness: float = 1.0, seed: int = 0) -> None:
+        self.rate = rate
+        self.shape = burstiness
+        self._rng = random.Random(seed)
+
+    def next_gap_s(self) -> float:
+        return self._rng.gammavariate(self.shape, 1.0 / (self.rate * self.shape))

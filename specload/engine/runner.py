@@ -1,0 +1,345 @@
+"""The runner: sends requests according to a plan, with a target concurrency that can change live.
+
+One dispatcher loop starts requests whenever fewer than ``target`` are in flight (closed loop) or
+when the next arrival is due (open loop, with ``target`` as the cap). Lowering the target never
+cancels in-flight requests: they finish and are not replaced. Controls (pause, hold, next level,
+concurrency changes, stop) are plain synchronous methods that set state and wake the dispatcher,
+so the TUI and headless mode drive the same object.
+
+Levels: the plan's levels run in order; a level ends after its request count or duration (unless
+held), and in drain mode the dispatcher waits for the level's requests to finish before the next.
+A concurrency change made by the user starts a new, held "manual" level, so every level in the
+table has one concurrency; releasing the hold resumes the plan with its next level.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from specload.clock import SYSTEM_CLOCK, Clock
+from specload.engine.client import StreamingClient
+from specload.engine.load import Arrivals, LevelSpec, LoadPlan
+from specload.engine.prompts import PromptSource
+from specload.records import RequestRecord, RunEvent
+from specload.stats.levels import LevelBook, LevelSummary
+
+MAX_CONCURRENCY = 100_000
+
+
+@dataclass(frozen=True, slots=True)
+class RunnerState:
+    """What the runner is doing, for the UI's header and progress bar."""
+
+    state: str  # warmup, ramping, holding, paused, draining, finished, stopped, idle
+    target: int
+    in_flight: int
+    level_index: int  # index of the current level (-1 during warm-up)
+    level_number: int  # 1-based position in the plan of the current planned level, 0 for manual
+    level_count: int  # planned levels
+    level_concurrency: int
+    level_done: float  # progress of the current level in its unit
+    level_total: float | None
+    level_unit: str  # "requests" or "s" ("" when held/manual)
+    paused: bool
+    held: bool
+    started: int  # requests started in the whole run
+
+
+class Runner:
+    def __init__(
+        self,
+        client: StreamingClient,
+        prompts: PromptSource,
+        plan: LoadPlan,
+        *,
+        clock: Clock = SYSTEM_CLOCK,
+        on_record: Callable[[RequestRecord], None] | None = None,
+        on_event: Callable[[RunEvent], None] | None = None,
+        on_level: Callable[[LevelSummary], None] | None = None,
+        stay_open: bool = False,
+        seed: int = 0,
+    ) -> None:
+        self.client = client
+        self.prompts = prompts
+        self.plan = plan
+        self.clock = clock
+        self._on_record = on_record or (lambda r: None)
+        self._on_event = on_event or (lambda e: None)
+        self._on_level = on_level or (lambda s: None)
+        self.stay_open = stay_open
+        self._arrivals = Arrivals(plan.rate, plan.burstiness, seed) if plan.rate else None
+        self.book = LevelBook()
+        client.on_cancelled = self._finished
+        self.target = plan.levels[0].concurrency if plan.levels else 1
+        self.in_flight = 0
+        self.started = 0
+        self.paused = False
+        self.held = False
+        self.state = "idle"
+        self.end_reason: str | None = None
+        self._wake = asyncio.Event()
+        self._tasks: set[asyncio.Task] = set()
+        self._stop = False
+        self._skip = False
+        self._manual: int | None = None
+        self._cursor = 0
+        self._level_index = -1
+        self._level_number = 0
+        self._level_spec: LevelSpec | None = None
+        self._level_started = 0
+        self._level_active_ns = 0
+        self._level_resumed_at: int | None = None
+        self._next_id = 0
+        self._t0 = clock.now_ns()
+
+    # ---------------------------------------------------------------- controls
+
+    def set_target(self, n: int) -> None:
+        """The user sets the concurrency: a new held manual level at ``n``."""
+        n = max(1, min(MAX_CONCURRENCY, int(n)))
+        if n == self.target and self._manual is None:
+            return
+        self._manual = n
+        self._skip = True
+        self._wake.set()
+
+    def change_target(self, delta: int) -> None:
+        self.set_target((self._manual or self.target) + delta)
+
+    def scale_target(self, factor: float) -> None:
+        cur = self._manual or self.target
+        self.set_target(max(1, round(cur * factor)) if factor >= 1 else max(1, cur // round(1 / factor)))
+
+    def pause(self) -> None:
+        if not self.paused:
+            self.paused = True
+            self._pause_clock()
+            self._emit("pause", self.target)
+            self._wake.set()
+
+    def resume(self) -> None:
+        if self.paused:
+            self.paused = False
+            self._level_resumed_at = self.clock.now_ns()
+            self._emit("resume", self.target)
+            self._wake.set()
+
+    def toggle_pause(self) -> None:
+        self.resume() if self.paused else self.pause()
+
+    def set_hold(self, held: bool) -> None:
+        if held == self.held:
+            return
+        self.held = held
+        self._emit("hold", held)
+        if not held and self._level_number == 0 and self._level_spec is not None:
+            # releasing the hold of a manual level hands control back to the plan
+            self._skip = True
+        self._wake.set()
+
+    def toggle_hold(self) -> None:
+        self.set_hold(not self.held)
+
+    def next_level(self) -> None:
+        self._skip = True
+        self._emit("next", self._level_index)
+        self._wake.set()
+
+    def stop(self, reason: str = "stopped") -> None:
+        """End the run: no new requests; the caller decides whether in-flight ones are cancelled."""
+        if self.end_reason is None:
+            self.end_reason = reason
+        self._stop = True
+        self._wake.set()
+
+    def cancel_in_flight(self) -> None:
+        for t in list(self._tasks):
+            t.cancel()
+
+    # ---------------------------------------------------------------- state
+
+    def snapshot(self) -> RunnerState:
+        spec = self._level_spec
+        total: float | None = None
+        unit = ""
+        done: float = 0.0
+        if spec is not None and not self.held and self._level_number:
+            if spec.requests is not None:
+                total, unit, done = float(spec.requests), "requests", float(self._level_started)
+            elif spec.duration_s is not None:
+                total, unit, done = spec.duration_s, "s", self._active_ns() / 1e9
+        return RunnerState(
+            state=self.state,
+            target=self.target,
+            in_flight=self.in_flight,
+            level_index=self._level_index,
+            level_number=self._level_number,
+            level_count=len(self.plan.levels),
+            level_concurrency=self.target,
+            level_done=done,
+            level_total=total,
+            level_unit=unit,
+            paused=self.paused,
+            held=self.held,
+            started=self.started,
+        )
+
+    def _set_state(self) -> None:
+        if self._stop:
+            self.state = "stopped"
+        elif self.paused:
+            self.state = "paused"
+        elif self._level_index == -1 and self._level_spec is not None:
+            self.state = "warmup"
+        elif self.held:
+            self.state = "holding"
+        else:
+            self.state = "ramping"
+
+    def _emit(self, kind: str, value: object) -> None:
+        self._on_event(RunEvent(self.clock.now_ns(), kind, value))
+
+    def _active_ns(self) -> int:
+        t = self._level_active_ns
+        if self._level_resumed_at is not None:
+            t += self.clock.now_ns() - self._level_resumed_at
+        return t
+
+    def _pause_clock(self) -> None:
+        if self._level_resumed_at is not None:
+            self._level_active_ns += self.clock.now_ns() - self._level_resumed_at
+            self._level_resumed_at = None
+
+    # ---------------------------------------------------------------- the loop
+
+    async def run(self) -> str:
+        try:
+            if self.plan.warmup_requests and self.plan.levels:
+                warm = LevelSpec(self.plan.levels[0].concurrency, self.plan.warmup_requests, None)
+                await self._run_level(warm, index=-1, number=0, warmup=True)
+            index = 0
+            while not self._stop:
+                manual = self._manual
+                if manual is not None:
+                    self._manual = None
+                    self.held = True
+                    spec, number = LevelSpec(manual), 0
+                elif self._cursor < len(self.plan.levels):
+                    spec, number = self.plan.levels[self._cursor], self._cursor + 1
+                    self._cursor += 1
+                elif self.stay_open:
+                    # the ramp is over; the TUI stays and waits for the user to set a concurrency
+                    self.state = "finished"
+                    self._level_spec = None
+                    self._wake.clear()
+                    await self._wake.wait()
+                    continue
+                else:
+                    break
+                await self._run_level(spec, index=index, number=number, warmup=False)
+                index += 1
+            if self.end_reason is None:
+                self.end_reason = "completed"
+        finally:
+            if self._tasks:
+                # stop() without cancel: let in-flight requests finish (bounded by their timeouts)
+                await asyncio.gather(*list(self._tasks), return_exceptions=True)
+            for summary in self.book.flush():
+                self._on_level(summary)
+            self.state = "finished" if self.end_reason == "completed" else "stopped"
+        return self.end_reason or "completed"
+
+    async def _run_level(self, spec: LevelSpec, *, index: int, number: int, warmup: bool) -> None:
+        now = self.clock.now_ns()
+        self._level_index, self._level_number, self._level_spec = index, number, spec
+        self._level_started = 0
+        self._level_active_ns = 0
+        self._level_resumed_at = None if self.paused else now
+        self._skip = False
+        if spec.concurrency != self.target:
+            self.target = spec.concurrency
+            self._emit("concurrency", self.target)
+        if not warmup:
+            self._emit("level", {"index": index, "concurrency": spec.concurrency, "manual": number == 0})
+        self.book.open(index, spec.concurrency)
+        plan = self.plan
+        arrival_at: int | None = None
+        while True:
+            self._set_state()
+            if self._stop or self._skip:
+                break
+            if not (self.held and not warmup):
+                if spec.requests is not None and self._level_started >= spec.requests:
+                    break
+                if spec.duration_s is not None and self._active_ns() >= spec.duration_s * 1e9:
+                    break
+            if plan.max_requests is not None and self.started >= plan.max_requests:
+                self.stop("completed")
+                break
+            if plan.max_duration_s is not None and self.clock.now_ns() - self._t0 >= plan.max_duration_s * 1e9:
+                self.stop("completed")
+                break
+            if self.paused or self.in_flight >= self.target:
+                await self._sleep_until_woken(self._time_left_s(spec))
+                continue
+            if self._arrivals is not None:
+                now = self.clock.now_ns()
+                if arrival_at is None:
+                    arrival_at = now + int(self._arrivals.next_gap_s() * 1e9)
+                if now < arrival_at:
+                    await self._sleep_until_woken(min((arrival_at - now) / 1e9, self._time_left_s(spec) or 1e9))
+                    continue
+                arrival_at += int(self._arrivals.next_gap_s() * 1e9)
+            self._launch(index, spec.concurrency, warmup)
+        self._pause_clock()
+        if (warmup or plan.drain_between_levels) and not self._stop:
+            self.state = "draining"
+            while self.book.in_flight(index) > 0 and not self._stop:
+                await self._sleep_until_woken(None)
+        summary = self.book.close(index)
+        if summary is not None and not warmup:
+            self._on_level(summary)
+
+    def _time_left_s(self, spec: LevelSpec) -> float | None:
+        if spec.duration_s is None or self.held or self.paused:
+            return None
+        return max(0.0, spec.duration_s - self._active_ns() / 1e9) + 0.001
+
+    async def _sleep_until_woken(self, timeout: float | None) -> None:
+        self._wake.clear()
+        if timeout is None:
+            await self._wake.wait()
+            return
+        try:
+            await asyncio.wait_for(self._wake.wait(), timeout)
+        except TimeoutError:
+            pass
+
+    def _launch(self, level_index: int, concurrency: int, warmup: bool) -> None:
+        rid = self._next_id
+        self._next_id += 1
+        self._level_started += 1
+        if not warmup:
+            self.started += 1
+        self.in_flight += 1
+        self.book.started(level_index)
+        prompt = self.prompts.next()
+        task = asyncio.ensure_future(self._one(prompt, rid, level_index, concurrency, warmup))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _one(self, prompt: str, rid: int, level_index: int, concurrency: int, warmup: bool) -> None:
+        rec = await self.client.send(
+            prompt, request_id=rid, level=concurrency, level_index=level_index, warmup=warmup
+        )
+        self._finished(rec)
+
+    def _finished(self, rec: RequestRecord) -> None:
+        self.in_flight -= 1
+        self._on_record(rec)
+        summary = self.book.add(rec)
+        if summary is not None and not rec.warmup:
+            self._on_level(summary)
+        self._wake.set()

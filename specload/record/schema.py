@@ -1,0 +1,127 @@
+"""The JSONL record schema: how each kind of line is written. Version 1.
+
+Every line is one complete JSON object with a ``type``: ``run`` (header), ``request``, ``level``,
+``event``, ``crash``, ``server``, ``client``, ``end``. Times are seconds since the run started
+(``t_s``/``start_s``) except the wall-clock stamps in ``run`` and ``end``. The README documents the
+keys; tests check that every line the engine writes has them.
+"""
+
+from __future__ import annotations
+
+from specload.records import CrashEvent, RequestRecord, RunEvent, ServerSample
+
+SCHEMA_VERSION = 1
+
+REQUEST_KEYS = (
+    "type", "id", "level", "level_index", "warmup", "ok", "start_s", "ttft_ms", "tpot_ms", "e2e_ms",
+    "itl_ms_p50", "output_tokens", "tokens_estimated", "prompt_tokens", "chunks", "error",
+)
+LEVEL_KEYS = (
+    "type", "level_index", "concurrency", "requests", "ok", "errors", "throughput_tok_s",
+    "per_request_tok_s", "wall_s", "ttft_ms_p50", "ttft_ms_p99", "tpot_ms_p50", "e2e_s_avg",
+    "e2e_s_p50", "e2e_s_p99",
+)
+EVENT_KEYS = ("type", "t_s", "kind", "value")
+END_KEYS = ("type", "reason", "elapsed_s", "requests", "ok", "ended_at")
+
+SECRET_WORDS = ("authorization", "api-key", "api_key", "apikey", "token", "secret", "password", "cookie")
+
+
+def _ms(ns: float | None) -> float | None:
+    return None if ns is None else round(ns / 1e6, 3)
+
+
+def request_line(rec: RequestRecord, t0_ns: int, *, with_chunks: bool = False) -> dict:
+    itl = rec.itl_per_token_ns() if rec.ok else []
+    if itl:
+        s = sorted(itl)
+        itl_p50 = _ms(s[len(s) // 2] if len(s) % 2 else (s[len(s) // 2 - 1] + s[len(s) // 2]) / 2)
+    else:
+        itl_p50 = None
+    d: dict = {
+        "type": "request",
+        "id": rec.request_id,
+        "level": rec.level,
+        "level_index": rec.level_index,
+        "warmup": rec.warmup,
+        "ok": rec.ok,
+        "start_s": round((rec.start_ns - t0_ns) / 1e9, 6),
+        "end_s": round((rec.end_ns - t0_ns) / 1e9, 6),
+        "ttft_ms": _ms(rec.ttft_ns),
+        "tpot_ms": _ms(rec.tpot_ns),
+        "e2e_ms": _ms(rec.e2e_ns),
+        "itl_ms_p50": itl_p50,
+        "output_tokens": rec.output_tokens,
+        "tokens_estimated": rec.tokens_estimated,
+        "prompt_tokens": rec.prompt_tokens,
+        "chunks": rec.chunks,
+        "finish_reason": rec.finish_reason,
+        "retries": rec.retries,
+        "error": None
+        if rec.ok
+        else {"kind": rec.error_kind.value if rec.error_kind else "error", "detail": rec.error_detail,
+              "status": rec.http_status},
+    }
+    if rec.spec_verify_ct is not None:
+        d["spec_verify_ct"] = rec.spec_verify_ct
+    if rec.server_timings is not None:
+        d["server_timings"] = rec.server_timings
+    if with_chunks:
+        d["chunk_ms"] = [round(o / 1e6, 3) for o in rec.chunk_offsets_ns]
+        if rec.chunk_tokens is not None:
+            d["chunk_tokens"] = list(rec.chunk_tokens)
+    return d
+
+
+def event_line(ev: RunEvent, t0_ns: int) -> dict:
+    return {"type": "event", "t_s": round((ev.t_ns - t0_ns) / 1e9, 6), "kind": ev.kind, "value": ev.value}
+
+
+def crash_line(ev: CrashEvent, t0_ns: int) -> dict:
+    return {
+        "type": "crash",
+        "t_s": round((ev.last_seen_ns - t0_ns) / 1e9, 6),
+        "first_seen_s": round((ev.first_seen_ns - t0_ns) / 1e9, 6),
+        "signature": ev.signature,
+        "exception_type": ev.exception_type,
+        "message": ev.message,
+        "innermost_frame": ev.innermost_frame,
+        "processes": list(ev.processes),
+        "count": ev.count,
+        "new": ev.new,
+        "excerpt": ev.excerpt,
+    }
+
+
+def server_line(s: ServerSample, t0_ns: int) -> dict:
+    d = {"type": "server", "t_s": round((s.t_ns - t0_ns) / 1e9, 6), "source": s.source}
+    for k in ("running", "queued", "gen_tok_s", "prompt_tok_s", "accept_len", "accept_rate", "token_usage"):
+        v = getattr(s, k)
+        if v is not None:
+            d[k] = v
+    if s.extra:
+        d["extra"] = s.extra
+    return d
+
+
+def redact(obj: object) -> object:
+    """A copy of a config with the values of secret-looking keys replaced by ``"***"``."""
+    if isinstance(obj, dict):
+        out = {}
+        for k, v in obj.items():
+            if isinstance(k, str) and any(w in k.lower() for w in SECRET_WORDS) and v not in (None, "", [], {}):
+                out[k] = "***"
+            else:
+                out[k] = redact(v)
+        return out
+    if isinstance(obj, list | tuple):
+        return [redact(v) for v in obj]
+    return obj
+
+
+def redact_header(h: str) -> str:
+    """``"Authorization: Bearer x"`` -> ``"Authorization: ***"`` for headers that carry secrets."""
+    name, sep, _ = h.partition(":")
+    if sep and any(w in name.lower() for w in SECRET_WORDS):
+        return f"{name}: ***"
+    return h

@@ -1,0 +1,153 @@
+"""The JSONL recorder: streams a run to disk as it happens.
+
+Lines are serialised at once but written in batches (every ``flush_interval_s`` or ``max_batch``
+lines, and at once for anything but request and server lines), each batch as whole lines in one
+``write``: a process killed at any moment leaves a file readable up to its last complete line, and
+a 100,000-request run neither holds its records in memory nor pays a syscall per request.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+from pathlib import Path
+
+import orjson
+
+from specload import __version__
+from specload.clock import SYSTEM_CLOCK, Clock
+from specload.record import schema
+from specload.records import CrashEvent, RequestRecord, RunEvent, ServerSample
+from specload.stats.levels import LevelSummary
+
+
+class RecordError(Exception):
+    """The record file cannot be written; the message is one line for the user."""
+
+
+def _iso(ts: float) -> str:
+    return _dt.datetime.fromtimestamp(ts, _dt.timezone.utc).isoformat(timespec="milliseconds")
+
+
+def check_writable(path: str) -> None:
+    """Fail before the run starts, not after an hour of load, when the record cannot be written."""
+    p = Path(path)
+    if p.is_dir():
+        raise RecordError(f"record path {path} is a directory")
+    parent = p.parent if str(p.parent) else Path(".")
+    if not parent.exists():
+        raise RecordError(f"record directory {parent} does not exist")
+    if not os.access(parent, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):
+        raise RecordError(f"record path {path} is not writable")
+
+
+class Recorder:
+    def __init__(
+        self,
+        path: str,
+        *,
+        clock: Clock = SYSTEM_CLOCK,
+        t0_ns: int | None = None,
+        with_chunks: bool = False,
+        max_batch: int = 512,
+    ) -> None:
+        self.path = path
+        self.clock = clock
+        self.t0_ns = clock.now_ns() if t0_ns is None else t0_ns
+        self.with_chunks = with_chunks
+        self.max_batch = max_batch
+        self._buf: list[bytes] = []
+        self._fd: int | None = None
+        self.lines_written = 0
+        self.requests = 0
+        self.ok = 0
+        self.closed = False
+
+    def open(self, header: dict) -> None:
+        check_writable(self.path)
+        try:
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        except OSError as e:
+            raise RecordError(f"cannot write record {self.path}: {e.strerror}") from None
+        line = {
+            "type": "run",
+            "version": schema.SCHEMA_VERSION,
+            "specload": __version__,
+            "started_at": _iso(self.clock.wall_time()),
+        }
+        line.update(schema.redact(header))
+        self._put(line, flush=True)
+
+    def _put(self, obj: dict, *, flush: bool) -> None:
+        if self.closed:
+            return
+        self._buf.append(orjson.dumps(obj, option=orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY))
+        if flush or len(self._buf) >= self.max_batch:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self._buf or self._fd is None:
+            return
+        data = b"\n".join(self._buf) + b"\n"
+        n = len(self._buf)
+        self._buf = []
+        try:
+            view = memoryview(data)
+            while view:
+                written = os.write(self._fd, view)
+                view = view[written:]
+        except OSError as e:
+            raise RecordError(f"writing record {self.path} failed: {e.strerror}") from None
+        self.lines_written += n
+
+    def request(self, rec: RequestRecord) -> None:
+        if not rec.warmup:
+            self.requests += 1
+            self.ok += rec.ok
+        self._put(schema.request_line(rec, self.t0_ns, with_chunks=self.with_chunks), flush=False)
+
+    def level(self, summary: LevelSummary) -> None:
+        line = {"type": "level"}
+        line.update(summary.as_record())
+        self._put(line, flush=True)
+
+    def event(self, ev: RunEvent) -> None:
+        self._put(schema.event_line(ev, self.t0_ns), flush=True)
+
+    def crash(self, ev: CrashEvent) -> None:
+        self._put(schema.crash_line(ev, self.t0_ns), flush=True)
+
+    def server(self, sample: ServerSample) -> None:
+        self._put(schema.server_line(sample, self.t0_ns), flush=False)
+
+    def client(self, t_ns: int, cpu_pct: float | None, lag_ms: float | None, saturated: bool, level: int) -> None:
+        self._put(
+            {
+                "type": "client",
+                "t_s": round((t_ns - self.t0_ns) / 1e9, 6),
+                "cpu_pct": None if cpu_pct is None else round(cpu_pct, 1),
+                "loop_lag_ms": None if lag_ms is None else round(lag_ms, 2),
+                "saturated": saturated,
+                "level": level,
+            },
+            flush=saturated,
+        )
+
+    def close(self, reason: str, extra: dict | None = None) -> None:
+        if self.closed or self._fd is None:
+            return
+        now = self.clock.now_ns()
+        line = {
+            "type": "end",
+            "reason": reason,
+            "elapsed_s": round((now - self.t0_ns) / 1e9, 6),
+            "requests": self.requests,
+            "ok": self.ok,
+            "ended_at": _iso(self.clock.wall_time()),
+        }
+        if extra:
+            line.update(extra)
+        self._put(line, flush=True)
+        self.closed = True
+        os.close(self._fd)
+        self._fd = None
