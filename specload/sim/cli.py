@@ -1,0 +1,190 @@
+"""``specload sim``: run the simulated LLM server from the command line.
+
+Owns the flag names, turning flags into a ``SimConfig``, the process lifecycle (uvloop when present,
+SIGTERM/SIGINT -> clean shutdown, ``--crash-exit`` -> exit code 1) and the first stdout line, which
+scripts and tests read to learn the port:
+
+    specload sim listening on http://127.0.0.1:PORT
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+
+import click
+
+from specload.sim.config import SimConfig
+
+
+def _prob(name: str):
+    return click.option(name, type=click.FloatRange(0.0, 1.0), default=0.0, show_default=True)
+
+
+@click.command("sim", context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=8000,
+    show_default=True,
+    help="Port; 0 picks a free one (printed on the first stdout line).",
+)
+@click.option("--model-name", default="sim-llm", show_default=True, help="Model id served by /v1/models.")
+@click.option(
+    "--max-batch",
+    type=click.IntRange(min=1),
+    default=32,
+    show_default=True,
+    help="Sequences decoded together; more wait in a FIFO queue.",
+)
+@click.option(
+    "--step-ms",
+    type=click.FloatRange(min=0),
+    default=30.0,
+    show_default=True,
+    help="Decode step time at batch 1.",
+)
+@click.option(
+    "--step-slope",
+    type=click.FloatRange(min=0),
+    default=0.03,
+    show_default=True,
+    help="Extra fraction of --step-ms per additional sequence in the batch.",
+)
+@click.option("--prefill-base-ms", type=click.FloatRange(min=0), default=12.0, show_default=True)
+@click.option("--prefill-per-token-ms", type=click.FloatRange(min=0), default=0.05, show_default=True)
+@click.option(
+    "--draft-cost",
+    type=click.FloatRange(min=0),
+    default=0.08,
+    show_default=True,
+    help="A speculative step costs (1 + draft-cost * spec-tokens) plain steps.",
+)
+@click.option("--kv-capacity-tokens", type=click.IntRange(min=1), default=262_144, show_default=True)
+@click.option(
+    "--ttft-ms",
+    type=click.FloatRange(min=0),
+    default=None,
+    help="Pin time to first token (turns the batch model off).",
+)
+@click.option(
+    "--itl-ms",
+    type=click.FloatRange(min=0),
+    default=None,
+    help="Pin the time of every decode step (turns the batch model off).",
+)
+@click.option(
+    "--spec-tokens",
+    type=click.IntRange(0, 64),
+    default=3,
+    show_default=True,
+    help="Draft tokens per step (speculative decoding); 0 turns it off.",
+)
+@click.option(
+    "--accept-rate",
+    type=click.FloatRange(0.0, 1.0),
+    default=0.7,
+    show_default=True,
+    help="Per-position draft acceptance probability.",
+)
+@click.option(
+    "--eos-prob",
+    type=click.FloatRange(0.0, 1.0),
+    default=0.002,
+    show_default=True,
+    help="Per-token EOS probability (ignored with ignore_eos).",
+)
+@click.option("--default-max-tokens", type=click.IntRange(min=1), default=256, show_default=True)
+@click.option("--context-size", type=click.IntRange(min=2), default=32_768, show_default=True)
+@click.option("--max-speed", is_flag=True, help="No sleeps; emit tokens as fast as possible.")
+@click.option(
+    "--burst",
+    type=click.IntRange(min=1),
+    default=16,
+    show_default=True,
+    help="SSE events per transport write in --max-speed mode.",
+)
+@_prob("--fail-rate")
+@_prob("--disconnect-rate")
+@_prob("--stall-rate")
+@click.option(
+    "--crash-after",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Crash (traceback in the log, then hang) after N finished requests.",
+)
+@click.option("--crash-exit", is_flag=True, help="Exit with code 1 after the crash instead of hanging.")
+@click.option(
+    "--close-after-stream",
+    is_flag=True,
+    help="Close TCP after each stream while sending Keep-Alive (llama-server quirk).",
+)
+@click.option(
+    "--usage-in-last-chunk",
+    is_flag=True,
+    help="Last content chunk carries finish_reason + usage + timings (llama.cpp style).",
+)
+@click.option(
+    "--log-file",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Append log lines here instead of stdout.",
+)
+@click.option(
+    "--log-interval",
+    type=click.FloatRange(min=0, min_open=True),
+    default=1.0,
+    show_default=True,
+    help="Seconds between 'Decode batch' lines.",
+)
+@click.option("--quiet", is_flag=True, help="No log lines (the listening line is still printed).")
+@click.option("--seed", type=int, default=None, help="Make a run reproducible.")
+def sim_command(**options: object) -> None:
+    """Run the built-in simulated LLM server (OpenAI + SGLang APIs, speculative decoding, faults)."""
+    try:
+        config = SimConfig(**options)  # type: ignore[arg-type]
+    except ValueError as e:
+        raise click.UsageError(str(e)) from None  # no ctx: a one-line "Error: ..." and exit 2
+    sys.exit(run(config))
+
+
+def run(config: SimConfig) -> int:
+    """Serve until SIGTERM/SIGINT (exit 0) or, with ``crash_exit``, until the simulated crash (exit 1)."""
+    try:
+        import uvloop  # type: ignore[import-not-found]
+    except ImportError:
+        return asyncio.run(_serve(config))
+    return uvloop.run(_serve(config))
+
+
+async def _serve(config: SimConfig) -> int:
+    # imported here so `specload sim --help` stays fast
+    from specload.sim.server import SimServer
+
+    server = SimServer(config)
+    try:
+        url = await server.start()
+    except OSError as e:
+        click.echo(f"specload sim: cannot listen on {config.host}:{config.port}: {e.strerror or e}", err=True)
+        return 1
+    print(f"specload sim listening on {url}", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    crashed = asyncio.ensure_future(server.crashed.wait())
+    stopped = asyncio.ensure_future(stop.wait())
+    try:
+        waits = {stopped, crashed} if config.crash_exit else {stopped}
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        crashed.cancel()
+        stopped.cancel()
+    if config.crash_exit and server.crashed.is_set():
+        # SGLang's parent kills the process tree after the child's sigquit: no graceful shutdown
+        sys.stdout.flush()
+        return 1
+    await server.stop()
+    return 0

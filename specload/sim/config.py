@@ -1,0 +1,117 @@
+"""The simulator's configuration: one frozen dataclass holding every option, validated once.
+
+The CLI (``cli.py``), the Python API (``SimServer``) and the test fixture all build a ``SimConfig``; the
+rest of the simulator trusts it. Validation lives here, not in the CLI, so that a bad value passed from
+Python fails the same way as a bad flag (``ValueError`` with a one-line message the CLI turns into a
+click usage error).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    # --- network ------------------------------------------------------------------------------
+    host: str = "127.0.0.1"
+    port: int = 0  # 0: the OS picks a free port; SimServer.port / url tell which
+    model_name: str = "sim-llm"
+
+    # --- batching / timing model (used unless pinned or max_speed) ------------------------------
+    max_batch: int = 32  # sequences decoded together; more requests wait in a FIFO queue
+    step_ms: float = 30.0  # one decode step at batch 1
+    step_slope: float = 0.03  # each further sequence in the batch adds this fraction of step_ms
+    prefill_base_ms: float = 12.0  # fixed cost of a prefill pass
+    prefill_per_token_ms: float = 0.05  # 20k prompt tok/s
+    draft_cost: float = 0.08  # a speculative step costs (1 + draft_cost * spec_tokens) plain steps
+    kv_capacity_tokens: int = 262_144  # for "token usage" and vllm:kv_cache_usage_perc
+
+    # --- pinned timing (exact tests): either set turns the batch model off ----------------------
+    ttft_ms: float | None = None  # admission -> first token, fixed
+    itl_ms: float | None = None  # time of every decode step, fixed
+
+    # --- speculative decoding ------------------------------------------------------------------
+    spec_tokens: int = 3  # K draft tokens per step; 0 turns speculation off
+    accept_rate: float = 0.7  # independent per-position acceptance probability
+
+    # --- output length --------------------------------------------------------------------------
+    eos_prob: float = 0.002  # per generated token, ignored when the request sets ignore_eos
+    default_max_tokens: int = 256  # when the request gives none
+    context_size: int = 32_768
+
+    # --- max-speed mode -------------------------------------------------------------------------
+    max_speed: bool = False  # no sleeps at all; tokens as fast as the event loop can write them
+    burst: int = 16  # SSE events per transport write in max-speed mode
+
+    # --- faults ---------------------------------------------------------------------------------
+    fail_rate: float = 0.0  # HTTP 500 with a JSON error body
+    disconnect_rate: float = 0.0  # connection dropped after a few chunks
+    stall_rate: float = 0.0  # stream stops after a few chunks, connection stays open
+    crash_after: int | None = None  # after N finished generation requests the server "crashes"
+    crash_exit: bool = False  # CLI only: exit with code 1 after writing the crash (as SGLang does)
+
+    # --- real-server quirks ---------------------------------------------------------------------
+    close_after_stream: bool = False  # llama-server: close TCP after each stream, still say Keep-Alive
+    usage_in_last_chunk: bool = False  # llama.cpp: last content chunk carries finish_reason + usage
+
+    # --- logging / reproducibility --------------------------------------------------------------
+    log_file: str | None = None  # None: stdout
+    quiet: bool = False  # no log lines at all (tests that do not read the log)
+    log_interval: float = 1.0  # seconds between "Decode batch" lines
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        problems = list(_problems(self))
+        if problems:
+            raise ValueError(problems[0])
+
+    @property
+    def pinned(self) -> bool:
+        return self.ttft_ms is not None or self.itl_ms is not None
+
+    @classmethod
+    def field_names(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in fields(cls))
+
+
+def _finite(x: float) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _problems(c: SimConfig):
+    if not (0 <= c.port <= 65535):
+        yield f"port must be in 0..65535, got {c.port}"
+    if not c.model_name:
+        yield "model name must not be empty"
+    if c.max_batch < 1:
+        yield f"max batch must be at least 1, got {c.max_batch}"
+    for name in ("step_ms", "step_slope", "prefill_base_ms", "prefill_per_token_ms", "draft_cost"):
+        v = getattr(c, name)
+        if not _finite(v) or v < 0:
+            yield f"{name.replace('_', '-')} must be a finite number >= 0, got {v}"
+    if c.kv_capacity_tokens < 1:
+        yield f"kv capacity must be at least 1 token, got {c.kv_capacity_tokens}"
+    for name in ("ttft_ms", "itl_ms"):
+        v = getattr(c, name)
+        if v is not None and (not _finite(v) or v < 0):
+            yield f"{name.replace('_', '-')} must be a finite number >= 0, got {v}"
+    if c.spec_tokens < 0 or c.spec_tokens > 64:
+        yield f"spec tokens must be in 0..64, got {c.spec_tokens}"
+    for name in ("accept_rate", "eos_prob", "fail_rate", "disconnect_rate", "stall_rate"):
+        v = getattr(c, name)
+        if not _finite(v) or not (0.0 <= v <= 1.0):
+            yield f"{name.replace('_', '-')} must be a probability in [0, 1], got {v}"
+    if c.fail_rate + c.disconnect_rate + c.stall_rate > 1.0:
+        yield "fail-rate + disconnect-rate + stall-rate must not exceed 1"
+    if c.default_max_tokens < 1:
+        yield f"default max tokens must be at least 1, got {c.default_max_tokens}"
+    if c.context_size < 2:
+        yield f"context size must be at least 2, got {c.context_size}"
+    if c.burst < 1:
+        yield f"burst must be at least 1, got {c.burst}"
+    if c.crash_after is not None and c.crash_after < 0:
+        yield f"crash-after must be >= 0, got {c.crash_after}"
+    if not _finite(c.log_interval) or c.log_interval <= 0:
+        yield f"log interval must be > 0 seconds, got {c.log_interval}"

@@ -1,0 +1,128 @@
+"""The simulated model: how long things take and what a decode step produces. Pure, no I/O.
+
+Kept apart from the scheduler and the HTTP layer so the numbers can be unit-tested without a clock:
+
+- ``estimate_prompt_tokens``: prompt length in "tokens" (ceil(chars / 4), plus a chat-template
+  overhead of 4 tokens per message and 3 for the assistant header, like a ChatML template). Token-id
+  prompts count their ids. ``usage.prompt_tokens`` reports exactly this number.
+- ``prefill_s`` / ``decode_step_s``: prefill grows linearly with the prompt; a decode step grows
+  linearly with the batch, so aggregate tok/s rises with concurrency while per-request tok/s falls; the
+  FIFO queue beyond ``max_batch`` makes the knee. Speculation makes a step dearer (verifying K drafts).
+- ``draw_step``: the tokens of one decode step for one sequence: K drafts, each accepted with
+  probability ``accept_rate`` until the first rejection, plus the bonus token; then cut at EOS or at
+  ``max_tokens``. ``accepted = emitted - 1`` always, so for a finished request
+  ``completion_tokens == 1 (prefill token) + verify_steps + accepted``.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+
+from specload.sim.config import SimConfig
+
+# Word-ish pieces with a leading space, so every token (and every chunk) is visible, non-empty text.
+VOCAB: tuple[str, ...] = tuple(
+    " " + w
+    for w in (
+        "the quick brown fox jumps over lazy dog while river runs past old mill and "
+        "small birds sing in tall green trees near quiet town where people walk slowly "
+        "along narrow streets under bright sky model server token batch draft verify "
+        "accept speed cache memory kernel graph layer head attention value key query "
+        "light stone water fire wind cloud rain snow road bridge tower garden window door"
+    ).split()
+)
+
+CHAT_TOKENS_PER_MESSAGE = 4
+CHAT_TOKENS_ASSISTANT_HEADER = 3
+
+
+def estimate_text_tokens(text: str) -> int:
+    return max(1, math.ceil(len(text) / 4))
+
+
+def estimate_prompt_tokens(prompt: object) -> int:
+    """Tokens of an OpenAI completions ``prompt`` (str, list of str, list of token ids)."""
+    if isinstance(prompt, str):
+        return estimate_text_tokens(prompt)
+    if isinstance(prompt, list):
+        if not prompt:
+            return 1
+        if all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+            return len(prompt)
+        return sum(estimate_prompt_tokens(p) for p in prompt)
+    raise ValueError("prompt must be a string, a list of strings or a list of token ids")
+
+
+def estimate_chat_tokens(messages: list) -> int:
+    total = CHAT_TOKENS_ASSISTANT_HEADER
+    for m in messages:
+        if not isinstance(m, dict):
+            raise ValueError("each message must be an object with role and content")
+        content = m.get("content", "")
+        if isinstance(content, list):  # multi-part content: count the text parts
+            content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+        if content is None:
+            content = ""
+        if not isinstance(content, str):
+            raise ValueError("message content must be a string or a list of parts")
+        total += CHAT_TOKENS_PER_MESSAGE + (math.ceil(len(content) / 4) if content else 0)
+    return total
+
+
+def prefill_s(cfg: SimConfig, prompt_tokens: int) -> float:
+    if cfg.ttft_ms is not None:
+        return cfg.ttft_ms / 1000.0
+    return (cfg.prefill_base_ms + cfg.prefill_per_token_ms * prompt_tokens) / 1000.0
+
+
+def decode_step_s(cfg: SimConfig, batch: int) -> float:
+    if cfg.itl_ms is not None:
+        return cfg.itl_ms / 1000.0
+    plain = cfg.step_ms * (1.0 + cfg.step_slope * max(0, batch - 1))
+    return plain * (1.0 + cfg.draft_cost * cfg.spec_tokens) / 1000.0
+
+
+@dataclass(slots=True)
+class StepDraw:
+    tokens: int  # tokens emitted this step (>= 1)
+    text: str
+    accepted: int  # accepted draft tokens actually emitted (tokens - 1); 0 without speculation
+    finish_reason: str | None  # "stop" (EOS), "length" (max_tokens) or None
+
+
+def draw_tokens(rng: random.Random, n: int) -> str:
+    return "".join(rng.choices(VOCAB, k=n))
+
+
+def draw_step(
+    rng: random.Random,
+    cfg: SimConfig,
+    *,
+    remaining: int,
+    ignore_eos: bool,
+    first: bool,
+) -> StepDraw:
+    """One step's output for one sequence. ``first``: the prefill token (never speculative)."""
+    if first or cfg.spec_tokens == 0:
+        n = 1
+    else:
+        n = 1
+        p = cfg.accept_rate
+        for _ in range(cfg.spec_tokens):
+            if rng.random() >= p:
+                break
+            n += 1
+    finish: str | None = None
+    if n >= remaining:
+        n = remaining
+        finish = "length"
+    if not ignore_eos and cfg.eos_prob > 0.0:
+        # each emitted token may be EOS; the EOS token ends the sequence and counts as output
+        for i in range(n):
+            if rng.random() < cfg.eos_prob:
+                n = i + 1
+                finish = "stop"
+                break
+    return StepDraw(tokens=n, text=draw_tokens(rng, n), accepted=n - 1, finish_reason=finish)

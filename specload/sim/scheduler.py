@@ -1,0 +1,331 @@
+"""The continuous-batching scheduler: one driver advancing every running sequence, step by step.
+
+There is no task or sleep per request. A single chain of event-loop timers (``call_at``) drives all
+sequences: at the end of each step it draws every running sequence's tokens, appends them to that
+sequence's ``pending`` list and wakes its handler through one future. Handlers only await their future
+and write. This keeps hundreds of concurrent streams cheap on two cores.
+
+Two timing regimes share the bookkeeping:
+
+- batch model (default): one global step clock. A step decodes all running sequences and also
+  prefills the sequences admitted at its start (their prefill time is added to the step, so new
+  arrivals slow everyone's next token down, as with real continuous batching). Requests beyond
+  ``max_batch`` wait in a FIFO queue and are admitted at a step boundary.
+- pinned (``ttft_ms`` / ``itl_ms``): each sequence has its own deadline on an absolute schedule
+  (admission + ttft, then + itl per step, never drifting), so tests can assert exact timings. The
+  FIFO queue still applies: a queued request is admitted at the instant a slot frees.
+
+``freeze`` stops the timers for good: the simulated crash, where in-flight streams simply stop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+import random
+import time
+from collections import deque
+
+from specload.sim.config import SimConfig
+from specload.sim.model import StepDraw, decode_step_s, draw_step, prefill_s
+
+# Deadlines closer than this to "now" are served in the same tick: timers fire up to ~1 ms late or,
+# rarely, a hair early, and splitting one logical step over two ticks would be pure overhead.
+_DUE_SLACK_S = 0.0002
+
+
+class Counters:
+    """Engine-wide counters behind /metrics, the periodic log line and ``SimServer.stats``."""
+
+    __slots__ = (
+        "generation_tokens",
+        "prompt_tokens",
+        "drafts",
+        "draft_tokens",
+        "accepted_tokens",
+        "accepted_per_pos",
+        "verify_steps",
+    )
+
+    def __init__(self, spec_tokens: int) -> None:
+        self.generation_tokens = 0
+        self.prompt_tokens = 0
+        self.drafts = 0
+        self.draft_tokens = 0
+        self.accepted_tokens = 0
+        self.accepted_per_pos = [0] * spec_tokens
+        self.verify_steps = 0  # decode steps, all sequences; the denominator of accept length
+
+    def count(self, d: StepDraw, first: bool, spec_tokens: int) -> None:
+        self.generation_tokens += d.tokens
+        if first:
+            return
+        self.verify_steps += 1
+        if spec_tokens:
+            self.drafts += 1
+            self.draft_tokens += spec_tokens
+            self.accepted_tokens += d.accepted
+            per = self.accepted_per_pos
+            for i in range(d.accepted):
+                per[i] += 1
+
+
+class Sequence:
+    """One request's generation state, shared by the scheduler (producer) and its handler."""
+
+    __slots__ = (
+        "rid",
+        "prompt_tokens",
+        "max_tokens",
+        "ignore_eos",
+        "rng",
+        "arrival",
+        "first_token_at",
+        "last_token_at",
+        "completion_tokens",
+        "verify_steps",
+        "accepted",
+        "finish_reason",
+        "pending",
+        "waiter",
+        "cancelled",
+        "due",
+    )
+
+    def __init__(
+        self,
+        rid: str,
+        prompt_tokens: int,
+        max_tokens: int,
+        ignore_eos: bool,
+        rng: random.Random,
+        arrival: float,
+    ) -> None:
+        self.rid = rid
+        self.prompt_tokens = prompt_tokens
+        self.max_tokens = max_tokens
+        self.ignore_eos = ignore_eos
+        self.rng = rng
+        # measurement times are time.perf_counter(): uvloop's loop.time() only has ms resolution.
+        # Scheduling deadlines (call_at) stay on loop.time().
+        self.arrival = arrival  # when the request was accepted
+        self.first_token_at: float | None = None
+        self.last_token_at: float | None = None
+        self.completion_tokens = 0
+        self.verify_steps = 0
+        self.accepted = 0
+        self.finish_reason: str | None = None
+        self.pending: list[StepDraw] = []  # drawn but not yet written by the handler
+        self.waiter: asyncio.Future[None] | None = None
+        self.cancelled = False
+        self.due = 0.0
+
+    @property
+    def finished(self) -> bool:
+        return self.finish_reason is not None
+
+    def advance(self, cfg: SimConfig, now: float, counters: Counters) -> StepDraw:
+        """Draw and record this sequence's next step (the scheduler and max-speed mode both use it)."""
+        first = self.completion_tokens == 0
+        d = draw_step(
+            self.rng,
+            cfg,
+            remaining=self.max_tokens - self.completion_tokens,
+            ignore_eos=self.ignore_eos,
+            first=first,
+        )
+        if first:
+            self.first_token_at = now
+        else:
+            self.verify_steps += 1
+            self.accepted += d.accepted
+        self.last_token_at = now
+        self.completion_tokens += d.tokens
+        if d.finish_reason is not None:
+            self.finish_reason = d.finish_reason
+        counters.count(d, first, cfg.spec_tokens)
+        return d
+
+    async def next_steps(self) -> list[StepDraw]:
+        """Wait until the scheduler has produced at least one step, then take all produced so far."""
+        while not self.pending:
+            self.waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self.waiter
+            finally:
+                self.waiter = None
+        out, self.pending = self.pending, []
+        return out
+
+
+class Scheduler:
+    def __init__(self, cfg: SimConfig, counters: Counters) -> None:
+        self.cfg = cfg
+        self.counters = counters
+        self._loop = asyncio.get_running_loop()
+        self._running: dict[int, Sequence] = {}  # id(seq) -> seq, insertion ordered
+        self._waiting: deque[Sequence] = deque()
+        self._timer: asyncio.TimerHandle | None = None
+        self._kick: asyncio.Handle | None = None
+        self._frozen = False
+        # batch model: the step in flight (decoding, prefilling)
+        self._step: tuple[list[Sequence], list[Sequence]] | None = None
+        # pinned: (due, tie-break, seq)
+        self._heap: list[tuple[float, int, Sequence]] = []
+        self._tie = itertools.count()
+        self.extra_running = 0  # max-speed sequences, which bypass the scheduler
+
+    # --- gauges -------------------------------------------------------------------------------
+
+    @property
+    def running(self) -> int:
+        return len(self._running) + self.extra_running
+
+    @property
+    def waiting(self) -> int:
+        return len(self._waiting)
+
+    def kv_tokens(self) -> int:
+        return sum(s.prompt_tokens + s.completion_tokens for s in self._running.values())
+
+    # --- requests -----------------------------------------------------------------------------
+
+    def submit(self, seq: Sequence) -> None:
+        if self._frozen:
+            self._waiting.append(seq)  # never admitted: the crashed server just hangs
+            return
+        self.counters.prompt_tokens += seq.prompt_tokens
+        if self.cfg.pinned:
+            if len(self._running) < self.cfg.max_batch:
+                self._admit_pinned(seq, self._loop.time())
+                self._arm_pinned()
+            else:
+                self._waiting.append(seq)
+            return
+        self._waiting.append(seq)
+        if self._timer is None and self._kick is None:
+            # call_soon, not a direct call: arrivals in the same loop iteration share one prefill
+            self._kick = self._loop.call_soon(self._start_step)
+
+    def cancel(self, seq: Sequence) -> None:
+        """The handler is gone (client left, injected fault): free the slot."""
+        if seq.cancelled:
+            return
+        seq.cancelled = True
+        if self._running.pop(id(seq), None) is not None:
+            if self.cfg.pinned:
+                self._fill_slots_pinned(self._loop.time())
+                self._arm_pinned()
+        else:
+            try:
+                self._waiting.remove(seq)
+            except ValueError:
+                pass
+
+    def freeze(self) -> None:
+        self._frozen = True
+        for h in (self._timer, self._kick):
+            if h is not None:
+                h.cancel()
+        self._timer = self._kick = None
+
+    # --- batch model --------------------------------------------------------------------------
+
+    def _start_step(self) -> None:
+        self._kick = None
+        self._timer = None
+        if self._frozen:
+            return
+        cfg = self.cfg
+        decoding = list(self._running.values())
+        admitted: list[Sequence] = []
+        while self._waiting and len(decoding) + len(admitted) < cfg.max_batch:
+            admitted.append(self._waiting.popleft())
+        if not decoding and not admitted:
+            self._step = None
+            return  # idle until the next submit
+        dur = decode_step_s(cfg, len(decoding)) if decoding else 0.0
+        if admitted:
+            # one batched prefill pass for everything admitted at this boundary
+            dur += prefill_s(cfg, sum(s.prompt_tokens for s in admitted))
+        for s in admitted:
+            self._running[id(s)] = s
+        self._step = (decoding, admitted)
+        self._timer = self._loop.call_at(self._loop.time() + dur, self._end_step)
+
+    def _end_step(self) -> None:
+        self._timer = None
+        step, self._step = self._step, None
+        if self._frozen or step is None:
+            return
+        now = time.perf_counter()
+        decoding, admitted = step
+        cfg, counters = self.cfg, self.counters
+        for group in (decoding, admitted):
+            for s in group:
+                if s.cancelled:
+                    continue
+                self._deliver(s, s.advance(cfg, now, counters))
+                if s.finish_reason is not None:
+                    self._running.pop(id(s), None)
+        self._start_step()
+
+    # --- pinned -------------------------------------------------------------------------------
+
+    def _admit_pinned(self, seq: Sequence, t0: float) -> None:
+        self._running[id(seq)] = seq
+        seq.due = t0 + prefill_s(self.cfg, seq.prompt_tokens)
+        heapq.heappush(self._heap, (seq.due, next(self._tie), seq))
+
+    def _fill_slots_pinned(self, t0: float) -> None:
+        while self._waiting and len(self._running) < self.cfg.max_batch:
+            self._admit_pinned(self._waiting.popleft(), t0)
+
+    def _arm_pinned(self) -> None:
+        if self._frozen:
+            return
+        heap = self._heap
+        while heap and heap[0][2].cancelled:
+            heapq.heappop(heap)
+        if not heap:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+            return
+        due = heap[0][0]
+        if self._timer is not None:
+            if self._timer.when() <= due:
+                return
+            self._timer.cancel()
+        self._timer = self._loop.call_at(due, self._tick_pinned)
+
+    def _tick_pinned(self) -> None:
+        self._timer = None
+        if self._frozen:
+            return
+        now_loop = self._loop.time()
+        now = time.perf_counter()
+        cfg, counters, heap = self.cfg, self.counters, self._heap
+        while heap and heap[0][0] <= now_loop + _DUE_SLACK_S:
+            due, _, s = heapq.heappop(heap)
+            if s.cancelled:
+                continue
+            self._deliver(s, s.advance(cfg, now, counters))
+            if s.finish_reason is not None:
+                self._running.pop(id(s), None)
+                # the freed slot goes to the head of the queue at the instant it freed
+                self._fill_slots_pinned(due)
+            else:
+                s.due = due + decode_step_s(cfg, len(self._running))
+                heapq.heappush(heap, (s.due, next(self._tie), s))
+        self._arm_pinned()
+
+    # --- delivery -----------------------------------------------------------------------------
+
+    @staticmethod
+    def _deliver(s: Sequence, d: StepDraw) -> None:
+        s.pending.append(d)
+        w = s.waiter
+        if w is not None and not w.done():
+            w.set_result(None)
