@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import signal
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
@@ -38,7 +39,7 @@ class ProcessExit:
     requested: bool = False  # True when specload itself asked it to stop
 
     @classmethod
-    def from_returncode(cls, rc: int, *, requested: bool = False, how: str | None = None) -> ProcessExit:
+    def from_returncode(cls, rc: int, *, requested: bool = False) -> ProcessExit:
         if rc < 0:
             name = signal_name(-rc)
             desc = f"killed by {name}"
@@ -49,8 +50,6 @@ class ProcessExit:
         else:
             name = None
             desc = f"exited with code {rc}"
-        if how:
-            desc = f"{desc} {how}"
         return cls(returncode=rc, signal_name=name, description=desc, requested=requested)
 
 
@@ -62,10 +61,18 @@ def _is_signal(n: int) -> bool:
     return True
 
 
+def _shell() -> str:
+    # bash replaces itself with the command when the command is a single simple one, so the
+    # process we watch and signal is the server itself and its exit code/signal is the server's.
+    # dash (Debian's /bin/sh) keeps a shell parent around the server: its exit status hides
+    # the server's signal behind 128+N and it dies on SIGTERM before the server does.
+    return shutil.which("bash") or "/bin/sh"
+
+
 async def spawn_shell(
     cmd: str, *, env: dict[str, str] | None = None, cwd: str | os.PathLike[str] | None = None
 ) -> asyncio.subprocess.Process:
-    """Start ``cmd`` under /bin/sh with stdout and stderr merged into one pipe.
+    """Start ``cmd`` under a shell (bash if present) with stdout and stderr merged into one pipe.
 
     - Merged into one pipe rather than two: the server's own interleaving of stdout and stderr is
       kept (a traceback on stderr stays next to the stdout line before it).
@@ -73,7 +80,9 @@ async def spawn_shell(
     - A new session (own process group): Ctrl-C in the terminal does not reach the child behind
       our back, and ``terminate_group`` reaches the shell *and* everything it started.
     """
-    return await asyncio.create_subprocess_shell(
+    return await asyncio.create_subprocess_exec(
+        _shell(),
+        "-c",
         cmd,
         stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE,
@@ -96,18 +105,35 @@ def signal_group(proc: asyncio.subprocess.Process, sig: int) -> bool:
     return True
 
 
-async def terminate_group(proc: asyncio.subprocess.Process, grace: float) -> bool:
-    """SIGTERM the group, SIGKILL it after ``grace`` seconds. Returns True when SIGKILL was needed."""
-    if proc.returncode is not None:
+def group_alive(proc: asyncio.subprocess.Process) -> bool:
+    """Whether any process of ``proc``'s group is still there (signal 0 tests without sending)."""
+    return signal_group(proc, 0)
+
+
+async def terminate_group(proc: asyncio.subprocess.Process, grace: float, poll: float = 0.02) -> bool:
+    """SIGTERM the group, SIGKILL it after ``grace`` seconds. Returns True when SIGKILL was needed.
+
+    Done means the whole group is gone, not just its leader: a shell leader dies on SIGTERM at
+    once while the server it started may still be shutting down, or ignoring the signal.
+    """
+    if proc.returncode is not None and not group_alive(proc):
         return False
     signal_group(proc, signal.SIGTERM)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + grace
+    leader = asyncio.ensure_future(proc.wait())
     try:
-        await asyncio.wait_for(proc.wait(), grace)
-        return False
-    except asyncio.TimeoutError:
-        signal_group(proc, signal.SIGKILL)
-        await proc.wait()
-        return True
+        while not leader.done() or group_alive(proc):
+            if loop.time() >= deadline:
+                signal_group(proc, signal.SIGKILL)
+                await leader
+                return True
+            # Polling, because there is no way to wait for a group; 20 ms is invisible at shutdown.
+            await asyncio.wait({leader}, timeout=poll)
+    finally:
+        if not leader.done():
+            leader.cancel()
+    return False
 
 
 class CommandSource:

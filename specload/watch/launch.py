@@ -14,14 +14,13 @@ from __future__ import annotations
 import asyncio
 import collections
 import os
-import signal
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
 from typing import TypeVar
 
 import aiohttp
 
-from specload.watch.command import ProcessExit, signal_group, spawn_shell
+from specload.watch.command import ProcessExit, group_alive, spawn_shell, terminate_group
 from specload.watch.tail import CHUNK_BYTES, LineSplitter, NoticeFn, NoticeLog
 
 ProgressFn = Callable[[float, "str | None"], None]
@@ -89,7 +88,7 @@ class LaunchedServer:
         self._output_done = False
         self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
-        self._stop_how: str | None = None
+        self._stop_requested = False
 
     # -- state -------------------------------------------------------------------------------
 
@@ -177,11 +176,10 @@ class LaunchedServer:
     async def _wait_exit(self) -> None:
         assert self._proc is not None
         rc = await self._proc.wait()
-        requested = self._stop_how is not None
-        self._exit = ProcessExit.from_returncode(rc, requested=requested, how=self._stop_how)
-        self._exited.set()
-        if not requested:
+        self._exit = ProcessExit.from_returncode(rc)
+        if not self._stop_requested:
             self.notices(f"server {self._exit.description}")
+        self._exited.set()
 
     async def wait_exit(self) -> ProcessExit:
         await self._exited.wait()
@@ -296,28 +294,33 @@ class LaunchedServer:
         proc = self._proc
         if proc is None:
             return None
-        if self._exit is None:
-            self._stop_how = "after SIGTERM from specload"
-            self.notices(f"stopping server (SIGTERM to pid {proc.pid})")
-            signal_group(proc, signal.SIGTERM)
-            try:
-                await asyncio.wait_for(asyncio.shield(self._exited.wait()), self.grace)
-            except asyncio.TimeoutError:
-                self._stop_how = f"after ignoring SIGTERM for {self.grace:g} s"
-                self.notices(f"server ignored SIGTERM for {self.grace:g} s, sending SIGKILL")
-                signal_group(proc, signal.SIGKILL)
-                await self._exited.wait()
-        else:
-            # The leader is gone; children it left in its group (workers, a shell's child) are
-            # not. The group id cannot be reused while any of them lives, so this reaches only them.
-            signal_group(proc, signal.SIGKILL)
+        if self._exit is None or group_alive(proc):
+            if self._exit is None:
+                self._stop_requested = True
+                self.notices(f"stopping server (SIGTERM to pid {proc.pid})")
+            forced = await terminate_group(proc, self.grace)
+            if forced:
+                self.notices(f"server ignored SIGTERM for {self.grace:g} s, sent SIGKILL")
+            await self._exited.wait()
+            assert self._exit is not None
+            if self._stop_requested and not self._exit.requested:
+                self._exit = self._describe_stop(self._exit, forced)
         # Let the reader take the last lines (the group is dead, so the pipe closes promptly).
         if self._tasks:
-            done, pending = await asyncio.wait(self._tasks, timeout=5.0)
+            _, pending = await asyncio.wait(self._tasks, timeout=5.0)
             for t in pending:
                 t.cancel()
         assert self._exit is not None
-        if self._stop_how and not self._exit.requested:
-            # The exit raced our SIGTERM; it still ended because we asked.
-            self._exit = replace(self._exit, requested=True)
         return self._exit
+
+    def _describe_stop(self, ex: ProcessExit, forced: bool) -> ProcessExit:
+        if forced and ex.signal_name == "SIGKILL":
+            desc = f"killed by SIGKILL after ignoring SIGTERM for {self.grace:g} s"
+        elif forced:
+            # The leader (a shell) ended on SIGTERM; what it started did not and was killed.
+            desc = f"{ex.description}; its process group ignored SIGTERM for {self.grace:g} s and got SIGKILL"
+        elif ex.signal_name == "SIGTERM":
+            desc = "stopped by SIGTERM"
+        else:
+            desc = f"{ex.description} after SIGTERM"
+        return replace(ex, description=desc, requested=True)

@@ -136,6 +136,13 @@ class FileTail:
         self.notices = NoticeLog(on_notice)
         self._max_line = max_line_bytes
         self._stop = asyncio.Event()
+        self._split = LineSplitter(max_line_bytes)
+        self.opens = 0  # files opened so far (1 + rotations + re-creations)
+
+    @property
+    def pending_bytes(self) -> int:
+        """Bytes of a partial last line held back until its newline arrives."""
+        return self._split.pending
 
     async def stop(self) -> None:
         self._stop.set()
@@ -153,7 +160,7 @@ class FileTail:
 
     async def lines(self) -> AsyncIterator[str]:
         notice = self.notices
-        split = LineSplitter(self._max_line)
+        split = self._split = LineSplitter(self._max_line)
         fd: int | None = None
         ident: tuple[int, int] | None = None
         regular = True
@@ -180,6 +187,7 @@ class FileTail:
                         await self._sleep()
                         continue
                     ident = (st.st_dev, st.st_ino)
+                    self.opens += 1
                     regular = stat.S_ISREG(st.st_mode)
                     if first_open and not self.from_start and regular:
                         pos = os.lseek(fd, 0, os.SEEK_END)

@@ -1,0 +1,203 @@
+"""LaunchedServer with real subprocesses: a tiny Python HTTP server the test writes to tmp_path.
+
+Covers wait_ready (health 503 -> 200), stop with SIGTERM, escalation to SIGKILL for a server that
+ignores SIGTERM (also behind a shell that does not exec), and a server that crashes at start-up
+(wait_ready fails at once with the exit code, and the traceback lines are all available).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from specload.watch.launch import LaunchedServer, ReadyTimeoutError, ServerExitedError
+
+DEADLINE = 10.0
+
+SERVER = r"""
+import os, signal, sys, time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+port, delay, mode = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3]
+if mode == "ignore-term":
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+t0 = time.monotonic()
+
+
+class Handler(BaseHTTPRequestHandler):
+    def do_GET(self):
+        ready = time.monotonic() - t0 >= delay and self.path == "/health"
+        body = b'{"status":"ok"}' if ready else b'{"status":"loading"}'
+        self.send_response(200 if ready else 503)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, fmt, *args):
+        pass
+
+
+print(f"pid {os.getpid()}", flush=True)
+print("loading model", flush=True)
+print("warming up", file=sys.stderr, flush=True)
+if mode == "crash":
+    print("Traceback (most recent call last):", file=sys.stderr)
+    print('  File "server.py", line 1, in <module>', file=sys.stderr)
+    print("RuntimeError: CUDA out of memory", file=sys.stderr, flush=True)
+    sys.exit(1)
+if mode == "segv":
+    os.kill(os.getpid(), signal.SIGSEGV)
+srv = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+print(f"listening on 127.0.0.1:{port}", flush=True)
+srv.serve_forever()
+"""
+
+
+@pytest.fixture
+def script(tmp_path: Path) -> Path:
+    p = tmp_path / "server.py"
+    p.write_text(SERVER)
+    return p
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launch(script: Path, mode: str = "normal", delay: float = 0.3, **kw) -> tuple[LaunchedServer, int]:
+    port = free_port()
+    cmd = f"{sys.executable} {script} {port} {delay} {mode}"
+    return LaunchedServer(cmd, f"http://127.0.0.1:{port}/health", **kw), port
+
+
+async def until(cond: Callable[[], bool], timeout: float = DEADLINE) -> None:
+    async def spin() -> None:
+        while not cond():
+            await asyncio.sleep(0.005)
+
+    await asyncio.wait_for(spin(), timeout)
+
+
+def pid_gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+async def test_wait_ready_then_stop_with_sigterm(script: Path) -> None:
+    server, _ = launch(script, delay=0.3)
+    progress: list[tuple[float, str | None]] = []
+    lines: list[str] = []
+
+    async def read() -> None:
+        async for line in server.lines():
+            lines.append(line)
+
+    await server.start()
+    reader = asyncio.create_task(read())
+    elapsed = await server.wait_ready(
+        timeout=DEADLINE, poll_interval=0.05, on_progress=lambda e, ln: progress.append((e, ln))
+    )
+    assert 0 <= elapsed < DEADLINE
+    assert len(progress) >= 2  # it polled while the server said 503 (or was not listening yet)
+    assert any(ln is not None for _, ln in progress)  # progress shows the server's last line
+    assert server.running and server.returncode is None
+
+    ex = await asyncio.wait_for(server.stop(), DEADLINE)
+    assert ex is not None
+    assert ex.signal_name == "SIGTERM" and ex.returncode == -15
+    assert ex.requested and ex.description == "stopped by SIGTERM"
+    assert server.signal_name == "SIGTERM" and not server.running
+    await asyncio.wait_for(reader, DEADLINE)  # output ended, so lines() ended
+    # stdout and stderr arrive through one pipe in the order they were written
+    assert lines[1:4] == ["loading model", "warming up", f"listening on 127.0.0.1:{_port(lines)}"]
+    assert await server.stop() == ex  # idempotent
+
+
+def _port(lines: list[str]) -> str:
+    return next(ln for ln in lines if ln.startswith("listening")).rsplit(":", 1)[1]
+
+
+async def test_server_ignoring_sigterm_gets_sigkill_after_grace(script: Path) -> None:
+    notices: list[str] = []
+    server, _ = launch(script, mode="ignore-term", grace=0.3, on_notice=notices.append)
+    await server.wait_ready(timeout=DEADLINE, poll_interval=0.05)
+    t0 = time.monotonic()
+    ex = await asyncio.wait_for(server.stop(), DEADLINE)
+    took = time.monotonic() - t0
+    assert ex is not None and ex.signal_name == "SIGKILL" and ex.requested
+    assert ex.description == "killed by SIGKILL after ignoring SIGTERM for 0.3 s"
+    assert took >= 0.3
+    assert any("sent SIGKILL" in n for n in notices)
+
+
+async def test_sigkill_reaches_the_server_behind_a_shell(script: Path, tmp_path: Path) -> None:
+    # A command after the server keeps a shell between us and it: the shell dies on SIGTERM,
+    # the server ignores it, and stop() must still wait for and kill the whole group.
+    port = free_port()
+    cmd = f"{sys.executable} {script} {port} 0 ignore-term; echo server exited"
+    server = LaunchedServer(cmd, f"http://127.0.0.1:{port}/health", grace=0.3)
+    await server.wait_ready(timeout=DEADLINE, poll_interval=0.05)
+    pid = int(next(ln for ln in server.last_lines() if ln.startswith("pid ")).split()[1])
+    assert pid != server.pid
+    ex = await asyncio.wait_for(server.stop(), DEADLINE)
+    await until(lambda: pid_gone(pid))
+    assert ex is not None and ex.requested
+    assert ex.description.endswith("its process group ignored SIGTERM for 0.3 s and got SIGKILL")
+
+
+async def test_crash_before_ready_fails_early_with_exit_code_and_lines(script: Path) -> None:
+    server, _ = launch(script, mode="crash", ready_timeout=60)
+    t0 = time.monotonic()
+    with pytest.raises(ServerExitedError) as err:
+        await asyncio.wait_for(server.wait_ready(poll_interval=0.05), DEADLINE)
+    assert time.monotonic() - t0 < DEADLINE
+    assert err.value.exit.returncode == 1 and err.value.exit.signal_name is None
+    assert "exited with code 1" in str(err.value)
+    assert err.value.last_lines[-1] == "RuntimeError: CUDA out of memory"
+    assert server.returncode == 1 and server.exit_description == "exited with code 1"
+    lines = [line async for line in server.lines()]
+    assert lines[1:] == [
+        "loading model",
+        "warming up",
+        "Traceback (most recent call last):",
+        '  File "server.py", line 1, in <module>',
+        "RuntimeError: CUDA out of memory",
+    ]
+    ex = await server.stop()
+    assert ex is not None and not ex.requested
+
+
+async def test_crash_by_signal_is_named(script: Path) -> None:
+    server, _ = launch(script, mode="segv")
+    with pytest.raises(ServerExitedError) as err:
+        await asyncio.wait_for(server.wait_ready(poll_interval=0.05), DEADLINE)
+    assert err.value.exit.signal_name == "SIGSEGV"
+    assert server.exit_description == "killed by SIGSEGV"
+    await server.stop()
+
+
+async def test_ready_timeout(script: Path) -> None:
+    server, _ = launch(script, delay=3600)
+    try:
+        with pytest.raises(ReadyTimeoutError) as err:
+            await asyncio.wait_for(server.wait_ready(timeout=0.3, poll_interval=0.05), DEADLINE)
+        assert err.value.last_detail in ("HTTP 503", "connection refused")
+        assert server.running
+    finally:
+        await server.stop()
