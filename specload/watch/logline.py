@@ -1,0 +1,321 @@
+"""Normalise one physical server-log line: clean it and split its prefixes from its text.
+
+This module owns the knowledge of *how log lines are wrapped*: terminal colour codes, carriage returns,
+control bytes, and the prefixes that loggers, process managers and log shippers put in front of the text
+(timestamps in many formats, levels, ``[file.py:N]``, rank and pid tags, journald, kubectl/docker
+timestamps, log-aggregator exports, logfmt). The crash detector (``signatures.py``) only ever looks at the
+text behind those prefixes plus the normalised process tag, so a new prefix format is a change here only.
+
+Prefixes come in three kinds, and the difference matters for multi-process logs:
+
+* **transport** prefixes are added by whatever carried the line (journald, an aggregator export, docker
+  ``--timestamps``). They say nothing about which process wrote the line.
+* **record** prefixes are written by the application's logger (``INFO 07-30 ... [file.py:N]``, glog
+  ``[E611 ...]``, TGI's ``2024-...Z ERROR target:``). A line with one starts a new log record.
+* **tag** prefixes name the process: SGLang ``[... TP0]``, vLLM ``(VllmWorker rank=3 pid=229)``, torch
+  ``[rank0]:``, Ray ``(RayWorkerWrapper pid=690, ip=...)``.
+
+A line with neither a record prefix nor a tag is *raw* (a traceback line, a C++ ``what():`` line, a
+message continuation); the detector attributes it to the process of the previous tagged record.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+__all__ = ["LogLine", "clean_line", "parse_line", "split_line", "parse_logfmt"]
+
+# ---------------------------------------------------------------------------------------------- cleaning
+
+# Real escape sequences: CSI (colours, cursor), OSC (titles, ended by BEL or ST), and two-byte escapes.
+_ANSI_RE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-Z\\-_]")
+# Colour codes whose ESC byte was lost in a copy-paste (fixture 015: '[1;36m(VllmWorker ...'). Only the
+# SGR shape '[<digits;...>m' is removed: it practically never occurs in real log text.
+_BARE_SGR_RE = re.compile(r"\[\d{1,3}(?:;\d{1,3})*m")
+# Control bytes other than TAB. DEL included. (CR is handled before: it means "overwrite the line".)
+_CTRL_RE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+_LITERAL_CR_RE = re.compile(r"(?:\^M)+$")
+
+
+def clean_line(raw: str) -> str:
+    """Strip colour codes, carriage returns (real or a literal ``^M``), control bytes and the newline."""
+    line = raw.rstrip("\n")
+    if "\r" in line:
+        # A terminal shows the text after the last CR (progress bars redraw this way); a trailing CR
+        # is just a CRLF ending.
+        parts = [p for p in line.split("\r") if p]
+        line = parts[-1] if parts else ""
+    if "\x1b" in line:
+        line = _ANSI_RE.sub("", line)
+    if "m" in line and "[" in line:
+        line = _BARE_SGR_RE.sub("", line)
+    if _CTRL_RE.search(line):
+        line = _CTRL_RE.sub("", line)
+    if line.endswith("^M"):
+        line = _LITERAL_CR_RE.sub("", line)
+    return line.rstrip()
+
+
+# ---------------------------------------------------------------------------------------------- logfmt
+
+_LOGFMT_PAIR_RE = re.compile(r'([\w.\-]+|"[^"]*")=("(?:[^"\\]|\\.)*"?|\S*)')
+
+
+def parse_logfmt(text: str) -> dict[str, str]:
+    """``key=value key="quoted \\"value\\""`` pairs as a dict (values unquoted and unescaped)."""
+    fields: dict[str, str] = {}
+    for m in _LOGFMT_PAIR_RE.finditer(text):
+        key, value = m.group(1).strip('"'), m.group(2)
+        if value.startswith('"'):
+            value = value[1:-1] if value.endswith('"') and len(value) > 1 else value[1:]
+            value = value.replace('\\"', '"').replace("\\\\", "\\")
+        fields.setdefault(key, value)
+    return fields
+
+
+# ---------------------------------------------------------------------------------------------- prefixes
+
+_LEVELS = {
+    "T": "TRACE", "TRACE": "TRACE",
+    "D": "DEBUG", "DEBUG": "DEBUG",
+    "I": "INFO", "INFO": "INFO",
+    "W": "WARNING", "WARN": "WARNING", "WARNING": "WARNING",
+    "E": "ERROR", "ERROR": "ERROR", "ERR": "ERROR",
+    "C": "CRITICAL", "CRITICAL": "CRITICAL",
+    "F": "FATAL", "FATAL": "FATAL",
+}  # fmt: skip
+
+
+def _level(word: str | None) -> str | None:
+    return _LEVELS.get(word.upper()) if word else None
+
+
+_LVL = r"(TRACE|DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)"
+_ISO = r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?"
+
+# Transport prefixes ------------------------------------------------------------------------------------
+# '<epoch_ms>\t<ISO>\t' from a log aggregator export (fixture 004), or a bare '<ISO>\t'.
+_AGGREGATOR_RE = re.compile(r"(?:\d{10,13}\t)?" + _ISO + r"\t")
+# journald: 'Sep 11 18:19:47 host proc[pid]: '. The month may have lost letters in a paste ('pr 28').
+_JOURNALD_RE = re.compile(r"[A-Za-z]{1,3} {1,2}\d{1,2} \d\d:\d\d:\d\d \S+ [\w.@/\-]+(?:\[\d+\])?: ")
+# docker/kubectl --timestamps: an RFC 3339 stamp and one space, *not* followed by a level (that would be
+# TGI's own record prefix, handled below).
+_CONTAINER_TS_RE = re.compile(
+    r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d) (?!\s*" + _LVL + r"\b)"
+)
+# docker compose: 'service-1  | '.
+_COMPOSE_RE = re.compile(r"[a-z0-9][\w.\-]*-\d+\s+\| ")
+
+# Tag prefixes -------------------------------------------------------------------------------------------
+# vLLM process names: '(VllmWorker rank=3 pid=229)', '(Worker_TP3 pid=562)', '(EngineCore_DP0 pid=1)',
+# '(APIServer pid=1179246)'. Other '(Name pid=N[, ip=A])' prefixes are Ray actors, kept as printed.
+_PAREN_PID_RE = re.compile(r"\((?:([\w:.\-]+) )?(?:rank=(\d+) )?pid=(\d+)(?:, ip=([\d.a-fA-F:]+))?\) ?")
+_VLLM_NAMES_RE = re.compile(r"(?:VllmWorker|Worker|EngineCore|APIServer|ApiServer)\w*")
+_RAY_SYSTEM_RE = re.compile(r"\((raylet|gcs_server|monitor|autoscaler|dashboard)(?:, ip=[\d.]+)?\) ?")
+_TORCH_RANK_RE = re.compile(r"\[rank(\d+)\]: ?")
+# SGLang: '[2025-01-20 19:10:07 DP0 TP0] ', '[... PP0 ATTN_CP7 TP7] ' or without ranks '[2025-01-20 19:10:07] '.
+_SGLANG_RE = re.compile(
+    r"\[\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?((?: [A-Z][A-Z_]*\d+)*)\] ?"
+)
+
+# Record prefixes ---------------------------------------------------------------------------------------
+# vLLM: 'INFO 07-30 17:40:19 [logger.py:41] ' and the 2023 form 'INFO 06-21 21:40:02 llm_engine.py:59] '.
+_VLLM_RE = re.compile(
+    _LVL + r" \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? (?:\[[\w./\-]+:\d+\]|[\w./\-]+:\d+\]) ?"
+)
+# glog / torch: '[E611 01:51:09.940883637 ProcessGroupNCCL.cpp:1896] ', 'E0608 12:00:00.123 77 f.cc:12] '.
+_GLOG_RE = re.compile(r"\[?([IWEF])\d{3,4} \d\d:\d\d:\d\d\.\d+(?: +\d+)? +[\w.+\-]+:\d+\] ?")
+# Ray's own C++ logger: '[2025-08-12 07:37:56,997 E 1018 10264] logging.cc:117: '.
+_RAY_CPP_RE = re.compile(r"\[" + _ISO + r" ([IWEFD]) \d+ \d+\] [\w.+\-]+:\d+: ")
+# TGI / Rust tracing: '2024-06-17T13:18:26.673888Z ERROR shard-manager: text_generation_launcher: '.
+_TRACING_RE = re.compile(
+    r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)\s+" + _LVL
+    + r"\s+(?:[a-z][\w\-]*(?:::[\w\-]+)*(?:\{[^}]*\})?: )*"
+)
+# Python logging and friends: '2025-08-12 07:36:07,572 INFO worker.py:1747 -- ',
+# '2023-11-01 10:20:21,882 <PID:111> INFO ', '2024-01-01 10:00:00 - name - ERROR - '.
+_PYLOG_RE = re.compile(
+    _ISO + r"\s+(?:<PID:\d+>\s+)?(?:-\s+)?(?:[\w.]+\s+-\s+)?" + _LVL
+    + r"\b(?:\s+-\s+|:\s*|\s+)(?:[\w./\-]+\.\w+:\d+(?::| --)\s)?"
+)
+# Go's log package: '2024/09/11 18:19:47 '.
+_GOLOG_RE = re.compile(r"\d{4}/\d\d/\d\d \d\d:\d\d:\d\d(?:\.\d+)? ")
+# SGLang's custom format: '[service][2026-03-10 14:48:25][file.py:312][ERROR]: '.
+_BRACKET_SERVICE_RE = re.compile(
+    r"\[[^\[\]]+\]\[\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?\](?:\[[\w./\-]+:\d+\])?(?:\[(\w+)\])?:? ?"
+)
+# A level word on its own: uvicorn 'INFO:     ', 'ERROR core.py:501: ' after a bracketed timestamp.
+_LEVEL_ONLY_RE = re.compile(_LVL + r"(?::\s+|\s+)(?:[\w./\-]+\.(?:py|go|cc|cpp|rs|c|h):\d+[:\]]?\s+)?")
+_BRACKET_LEVEL_RE = re.compile(r"\[" + _LVL + r"\]:? ?")
+_TRTLLM_RE = re.compile(r"\[TensorRT-LLM\](?:\[(\w+)\])? ?")
+# logfmt: 'time=... level=ERROR source=sched.go:456 msg=...'.
+_LOGFMT_RE = re.compile(r"time=\S+ level=(\w+)(?: source=\S+)? ?")
+
+# Suffixes ----------------------------------------------------------------------------------------------
+_RAY_REPEATED_RE = re.compile(r"\s*\[repeated \d+x across cluster\].*$")
+# TGI tracing span field at the end of a record: '... rank=1'.
+_TGI_RANK_SUFFIX_RE = re.compile(r"(?:^|\s)rank=(\d+)$")
+
+
+@dataclass(frozen=True, slots=True)
+class LogLine:
+    """One cleaned line split into its process tag, level and text."""
+
+    text: str  # the cleaned line with its prefixes (what a person should see in an excerpt)
+    body: str  # the text after every prefix; leading indentation of the text is kept
+    tag: str | None  # normalised process tag carried by this line itself, or None
+    tag_inherits: bool  # True when the tag is a prefix tag (raw lines that follow belong to it)
+    record: bool  # True when an application logger's prefix (timestamp/level) or a tag starts the line
+    level: str | None  # TRACE/DEBUG/INFO/WARNING/ERROR/CRITICAL/FATAL when the prefix says so
+    fields: dict[str, str] | None = None  # logfmt key/values when the line is logfmt
+
+
+def _paren_pid_tag(m: re.Match[str]) -> str:
+    name, rank, pid, ip = m.group(1), m.group(2), m.group(3), m.group(4)
+    if name and _VLLM_NAMES_RE.fullmatch(name):
+        if rank is not None:
+            return f"rank {rank}"
+        if name.startswith("Worker_"):
+            return name[len("Worker_") :]  # 'Worker_TP3' -> 'TP3'
+        return name
+    # Ray and anything else: the tag as printed, without the parentheses.
+    return m.group(0).strip()[1:-1]
+
+
+def parse_line(raw: str) -> LogLine:
+    """Clean ``raw`` and peel its prefixes off, outermost first."""
+    text = clean_line(raw)
+    s = text
+    tag: str | None = None
+    record = False
+    level: str | None = None
+    fields: dict[str, str] | None = None
+    # Prefixes nest (journald around logfmt, Ray around torch around glog); a few rounds suffice and
+    # the bound keeps a pathological line cheap.
+    for _ in range(8):
+        if not s:
+            break
+        c = s[0]
+        m = None
+        if c == "(":
+            m = _PAREN_PID_RE.match(s)
+            if m:
+                if tag is None:
+                    tag = _paren_pid_tag(m)
+                s = s[m.end() :]
+                continue
+            m = _RAY_SYSTEM_RE.match(s)
+            if m:
+                if tag is None:
+                    tag = m.group(1)
+                s = s[m.end() :]
+                continue
+            break
+        if c == "[":
+            m = _TORCH_RANK_RE.match(s)
+            if m:
+                if tag is None:
+                    tag = f"rank {m.group(1)}"
+                s = s[m.end() :]
+                continue
+            m = _SGLANG_RE.match(s)
+            if m:
+                ranks = m.group(1).strip()
+                if ranks and tag is None:
+                    tag = ranks
+                record = True
+                s = s[m.end() :]
+                continue
+            m = _GLOG_RE.match(s) or _RAY_CPP_RE.match(s)
+            if m:
+                record = True
+                level = level or _level(m.group(1))
+                s = s[m.end() :]
+                continue
+            m = _BRACKET_SERVICE_RE.match(s) or _BRACKET_LEVEL_RE.match(s) or _TRTLLM_RE.match(s)
+            if m:
+                record = True
+                level = level or _level(m.group(1))
+                s = s[m.end() :]
+                continue
+            break
+        if c.isdigit():
+            m = _AGGREGATOR_RE.match(s) or _CONTAINER_TS_RE.match(s) or _COMPOSE_RE.match(s)
+            if m:
+                s = s[m.end() :]
+                continue
+            m = _TRACING_RE.match(s) or _PYLOG_RE.match(s)
+            if m:
+                record = True
+                level = level or _level(m.group(1))
+                s = s[m.end() :]
+                continue
+            m = _GOLOG_RE.match(s)
+            if m:
+                record = True
+                s = s[m.end() :]
+                continue
+            break
+        if c.isupper():
+            m = _VLLM_RE.match(s)
+            if m:
+                record = True
+                level = level or _level(m.group(1))
+                s = s[m.end() :]
+                continue
+            m = _GLOG_RE.match(s)
+            if m:
+                record = True
+                level = level or _level(m.group(1))
+                s = s[m.end() :]
+                continue
+            m = _LEVEL_ONLY_RE.match(s)
+            if m:
+                record = True
+                level = level or _level(m.group(1))
+                s = s[m.end() :]
+                continue
+        if c.isalpha():
+            m = _JOURNALD_RE.match(s)
+            if m:
+                s = s[m.end() :]
+                continue
+            if c == "t" and s.startswith("time="):
+                m = _LOGFMT_RE.match(s)
+                if m:
+                    record = True
+                    level = level or _level(m.group(1))
+                    fields = parse_logfmt(s)
+                    s = s[m.end() :]
+                    break
+            if c.islower():
+                m = _COMPOSE_RE.match(s)
+                if m:
+                    s = s[m.end() :]
+                    continue
+        break
+
+    tag_inherits = tag is not None
+    if "[repeated" in s:
+        s = _RAY_REPEATED_RE.sub("", s)
+    if tag is None and s.endswith(tuple("0123456789")) and "rank=" in s:
+        m = _TGI_RANK_SUFFIX_RE.search(s)
+        if m:
+            tag = f"rank {m.group(1)}"
+            s = s[: m.start()].rstrip()
+    return LogLine(
+        text=text,
+        body=s,
+        tag=tag,
+        tag_inherits=tag_inherits,
+        record=record or tag_inherits,
+        level=level,
+        fields=fields,
+    )
+
+
+def split_line(raw: str) -> tuple[str | None, str]:
+    """``(normalised process tag or None, text after the prefixes)`` for one raw line."""
+    parsed = parse_line(raw)
+    return parsed.tag, parsed.body
