@@ -115,28 +115,27 @@ _VLLM_NAMES_RE = re.compile(r"(?:VllmWorker|Worker|EngineCore|APIServer|ApiServe
 _RAY_SYSTEM_RE = re.compile(r"\((raylet|gcs_server|monitor|autoscaler|dashboard)(?:, ip=[\d.]+)?\) ?")
 _TORCH_RANK_RE = re.compile(r"\[rank(\d+)\]: ?")
 # SGLang: '[2025-01-20 19:10:07 DP0 TP0] ', '[... PP0 ATTN_CP7 TP7] ' or without ranks '[2025-01-20 19:10:07] '.
-_SGLANG_RE = re.compile(
-    r"\[\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?((?: [A-Z][A-Z_]*\d+)*)\] ?"
-)
+_SGLANG_RE = re.compile(r"\[\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?((?: [A-Z][A-Z_]*\d+)*)\] ?")
 
 # Record prefixes ---------------------------------------------------------------------------------------
 # vLLM: 'INFO 07-30 17:40:19 [logger.py:41] ' and the 2023 form 'INFO 06-21 21:40:02 llm_engine.py:59] '.
-_VLLM_RE = re.compile(
-    _LVL + r" \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? (?:\[[\w./\-]+:\d+\]|[\w./\-]+:\d+\]) ?"
-)
+_VLLM_RE = re.compile(_LVL + r" \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? (?:\[[\w./\-]+:\d+\]|[\w./\-]+:\d+\]) ?")
 # glog / torch: '[E611 01:51:09.940883637 ProcessGroupNCCL.cpp:1896] ', 'E0608 12:00:00.123 77 f.cc:12] '.
 _GLOG_RE = re.compile(r"\[?([IWEF])\d{3,4} \d\d:\d\d:\d\d\.\d+(?: +\d+)? +[\w.+\-]+:\d+\] ?")
 # Ray's own C++ logger: '[2025-08-12 07:37:56,997 E 1018 10264] logging.cc:117: '.
 _RAY_CPP_RE = re.compile(r"\[" + _ISO + r" ([IWEFD]) \d+ \d+\] [\w.+\-]+:\d+: ")
 # TGI / Rust tracing: '2024-06-17T13:18:26.673888Z ERROR shard-manager: text_generation_launcher: '.
 _TRACING_RE = re.compile(
-    r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)\s+" + _LVL
+    r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)\s+"
+    + _LVL
     + r"\s+(?:[a-z][\w\-]*(?:::[\w\-]+)*(?:\{[^}]*\})?: )*"
 )
 # Python logging and friends: '2025-08-12 07:36:07,572 INFO worker.py:1747 -- ',
 # '2023-11-01 10:20:21,882 <PID:111> INFO ', '2024-01-01 10:00:00 - name - ERROR - '.
 _PYLOG_RE = re.compile(
-    _ISO + r"\s+(?:<PID:\d+>\s+)?(?:-\s+)?(?:[\w.]+\s+-\s+)?" + _LVL
+    _ISO
+    + r"\s+(?:<PID:\d+>\s+)?(?:-\s+)?(?:[\w.]+\s+-\s+)?"
+    + _LVL
     + r"\b(?:\s+-\s+|:\s*|\s+)(?:[\w./\-]+\.\w+:\d+(?::| --)\s)?"
 )
 # Go's log package: '2024/09/11 18:19:47 '.
@@ -172,7 +171,7 @@ class LogLine:
 
 
 def _paren_pid_tag(m: re.Match[str]) -> str:
-    name, rank, pid, ip = m.group(1), m.group(2), m.group(3), m.group(4)
+    name, rank = m.group(1), m.group(2)
     if name and _VLLM_NAMES_RE.fullmatch(name):
         if rank is not None:
             return f"rank {rank}"

@@ -200,7 +200,9 @@ _CUDA_TRT2_RE = re.compile(r"Cuda Runtime \(([^)]+)\)")
 _FATAL_PY_RE = re.compile(r"^Fatal Python error: (.*)$")
 _SIGNAL_NAMES = "SIGABRT|SIGSEGV|SIGBUS|SIGILL|SIGFPE|SIGTRAP|SIGKILL|SIGSYS"
 _GO_SIGNAL_RE = re.compile(r"^(" + _SIGNAL_NAMES + r"): \w")
-_ABSL_SIGNAL_RE = re.compile(r"\*\*\* (" + _SIGNAL_NAMES + r") (?:received at time=|\(@[^)]*\) received by PID)")
+_ABSL_SIGNAL_RE = re.compile(
+    r"\*\*\* (" + _SIGNAL_NAMES + r") (?:received at time=|\(@[^)]*\) received by PID)"
+)
 _SHELL_NAMES = {
     "Aborted": "SIGABRT",
     "Segmentation fault": "SIGSEGV",
@@ -531,9 +533,7 @@ class CrashDetector:
                 if what is not None:
                     # what() belongs to the most recent terminate (they are printed back to back; other
                     # processes' lines may come between)
-                    latest = max(
-                        (q for q in self._pending if q.kind == "terminate"), key=lambda q: q.line_no
-                    )
+                    latest = max((q for q in self._pending if q.kind == "terminate"), key=lambda q: q.line_no)
                     latest.lines.append(p.text)
                     self._pending.remove(latest)
                     self._emit_pending(latest, what.group(1), out)
