@@ -514,8 +514,8 @@ class SimServer:
         outcome = "client_gone"
         try:
             if req.stream:
-                outcome = await self._stream(request, seq, fmt, fault, fault_after)
-                return self._last_resp(request)
+                outcome, resp = await self._stream(request, seq, fmt, fault, fault_after)
+                return resp
             return await self._whole(request, req, seq, fmt, fault)
         finally:
             self._live.discard(seq)
@@ -526,10 +526,6 @@ class SimServer:
             # a stream cut by stop() after a crash is not a request outcome worth a line
             if not fmt.accounted and not self._is_crashed:
                 self._account(seq, fmt, 200, outcome, time.perf_counter())
-
-    @staticmethod
-    def _last_resp(request: web.Request) -> web.StreamResponse:
-        return request["sim_resp"]
 
     def _account(self, seq: Sequence, fmt: _Formatter, status: int, outcome: str, now: float) -> None:
         fmt.accounted = True
@@ -599,13 +595,12 @@ class SimServer:
 
     async def _stream(
         self, request: web.Request, seq: Sequence, fmt: _Formatter, fault: str | None, fault_after: int
-    ) -> str:
+    ) -> tuple[str, web.StreamResponse]:
         cfg = self.config
         headers = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
         if cfg.close_after_stream:
             headers["Keep-Alive"] = "timeout=5, max=100"
         resp = web.StreamResponse(status=200, headers=headers)
-        request["sim_resp"] = resp
         await resp.prepare(request)
         if cfg.close_after_stream:
             # after prepare: the headers already went out without "Connection: close", yet aiohttp now
@@ -619,14 +614,14 @@ class SimServer:
             steps = await self._steps(seq)
             for d in steps:
                 if fault is not None and (chunks == fault_after or d.finish_reason is not None):
-                    return await self._inject(request, resp, seq, buf, fault, fmt)
+                    return await self._inject(request, resp, seq, buf, fault, fmt), resp
                 buf += fmt.step(d, seq, self._timings(seq) if d.finish_reason else None)
                 chunks += 1
             if seq.finish_reason is not None:
                 buf += fmt.tail(seq.finish_reason)
                 await self._write(resp, buf, fmt)
                 await resp.write_eof()
-                return seq.finish_reason
+                return seq.finish_reason, resp
             await self._write(resp, buf, fmt)
             if cfg.max_speed:
                 await asyncio.sleep(0)  # a write that did not block must not starve other streams
