@@ -245,7 +245,7 @@ _OLLAMA_RUNNER_RE = re.compile(r"llama runner process (?:has terminated|no longe
 _RUST_MAIN_ERR_RE = re.compile(r"^Error: [A-Z]\w*(?:\s*[({].*)?$")
 
 _TB_FRAMES, _TB_AFTER, _TB_CHAIN = 0, 1, 2
-_AFTER_EXC_LIMIT = 40  # non-blank lines after an exception line before the traceback is closed
+_AFTER_EXC_LIMIT = 40  # continuation lines after an exception line before the traceback is closed
 _CHAIN_WAIT_LIMIT = 10  # non-blank lines after a chain marker before giving up on the next traceback
 _FRAMES_LIMIT = 2000  # lines a traceback may take to reach its exception line
 _EXCERPT_MAX = 400  # lines kept in one excerpt
@@ -258,6 +258,14 @@ def _frame(path: str, line: str, func: str) -> str | None:
         return None  # placeholder frames ('line xxx, in xxx') carry no location
     base = re.split(r"[\\/]", path)[-1]
     return f"{base}:{line} in {func}"
+
+
+_DIGITS_RE = re.compile(r"\d+")
+
+
+def _prefix_shape(p: LogLine) -> str:
+    """The line's prefix with digits removed: equal for the lines of one multi-line log record."""
+    return _DIGITS_RE.sub("", p.text[: len(p.text) - len(p.body)]) if p.record else ""
 
 
 def _exception_type_ok(name: str, has_message: bool) -> bool:
@@ -281,6 +289,7 @@ class _Traceback:
     exc: tuple[str, str, str | None] | None = None  # (type, message, innermost frame)
     causes: list[tuple[str, str]] = field(default_factory=list)
     counter: int = 0  # lines seen in the current state (limits above)
+    exc_prefix: str = ""  # prefix shape of the exception line (see _prefix_shape)
 
     def add(self, text: str) -> None:
         if len(self.lines) < _EXCERPT_MAX:
@@ -470,13 +479,15 @@ class CrashDetector:
                 tb = _Traceback(proc, self._line_no, t_ns)
                 self._tbs[proc] = tb
                 return self._frames_line(tb, p, body, file_m, t_ns)
+            # A continuation of the exception's message (CUDA hints, a multi-line message) is a raw line
+            # or carries the same record prefix as the exception line (vLLM re-prefixes every line of a
+            # record). Anything else is a new record: the traceback is complete.
             tb.counter += 1
-            if tb.counter > _AFTER_EXC_LIMIT:
+            if (p.record and _prefix_shape(p) != tb.exc_prefix) or tb.counter > _AFTER_EXC_LIMIT:
                 del self._tbs[proc]
                 self._emit_traceback(tb, out)
                 return False
-            if tb.counter <= 8:
-                tb.add(p.text)  # message continuation (CUDA hints, multi-line messages)
+            tb.add(p.text)
             return False
 
         # _TB_CHAIN: waiting for the next traceback of the chain
@@ -504,6 +515,7 @@ class CrashDetector:
             m = _EXC_RE.match(body)
             if m and _exception_type_ok(m.group(1), m.group(2) is not None):
                 tb.exc = (m.group(1), m.group(2) or "", tb.frame)
+                tb.exc_prefix = _prefix_shape(p)
                 tb.state, tb.counter = _TB_AFTER, 0
                 tb.add(p.text)
                 return True
