@@ -38,10 +38,10 @@ def errors_text(s: LevelSummary) -> str:
 def level_table(levels: list[LevelSummary], title: str | None = None) -> Table:
     t = Table(title=title, header_style="bold", show_edge=False, pad_edge=False)
     for name in (
-        "C", "throughput tok/s", "per-req tok/s", "TTFT p50/p99 ms", "TPOT p50 ms",
-        "latency avg/p50/p99 s", "tokens", "wall s", "ok/total", "errors",
+        "C", "tok/s", "req tok/s", "TTFT p50/p99 ms", "TPOT ms",
+        "latency avg/p50/p99 s", "tokens", "wall s", "ok", "errors",
     ):
-        t.add_column(name, justify="left" if name == "errors" else "right")
+        t.add_column(name, justify="left" if name == "errors" else "right", no_wrap=name != "errors")
     for s in levels:
         t.add_row(
             str(s.concurrency),
@@ -56,6 +56,13 @@ def level_table(levels: list[LevelSummary], title: str | None = None) -> Table:
             errors_text(s),
         )
     return t
+
+
+def wide_console() -> Console:
+    """A console for tables: the terminal's width, or 160 columns when piped (no squeezed cells)."""
+    import sys as _sys
+
+    return Console() if _sys.stdout.isatty() else Console(width=160)
 
 
 def summaries_from_record(data: RecordData) -> tuple[list[LevelSummary], bool]:
@@ -124,7 +131,7 @@ def report_command(record: str, as_json: bool) -> None:
         }
         sys.stdout.write(orjson.dumps(summary_json(levels, extra), option=orjson.OPT_INDENT_2).decode() + "\n")
         return
-    console = Console()
+    console = wide_console()
     run = data.run or {}
     console.print(f"[bold]specload record[/] {record}")
     console.print(

@@ -24,7 +24,11 @@ LEVEL_KEYS = (
 EVENT_KEYS = ("type", "t_s", "kind", "value")
 END_KEYS = ("type", "reason", "elapsed_s", "requests", "ok", "ended_at")
 
-SECRET_WORDS = ("authorization", "api-key", "api_key", "apikey", "token", "secret", "password", "cookie")
+# keys whose values are secrets wherever they appear in a config; header lines are redacted by name
+SECRET_KEYS = frozenset(
+    {"api_key", "apikey", "api-key", "authorization", "password", "secret", "token", "access_token", "cookie",
+     "x-api-key", "proxy-authorization"}
+)
 
 
 def _ms(ns: float | None) -> float | None:
@@ -109,8 +113,10 @@ def redact(obj: object) -> object:
     if isinstance(obj, dict):
         out = {}
         for k, v in obj.items():
-            if isinstance(k, str) and any(w in k.lower() for w in SECRET_WORDS) and v not in (None, "", [], {}):
+            if isinstance(k, str) and k.lower() in SECRET_KEYS and v not in (None, "", [], {}):
                 out[k] = "***"
+            elif k == "headers" and isinstance(v, list | tuple):
+                out[k] = [redact_header(h) if isinstance(h, str) else redact(h) for h in v]
             else:
                 out[k] = redact(v)
         return out
@@ -122,6 +128,6 @@ def redact(obj: object) -> object:
 def redact_header(h: str) -> str:
     """``"Authorization: Bearer x"`` -> ``"Authorization: ***"`` for headers that carry secrets."""
     name, sep, _ = h.partition(":")
-    if sep and any(w in name.lower() for w in SECRET_WORDS):
+    if sep and (name.strip().lower() in SECRET_KEYS or "key" in name.lower() or "token" in name.lower()):
         return f"{name}: ***"
     return h

@@ -1,0 +1,76 @@
+"""Finding out what a server speaks before the load starts: its model and its API flavour.
+
+``--model`` defaults to the first model of ``/v1/models``; ``--api auto`` sends one tiny streamed
+request per flavour (chat, then completions, then SGLang ``/generate``) and keeps the first that
+answers 2xx. Probe requests are not part of the run. An unreachable server is a ``TargetError``
+with a one-line reason, raised before any load is sent.
+"""
+
+from __future__ import annotations
+
+import aiohttp
+import orjson
+
+from specload.engine.api import CHAT, COMPLETIONS, GENERATE, PATHS, RequestOptions, build_body
+
+
+class TargetError(Exception):
+    """The target cannot be used; the message is one line for the user."""
+
+
+def _reason(e: BaseException) -> str:
+    if isinstance(e, aiohttp.ClientConnectorError):
+        return f"connection refused or unreachable ({e.os_error.strerror if e.os_error else e})"
+    if isinstance(e, TimeoutError):
+        return "no answer (timeout)"
+    return f"{type(e).__name__}: {e}".replace("\n", " ")[:200]
+
+
+async def discover(
+    base_url: str,
+    *,
+    api: str = "auto",
+    model: str | None = None,
+    headers: dict[str, str] | None = None,
+    timeout_s: float = 15.0,
+) -> tuple[str, str | None]:
+    """Return (flavour, model)."""
+    timeout = aiohttp.ClientTimeout(total=timeout_s)
+    hdrs = dict(headers or {})
+    async with aiohttp.ClientSession(timeout=timeout, connector=aiohttp.TCPConnector(force_close=True)) as s:
+        found_model = model
+        models_ok = False
+        try:
+            async with s.get(base_url + "/v1/models", headers=hdrs) as r:
+                if r.status == 200:
+                    models_ok = True
+                    try:
+                        data = orjson.loads(await r.read())
+                        ids = [m.get("id") for m in data.get("data", []) if isinstance(m, dict)]
+                        if found_model is None and ids:
+                            found_model = ids[0]
+                    except (orjson.JSONDecodeError, AttributeError):
+                        pass
+                elif r.status in (401, 403):
+                    raise TargetError(f"{base_url} refused the request: HTTP {r.status} (check the API key)")
+        except aiohttp.ClientError as e:
+            if isinstance(e, aiohttp.ClientConnectorError):
+                raise TargetError(f"cannot connect to {base_url}: {_reason(e)}") from None
+        except TimeoutError:
+            raise TargetError(f"cannot connect to {base_url}: no answer within {timeout_s:g} s") from None
+        if api != "auto":
+            return api, found_model
+        order = (CHAT, COMPLETIONS, GENERATE) if models_ok else (GENERATE, CHAT, COMPLETIONS)
+        tried = []
+        for flavour in order:
+            body = build_body(flavour, "Hello", RequestOptions(model=found_model, max_tokens=1))
+            try:
+                async with s.post(base_url + PATHS[flavour], data=orjson.dumps(body),
+                                  headers={**hdrs, "Content-Type": "application/json"}) as r:
+                    await r.read()
+                    if 200 <= r.status < 300:
+                        return flavour, found_model
+                    tried.append(f"{PATHS[flavour]} HTTP {r.status}")
+            except (aiohttp.ClientError, TimeoutError) as e:
+                tried.append(f"{PATHS[flavour]} {_reason(e)}")
+        raise TargetError(f"{base_url} speaks none of chat, completions, /generate ({'; '.join(tried)})")

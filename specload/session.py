@@ -1,0 +1,494 @@
+"""The composition root: one run, built from one ``RunConfig``, shared by the TUI and headless mode.
+
+The session starts (or finds) the server, discovers its model and API, builds the client, runner,
+live stats, recorder and server watch (log sources, crash detector, health, /metrics, the client's
+own load), runs them together and tears everything down in order, whatever happens. Both front
+ends talk to it the same way: controls are the runner's methods, continuous state is pulled with
+``snapshot()``, and discrete happenings are pushed to one ``listener(kind, payload)`` callback.
+
+Nothing here imports Textual.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import shlex
+import signal
+import sys
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from specload.clock import SYSTEM_CLOCK, Clock
+from specload.config import RunConfig
+from specload.engine.api import RequestOptions
+from specload.engine.client import StreamingClient
+from specload.engine.probe import TargetError, discover
+from specload.engine.prompts import PromptError, PromptSource
+from specload.engine.runner import Runner, RunnerState
+from specload.record.writer import Recorder, RecordError
+from specload.records import CrashEvent, ErrorKind, RequestRecord, RunEvent, ServerSample
+from specload.stats.client_load import ClientLoad, ClientLoadMonitor
+from specload.stats.levels import LevelSummary
+from specload.stats.live import LiveStats, StatsSnapshot
+
+Listener = Callable[[str, object], None]
+
+EXIT_OK = 0
+EXIT_ERROR = 1
+EXIT_CRASHED = 3
+EXIT_SERVER_DOWN = 4
+EXIT_INTERRUPTED = 130
+
+_LISTENING = re.compile(r"listening on (https?://\S+)")
+
+
+@dataclass(frozen=True, slots=True)
+class SessionResult:
+    reason: str  # completed, interrupted, stopped, crashed, error
+    exit_code: int
+    levels: tuple[LevelSummary, ...]
+    message: str | None = None  # one line for the user when reason == "error"
+
+
+class SessionError(Exception):
+    """A run that cannot start; the message is one line for the user."""
+
+
+class Session:
+    def __init__(
+        self,
+        cfg: RunConfig,
+        *,
+        clock: Clock = SYSTEM_CLOCK,
+        listener: Listener | None = None,
+        stay_open: bool = False,
+        on_crash: str | None = None,
+        handle_signals: bool = False,
+        down_timeout_s: float = 30.0,
+    ) -> None:
+        self.cfg = cfg
+        self.clock = clock
+        self.listener: Listener = listener or (lambda kind, payload: None)
+        self.stay_open = stay_open
+        self.on_crash = on_crash or cfg.watch.on_crash
+        self.handle_signals = handle_signals
+        self.down_timeout_s = down_timeout_s
+        self.stats = LiveStats(clock)
+        self.t0_ns = self.stats.t0
+        self.runner: Runner | None = None
+        self.recorder: Recorder | None = None
+        self.client: StreamingClient | None = None
+        self.url: str | None = cfg.target.url
+        self.model: str | None = cfg.target.model
+        self.api: str | None = None
+        self.builtin_sim = cfg.target.url is None and cfg.watch.launch is None
+        self.phase = "starting"  # starting, waiting for server, running, finished
+        self.server_down = False
+        self.log_lines: deque[tuple[int, str]] = deque(maxlen=2000)
+        self.log_seq = 0
+        self.notices: deque[str] = deque(maxlen=200)
+        self.expect_seen: dict[str, str | None] = {p: None for p in cfg.watch.expect_log}
+        self._launched = None
+        self._sources: list = []
+        self._health = None
+        self._metrics = None
+        self._load_monitor: ClientLoadMonitor | None = None
+        self._detector = None
+        self._book = None
+        self._expect = None
+        self._tasks: list[asyncio.Task] = []
+        self._down_since: int | None = None
+        self._paused_for_down = False
+        self._url_found: asyncio.Future[str] | None = None
+        self._end_reason: str | None = None
+        self._interrupted = False
+
+    # ------------------------------------------------------------------ public
+
+    def snapshot(self) -> StatsSnapshot:
+        return self.stats.snapshot()
+
+    def runner_state(self) -> RunnerState | None:
+        return self.runner.snapshot() if self.runner is not None else None
+
+    def state_label(self) -> str:
+        if self.phase != "running" or self.runner is None:
+            return self.phase
+        if self.server_down:
+            return "server down"
+        return self.runner.state
+
+    def marker(self, note: str = "") -> None:
+        self._event(RunEvent(self.clock.now_ns(), "marker", note))
+
+    def interrupt(self, reason: str = "interrupted") -> None:
+        """Quit: no new requests, in-flight ones recorded as cancelled, the record closed."""
+        self._interrupted = True
+        self._end_reason = self._end_reason or reason
+        if self.runner is not None:
+            self.runner.stop(reason)
+            self.runner.cancel_in_flight()
+
+    async def run(self) -> SessionResult:
+        loop = asyncio.get_running_loop()
+        if self.handle_signals:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                try:
+                    loop.add_signal_handler(sig, self.interrupt)
+                except (NotImplementedError, RuntimeError):
+                    pass
+        try:
+            await self._start_server()
+            if self._interrupted:
+                return self._finish("interrupted", EXIT_INTERRUPTED)
+            await self._build()
+            self.phase = "running"
+            self.listener("phase", self.phase)
+            reason = await self._run_load()
+        except (TargetError, RecordError, PromptError, SessionError) as e:
+            return self._finish("error", EXIT_ERROR, str(e))
+        finally:
+            await self._teardown()
+        code = {
+            "completed": EXIT_OK,
+            "crashed": EXIT_CRASHED,
+            "server down": EXIT_SERVER_DOWN,
+            "interrupted": EXIT_INTERRUPTED,
+        }.get(reason, EXIT_OK)
+        return self._finish(reason, code)
+
+    # ------------------------------------------------------------------ phases
+
+    def _notice(self, text: str) -> None:
+        self.notices.append(text)
+        self.listener("notice", text)
+
+    async def _start_server(self) -> None:
+        from specload.watch.launch import LaunchedServer, ReadyTimeoutError, ServerExitedError
+
+        w = self.cfg.watch
+        cmd = w.launch
+        if self.builtin_sim:
+            args = " ".join(shlex.quote(a) for a in self.cfg.sim_args)
+            cmd = f"{shlex.quote(sys.executable)} -m specload.sim --host 127.0.0.1 --port 0 {args}".strip()
+            self._notice("no server URL given: starting the built-in simulator")
+        if cmd is None:
+            self._start_log_sources()
+            return
+        health_url = None if self.url is None else self.url + "/health"
+        self._launched = LaunchedServer(
+            cmd, health_url, ready_timeout=w.ready_timeout_s, grace=w.stop_grace_s, on_notice=self._notice
+        )
+        self.phase = "waiting for server"
+        self.listener("phase", self.phase)
+        self._url_found = asyncio.get_running_loop().create_future()
+        try:
+            await self._launched.start()
+            self._start_log_sources()
+            if self.url is None:
+                self.url = await self._wait_for_url()
+                self._launched.health_url = self.url + "/health"
+            await self._launched.wait_ready(on_progress=self._ready_progress)
+        except ServerExitedError as e:
+            tail = " | ".join(e.last_lines[-3:])
+            raise SessionError(f"launched server {e.exit.description} before it was ready: {tail}"[:400]) from None
+        except ReadyTimeoutError as e:
+            raise SessionError(f"launched server: {e}") from None
+        except OSError as e:
+            raise SessionError(f"cannot launch {cmd!r}: {e}") from None
+        if self.builtin_sim:
+            self._notice(f"built-in simulator on {self.url}")
+        if self._expect is not None:
+            ok = await self._expect.wait(w.expect_timeout_s)
+            self._report_expect(ok)
+
+    async def _wait_for_url(self) -> str:
+        assert self._url_found is not None and self._launched is not None
+        exit_wait = asyncio.ensure_future(self._launched.wait_exit())
+        try:
+            done, _ = await asyncio.wait({self._url_found, exit_wait}, timeout=30, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            exit_wait.cancel()
+        if self._url_found.done():
+            return self._url_found.result()
+        raise SessionError("the built-in simulator did not start: " + " | ".join(self._launched.last_lines(3)))
+
+    def _ready_progress(self, elapsed: float, last_line: str | None) -> None:
+        if int(elapsed * 4) % 20 == 0:  # every 5 s at the 0.25 s poll
+            self.listener("waiting", (elapsed, last_line))
+
+    def _report_expect(self, ok: bool) -> None:
+        assert self._expect is not None
+        for p in self.cfg.watch.expect_log:
+            m = self._expect.seen.get(p)
+            self.expect_seen[p] = m.line if m else None
+            self._event(RunEvent(self.clock.now_ns(), "expect", {"pattern": p, "seen": m is not None}))
+            self._notice(f"expected log line {p!r}: " + ("seen" if m else "NOT seen"))
+
+    def _start_log_sources(self) -> None:
+        from specload.watch.expect import ExpectLog
+        from specload.watch.signatures import CrashDetector, SignatureBook
+
+        w = self.cfg.watch
+        self._detector = CrashDetector()
+        self._book = SignatureBook()
+        if w.expect_log:
+            self._expect = ExpectLog(w.expect_log, clock=self.clock)
+        if w.server_log:
+            from specload.watch.tail import FileTail
+
+            self._sources.append(FileTail(w.server_log, from_start=w.server_log_from_start, on_notice=self._notice))
+        if w.server_log_cmd:
+            from specload.watch.command import CommandSource
+
+            self._sources.append(CommandSource(w.server_log_cmd, on_notice=self._notice))
+        if self._launched is not None:
+            self._sources.append(self._launched)
+        for src in self._sources:
+            self._tasks.append(asyncio.ensure_future(self._consume(src)))
+        if self._sources:
+            self._tasks.append(asyncio.ensure_future(self._poll_detector()))
+
+    async def _consume(self, source) -> None:
+        from specload.watch.server_stats import parse_stats_line
+
+        detector, book, clock = self._detector, self._book, self.clock
+        async for line in source.lines():
+            t = clock.now_ns()
+            self.log_seq += 1
+            self.log_lines.append((self.log_seq, line))
+            if self._url_found is not None and not self._url_found.done():
+                m = _LISTENING.search(line)
+                if m:
+                    self._url_found.set_result(m.group(1).rstrip("/"))
+            if self._expect is not None:
+                self._expect.feed(line)
+            for entry in detector.feed(line, t):
+                self._crash(book.add(entry, t))
+            sample = parse_stats_line(line, t)
+            if sample is not None:
+                self._server(sample)
+
+    async def _poll_detector(self) -> None:
+        while True:
+            await asyncio.sleep(0.2)
+            t = self.clock.now_ns()
+            for entry in self._detector.poll(t):
+                self._crash(self._book.add(entry, t))
+
+    async def _build(self) -> None:
+        cfg = self.cfg
+        assert self.url is not None
+        headers = dict(cfg.target.headers)
+        key = cfg.api_key()
+        if key and not any(k.lower() == "authorization" for k in headers):
+            headers["Authorization"] = f"Bearer {key}"
+        self.api, model = await discover(self.url, api=cfg.target.api, model=cfg.target.model, headers=headers)
+        self.model = model
+        self.listener("target", {"url": self.url, "model": self.model, "api": self.api})
+        prompts = PromptSource.from_options(
+            prompt=cfg.request.prompt,
+            prompt_file=cfg.request.prompt_file,
+            dataset=cfg.request.dataset,
+            prompt_tokens=cfg.request.prompt_tokens,
+            seed=cfg.seed,
+        )
+        opts = RequestOptions(
+            model=model,
+            max_tokens=cfg.request.max_tokens,
+            ignore_eos=cfg.request.ignore_eos,
+            continuous_usage=cfg.request.continuous_usage,
+            temperature=cfg.request.temperature,
+            extra_body=cfg.request.extra_body,
+        )
+        secrets = tuple(v for k, v in headers.items() if k.lower() in ("authorization", "x-api-key", "api-key"))
+        if key:
+            secrets += (key,)
+        self.client = StreamingClient(
+            self.url,
+            self.api,
+            opts,
+            headers=headers,
+            clock=self.clock,
+            stall_timeout_s=cfg.target.stall_timeout_s,
+            request_timeout_s=cfg.target.request_timeout_s,
+            connect_timeout_s=cfg.target.connect_timeout_s,
+            keepalive=cfg.target.keepalive,
+            on_tokens=self.stats.on_tokens,
+            secrets=secrets,
+        )
+        await self.client.start()
+        self.runner = Runner(
+            self.client,
+            prompts,
+            cfg.plan,
+            clock=self.clock,
+            on_record=self._record,
+            on_event=self._event,
+            on_level=self._level,
+            stay_open=self.stay_open,
+            seed=cfg.seed,
+        )
+        if cfg.record.path:
+            self.recorder = Recorder(cfg.record.path, clock=self.clock, t0_ns=self.t0_ns, with_chunks=cfg.record.with_chunks)
+            header = cfg.describe()
+            header.update({"target": self.url, "model": self.model, "api": self.api, "builtin_sim": self.builtin_sim})
+            self.recorder.open(header)
+        await self._start_watchers()
+
+    async def _start_watchers(self) -> None:
+        w = self.cfg.watch
+        assert self.url is not None
+        if w.health:
+            from specload.watch.health import HealthMonitor
+
+            self._health = HealthMonitor(self.url + "/health", clock=self.clock, on_change=self._health_change)
+            self._tasks.append(asyncio.ensure_future(self._health.run()))
+        if w.metrics_url != "off":
+            from specload.watch.metrics import MetricsScraper, probe_metrics
+
+            url = w.metrics_url or self.url + "/metrics"
+            if w.metrics_url or await probe_metrics(url):
+                self._metrics = MetricsScraper(url, clock=self.clock, on_sample=self._server, on_notice=self._notice)
+                self._tasks.append(asyncio.ensure_future(self._metrics.run()))
+        self._load_monitor = ClientLoadMonitor(on_sample=self._client_load)
+        self._tasks.append(asyncio.ensure_future(self._load_monitor.run()))
+        if self.recorder is not None:
+            self._tasks.append(asyncio.ensure_future(self._flush_record()))
+        if self._launched is not None:
+            self._tasks.append(asyncio.ensure_future(self._watch_exit()))
+
+    async def _run_load(self) -> str:
+        assert self.runner is not None
+        reason = await self.runner.run()
+        return self._end_reason or reason
+
+    async def _teardown(self) -> None:
+        if self.runner is not None and self.runner._tasks:
+            self.runner.cancel_in_flight()
+            await asyncio.gather(*list(self.runner._tasks), return_exceptions=True)
+        for t in self._tasks:
+            t.cancel()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks.clear()
+        if self._detector is not None:
+            t = self.clock.now_ns()
+            for entry in self._detector.finish():
+                self._crash(self._book.add(entry, t))
+        for src in self._sources:
+            if src is not self._launched:
+                try:
+                    await src.stop()
+                except Exception:  # noqa: BLE001 - teardown goes on whatever a source does
+                    pass
+        if self.client is not None:
+            await self.client.close()
+        if self._launched is not None:
+            ex = await self._launched.stop()
+            if ex is not None:
+                self._notice(f"launched server {ex.description}")
+        self.phase = "finished"
+
+    def _finish(self, reason: str, code: int, message: str | None = None) -> SessionResult:
+        if self.recorder is not None and not self.recorder.closed:
+            try:
+                self.recorder.close(reason if reason != "server down" else "stopped")
+            except RecordError as e:
+                message = message or str(e)
+                code = code or EXIT_ERROR
+        result = SessionResult(reason, code, tuple(self.stats.snapshot().levels), message)
+        self.listener("end", result)
+        return result
+
+    # ------------------------------------------------------------------ sinks
+
+    def _record(self, rec: RequestRecord) -> None:
+        self.stats.on_record(rec)
+        if self.recorder is not None:
+            self.recorder.request(rec)
+        if rec.error_kind is ErrorKind.CONNECT and self._health is not None and not self._interrupted:
+            self._health.mark_down(rec.error_detail or "connection refused")
+
+    def _event(self, ev: RunEvent) -> None:
+        self.stats.on_event(ev)
+        if self.recorder is not None:
+            self.recorder.event(ev)
+        self.listener("event", ev)
+
+    def _level(self, summary: LevelSummary) -> None:
+        self.stats.on_level(summary)
+        if self.recorder is not None:
+            self.recorder.level(summary)
+        self.listener("level", summary)
+
+    def _server(self, sample: ServerSample) -> None:
+        self.stats.on_server(sample)
+        if self.recorder is not None:
+            self.recorder.server(sample)
+
+    def _crash(self, ev: CrashEvent) -> None:
+        self.stats.on_crash(ev)
+        if self.recorder is not None:
+            self.recorder.crash(ev)
+        self.listener("crash", ev)
+        if not ev.new or self.runner is None:
+            return
+        if self.on_crash == "pause":
+            self.runner.pause()
+        elif self.on_crash == "stop":
+            self._end_reason = self._end_reason or "crashed"
+            self.runner.stop("crashed")
+            self.runner.cancel_in_flight()
+
+    def _health_change(self, ev: RunEvent, detail: str) -> None:
+        self._event(RunEvent(ev.t_ns, ev.kind, ev.value))
+        if ev.value == "down":
+            self.server_down = True
+            self._down_since = ev.t_ns
+            self._notice(f"server down: {detail}")
+            if self.runner is not None and not self.runner.paused:
+                self._paused_for_down = True
+                self.runner.pause()
+            if self._down_since is not None:
+                self._tasks.append(asyncio.ensure_future(self._down_watchdog(ev.t_ns)))
+        elif ev.value == "up":
+            was_down = self.server_down
+            self.server_down = False
+            self._down_since = None
+            if was_down:
+                self._notice("server up again")
+            if self._paused_for_down and self.runner is not None:
+                self._paused_for_down = False
+                self.runner.resume()
+
+    async def _down_watchdog(self, since: int) -> None:
+        await asyncio.sleep(self.down_timeout_s)
+        if self.server_down and self._down_since == since and self.runner is not None and not self.stay_open:
+            self._notice(f"server down for {self.down_timeout_s:g} s: stopping")
+            self._end_reason = self._end_reason or "server down"
+            self.runner.stop("stopped")
+            self.runner.cancel_in_flight()
+
+    async def _watch_exit(self) -> None:
+        assert self._launched is not None
+        ex = await self._launched.wait_exit()
+        if self.phase == "running":
+            self._event(RunEvent(self.clock.now_ns(), "server_exit", ex.description))
+            self._notice(f"launched server {ex.description}")
+
+    def _client_load(self, load: ClientLoad) -> None:
+        self.stats.on_client_load(load.cpu_pct, load.loop_lag_ms, load.saturated)
+        level = self.runner.target if self.runner is not None else 0
+        if self.recorder is not None:
+            self.recorder.client(self.clock.now_ns(), load.cpu_pct, load.loop_lag_ms, load.saturated, level)
+        if load.saturated:
+            self.listener("saturated", (load, level))
+
+    async def _flush_record(self) -> None:
+        assert self.recorder is not None
+        while True:
+            await asyncio.sleep(0.5)
+            self.recorder.flush()
