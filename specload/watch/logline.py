@@ -28,8 +28,11 @@ __all__ = ["LogLine", "clean_line", "parse_line", "split_line", "parse_logfmt"]
 
 # ---------------------------------------------------------------------------------------------- cleaning
 
-# Real escape sequences: CSI (colours, cursor), OSC (titles, ended by BEL or ST), and two-byte escapes.
-_ANSI_RE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-Z\\-_]")
+# Real escape sequences: CSI (colours, cursor), OSC (titles, ended by BEL or ST), charset selection
+# ('ESC ( B', which `tput sgr0` emits) and the other two-byte escapes.
+_ANSI_RE = re.compile(
+    r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[ -/]+[0-~]|\x1b[@-Z\\-_]"
+)
 # Colour codes whose ESC byte was lost in a copy-paste (fixture 015: '[1;36m(VllmWorker ...'). Only the
 # SGR shape '[<digits;...>m' is removed: it practically never occurs in real log text.
 _BARE_SGR_RE = re.compile(r"\[\d{1,3}(?:;\d{1,3})*m")

@@ -488,6 +488,7 @@ class CrashDetector:
                 self._emit_traceback(tb, out)
                 return False
             tb.add(p.text)
+            tb.t_ns = t_ns
             return False
 
         # _TB_CHAIN: waiting for the next traceback of the chain

@@ -1,0 +1,762 @@
+"""Crash markers, grouping and live behaviour of specload.watch.signatures, on logs written here."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from specload.watch.signatures import (
+    CrashDetector,
+    CrashEntry,
+    SignatureBook,
+    demangle,
+    mask_message,
+    scan_text,
+)
+
+MS = 1_000_000
+
+
+def scan(text: str) -> list[CrashEntry]:
+    return scan_text(textwrap.dedent(text).lstrip("\n"))
+
+
+def one(text: str) -> CrashEntry:
+    entries = scan(text)
+    assert len(entries) == 1, [(e.exception_type, e.message, e.process) for e in entries]
+    return entries[0]
+
+
+def kinds(entries: list[CrashEntry]) -> list[tuple[str, str, str | None]]:
+    return [(e.exception_type, e.message, e.process) for e in entries]
+
+
+# ------------------------------------------------------------------------------------ Python tracebacks
+
+
+def test_plain_traceback() -> None:
+    e = one(
+        """
+        INFO 01-01 00:00:00 [server.py:1] starting
+        Traceback (most recent call last):
+          File "/srv/app/server.py", line 10, in main
+            run()
+          File "/srv/app/model.py", line 42, in run
+            raise ValueError("bad shape 3")
+        ValueError: bad shape 3
+        """
+    )
+    assert (e.exception_type, e.message, e.innermost_frame, e.process) == (
+        "ValueError",
+        "bad shape 3",
+        "model.py:42 in run",
+        None,
+    )
+    assert e.line_no == 2 and e.causes == ()
+    assert e.excerpt.splitlines()[0] == "Traceback (most recent call last):"
+    assert e.excerpt.splitlines()[-1] == "ValueError: bad shape 3"
+
+
+def test_chained_during_handling_reports_last_exception_with_causes() -> None:
+    e = one(
+        """
+        Traceback (most recent call last):
+          File "/a/config.py", line 5, in load
+            return MAPPING[key]
+        KeyError: 'glm'
+
+        During handling of the above exception, another exception occurred:
+
+        Traceback (most recent call last):
+          File "/a/launch.py", line 9, in main
+            load("glm")
+          File "/a/config.py", line 7, in load
+            raise ValueError("unknown model type glm")
+        ValueError: unknown model type glm
+        """
+    )
+    assert e.exception_type == "ValueError"
+    assert e.innermost_frame == "config.py:7 in load"
+    assert e.causes == ("KeyError: 'glm'",)
+
+
+def test_direct_cause_chain_with_bare_exception_lines() -> None:
+    e = one(
+        """
+        Traceback (most recent call last):
+          File "/usr/lib/python3.12/asyncio/tasks.py", line 520, in wait_for
+            return await fut
+        asyncio.exceptions.CancelledError
+
+        The above exception was the direct cause of the following exception:
+
+        Traceback (most recent call last):
+          File "/usr/lib/python3.12/asyncio/timeouts.py", line 115, in __aexit__
+            raise TimeoutError from exc_val
+        TimeoutError
+        """
+    )
+    assert (e.exception_type, e.message, e.innermost_frame) == (
+        "TimeoutError",
+        "",
+        "timeouts.py:115 in __aexit__",
+    )
+    assert e.causes == ("asyncio.exceptions.CancelledError",)
+
+
+def test_header_on_the_same_line_as_a_message() -> None:
+    entries = scan(
+        """
+        [2025-01-01 00:00:00 DP1 TP3] Scheduler hit an exception: Traceback (most recent call last):
+          File "/sgl/tp_worker.py", line 68, in forward
+            out = self.model(x)
+        torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 296.00 MiB.
+        [2025-01-01 00:00:01] Received sigquit from a child process. It usually means the child failed.
+        """
+    )
+    assert kinds(entries) == [
+        ("torch.OutOfMemoryError", "CUDA out of memory. Tried to allocate 296.00 MiB.", "DP1 TP3"),
+        ("server_fatal", "Received sigquit from a child process. It usually means the child failed.", None),
+    ]
+    assert entries[0].innermost_frame == "tp_worker.py:68 in forward"
+
+
+def test_elided_frames_group_with_the_full_copy() -> None:
+    entries = scan(
+        """
+        [2026-01-01 11:13:33 TP4] Scheduler hit an exception: Traceback (most recent call last):
+          File "/sgl/scheduler.py", line xxx, in xxx
+            ...
+          File "/sgl/store.py", line 297, in register_buffer
+            raise RuntimeError(
+        RuntimeError: Failed to register buffer, error code: -1
+        [2026-01-01 11:13:33 TP5] Scheduler hit an exception: Traceback (most recent call last):
+            ...
+        RuntimeError: Failed to register buffer, error code: -1
+        """
+    )
+    assert [(e.process, e.innermost_frame) for e in entries] == [
+        ("TP4", "store.py:297 in register_buffer"),
+        ("TP5", None),
+    ]
+    assert entries[0].signature == entries[1].signature
+
+
+def test_placeholder_last_frame_gives_no_innermost_frame() -> None:
+    e = one(
+        """
+        Traceback (most recent call last):
+          File "/a/real.py", line 3, in f
+          File "/a/x.py", line xxx, in xxx
+        RuntimeError: boom
+        """
+    )
+    assert e.innermost_frame is None
+
+
+def test_interleaved_ranks_are_told_apart_by_their_prefixes() -> None:
+    w0 = "(VllmWorker rank=0 pid=100) ERROR 07-30 17:42:47 [multiproc_executor.py:546] "
+    w1 = "(VllmWorker rank=1 pid=101) ERROR 07-30 17:42:47 [multiproc_executor.py:546] "
+    lines = [
+        w0 + "Traceback (most recent call last):",
+        w1 + "Traceback (most recent call last):",
+        w0 + '  File "/v/gpu_worker.py", line 337, in execute_model',
+        w1 + '  File "/v/sampler.py", line 68, in forward',
+        w0 + "    output = self.model_runner.execute_model(x)",
+        w1 + "    sampled = self.sample(logits)",
+        w1 + "IndexError: list index out of range",
+        w0 + "RuntimeError: CUDA error: an illegal memory access was encountered",
+        "INFO 07-30 17:42:48 [async_llm.py:1] next",
+    ]
+    entries = scan_text("\n".join(lines))
+    got = {(e.process, e.exception_type, e.innermost_frame) for e in entries}
+    assert got == {
+        ("rank 0", "RuntimeError", "gpu_worker.py:337 in execute_model"),
+        ("rank 1", "IndexError", "sampler.py:68 in forward"),
+    }
+
+
+def test_interleaved_ranks_with_different_prefix_styles() -> None:
+    lines = [
+        "[rank0]: Traceback (most recent call last):",
+        "(Worker_TP1 pid=562) ERROR 09-15 13:50:35 [multiproc_executor.py:672] Traceback (most recent call last):",
+        '[rank0]:   File "/t/weights.py", line 119, in get_partial_sharded',
+        '(Worker_TP1 pid=562) ERROR 09-15 13:50:35 [multiproc_executor.py:672]   File "/v/input_batch.py", line 67, in get_token_id',
+        "[rank0]: torch.cuda.OutOfMemoryError: CUDA out of memory.",
+        "(Worker_TP1 pid=562) ERROR 09-15 13:50:35 [multiproc_executor.py:672] IndexError: list index out of range",
+    ]
+    entries = scan_text("\n".join(lines))
+    assert {(e.process, e.exception_type, e.innermost_frame) for e in entries} == {
+        ("rank 0", "torch.cuda.OutOfMemoryError", "weights.py:119 in get_partial_sharded"),
+        ("TP1", "IndexError", "input_batch.py:67 in get_token_id"),
+    }
+
+
+def test_untagged_continuation_lines_follow_the_tagged_header() -> None:
+    # aggregator export: only the header carries the rank; the frames are raw lines
+    agg = "1779264164797\t2026-05-20T08:02:44.797Z\t"
+    lines = [
+        agg + "[2026-05-20 08:02:44 PP0 TP7] Scheduler hit an exception: Traceback (most recent call last):",
+        "",
+        agg + '  File "/sgl/cuda_graph_runner.py", line 104, in foreach_copy',
+        "",
+        agg + "    torch._foreach_copy_(dsts, srcs)",
+        "",
+        agg + "RuntimeError: The size of tensor a (4) must match the size of tensor b (8)",
+    ]
+    e = scan_text("\n".join(lines))[0]
+    assert (e.process, e.innermost_frame) == ("PP0 TP7", "cuda_graph_runner.py:104 in foreach_copy")
+
+
+def test_headerless_traceback_tail_and_bare_first_line() -> None:
+    entries = scan(
+        """
+        KeyError: 'layers.0.weight'
+        [2025-01-20 19:10:07 TP0] Loading
+          File "/a/qwen2.py", line 353, in load_weights
+            param = params_dict[name]
+        KeyError: 'layers.0.weight'
+        """
+    )
+    # the bare first line is the tail of a cut traceback; the frames without a header are another copy
+    assert [(e.process, e.innermost_frame) for e in entries] == [
+        (None, None),
+        ("TP0", "qwen2.py:353 in load_weights"),
+    ]
+    assert entries[0].signature == entries[1].signature
+
+
+def test_ray_remote_traceback_in_a_message_gives_two_entries() -> None:
+    entries = scan(
+        """
+        Traceback (most recent call last):
+          File "/r/compiled_dag_ref.py", line 27, in _process_return_vals
+            raise val.as_instanceof_cause()
+        ray.exceptions.RayTaskError(RuntimeError): ray::RayWorkerWrapper.__ray_call__() (pid=690, ip=10.0.7.2)
+          File "/v/topk_topp_sampler.py", line 191, in apply_top_k_top_p
+            probs_sum = probs_sort.cumsum(dim=-1)
+        RuntimeError: CUDA error: an illegal memory access was encountered
+        CUDA kernel errors might be asynchronously reported at some other API call.
+        """
+    )
+    assert [(e.exception_type, e.innermost_frame) for e in entries] == [
+        ("ray.exceptions.RayTaskError(RuntimeError)", "compiled_dag_ref.py:27 in _process_return_vals"),
+        ("RuntimeError", "topk_topp_sampler.py:191 in apply_top_k_top_p"),
+    ]
+
+
+def test_same_traceback_twice_in_one_process_is_one_entry() -> None:
+    block = [
+        "(VllmWorker rank=2 pid=7) ERROR 01-01 00:00:00 [m.py:1] Traceback (most recent call last):",
+        '(VllmWorker rank=2 pid=7) ERROR 01-01 00:00:00 [m.py:1]   File "/a/b.py", line 1, in f',
+        "(VllmWorker rank=2 pid=7) ERROR 01-01 00:00:00 [m.py:1] RuntimeError: boom at 0x7f00aa",
+    ]
+    entries = scan_text("\n".join(block + block))
+    assert len(entries) == 1 and entries[0].process == "rank 2"
+
+
+# ------------------------------------------------------------------------------------ native markers
+
+
+def test_cpp_terminate_with_what_on_a_later_line() -> None:
+    e = one(
+        """
+        terminate called after throwing an instance of 'c10::DistBackendError'
+        (VllmWorker rank=0 pid=1) INFO 01-01 00:00:00 [x.py:1] unrelated
+          what():  [PG ID 2 Rank 0] Process group watchdog thread terminated with exception: CUDA error
+        Exception raised from ncclCommWatchdog at /pytorch/ProcessGroupNCCL.cpp:1902 (most recent call first):
+        """
+    )
+    assert e.exception_type == "c10::DistBackendError"
+    assert e.message.startswith("[PG ID 2 Rank 0] Process group watchdog thread terminated")
+    assert e.innermost_frame is None
+
+
+def test_cpp_terminate_without_what_is_reported_at_end() -> None:
+    e = one("terminate called after throwing an instance of 'std::bad_alloc'\n")
+    assert (e.exception_type, e.message) == ("std::bad_alloc", "")
+
+
+def test_unhandled_exception_with_mangled_type() -> None:
+    e = one(
+        "(RayWorkerWrapper pid=1018) [2025-08-12 07:37:56,997 E 1018 10264] logging.cc:117: "
+        "Unhandled exception: N3c1016DistBackendErrorE. what(): [PG ID 2 Rank 0] watchdog died\n"
+    )
+    assert (e.exception_type, e.message, e.process) == (
+        "c10::DistBackendError",
+        "[PG ID 2 Rank 0] watchdog died",
+        "RayWorkerWrapper pid=1018",
+    )
+
+
+@pytest.mark.parametrize(
+    ("mangled", "plain"),
+    [
+        ("N3c1016DistBackendErrorE", "c10::DistBackendError"),
+        ("St9bad_alloc", "std::bad_alloc"),
+        ("N5boost6system12system_errorE", "boost::system::system_error"),
+        ("c10::Error", "c10::Error"),  # already readable: unchanged
+    ],
+)
+def test_demangle(mangled: str, plain: str) -> None:
+    assert demangle(mangled) == plain
+
+
+@pytest.mark.parametrize(
+    ("line", "expr"),
+    [
+        ("llama-server: /src/llama-sampler.cpp:1094: void f(): Assertion `found' failed.", "found"),
+        ("/usr/include/c++/14/random.tcc:2668: void g(): Assertion '__sum > 0' failed.", "__sum > 0"),
+        ("Assertion failed: (n_tokens > 0), function decode, file llama.cpp, line 10.", "n_tokens > 0"),
+    ],
+)
+def test_c_assert(line: str, expr: str) -> None:
+    e = one(line)
+    assert (e.exception_type, e.message, e.innermost_frame) == ("Assertion failed", expr, None)
+
+
+@pytest.mark.parametrize(
+    ("line", "expr"),
+    [
+        ('/src/ggml-cuda.cu:329: GGML_ASSERT(ggml_cuda_has_arch(cc) && "not compiled") failed', 'ggml_cuda_has_arch(cc) && "not compiled"'),
+        ("GGML_ASSERT: /src/ggml.c:4785: view_src == NULL || data_size == 0", "view_src == NULL || data_size == 0"),
+    ],
+)  # fmt: skip
+def test_ggml_assert_both_forms(line: str, expr: str) -> None:
+    e = one(line)
+    assert (e.exception_type, e.message) == ("GGML_ASSERT", expr)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        # ggml: the error, then where, then the abort line (one entry)
+        (
+            "CUDA error: an illegal memory access was encountered\n"
+            "  current device: 0, in function ggml_backend_cuda_synchronize at ggml-cuda.cu:2445\n"
+            "/src/ggml-cuda.cu:75: CUDA error",
+            "an illegal memory access was encountered",
+        ),
+        ("CUDA error 700 at /src/ggml-cuda.cu:1234: an illegal memory access was encountered", "an illegal memory access was encountered"),
+        ("Failed: Cuda error /root/vllm/csrc/custom_all_reduce.cuh:594 'an illegal memory access was encountered'", "an illegal memory access was encountered"),
+        ("[TensorRT-LLM][ERROR] Encountered an error in forward function: [TensorRT-LLM][ERROR] CUDA runtime error in ::cudaEventSynchronize(get()): an illegal memory access was encountered (/app/cudaEvent.h:66)", "an illegal memory access was encountered"),
+        ("[TensorRT-LLM][ERROR] Assertion failed: Cuda Runtime (out of memory)", "out of memory"),
+    ],
+)  # fmt: skip
+def test_cuda_errors_outside_tracebacks(text: str, message: str) -> None:
+    e = one(text)
+    assert (e.exception_type, e.message) == ("CUDA error", message)
+
+
+def test_cuda_error_inside_a_traceback_is_the_python_exception_only() -> None:
+    e = one(
+        """
+        Traceback (most recent call last):
+          File "/v/runner.py", line 1374, in execute_model
+            x = y.tolist()
+        RuntimeError: CUDA error: an illegal memory access was encountered
+        CUDA error: an illegal memory access was encountered
+        """
+    )
+    assert e.exception_type == "RuntimeError"
+
+
+def test_fatal_python_error_with_faulthandler_dump() -> None:
+    e = one(
+        """
+        Fatal Python error: Segmentation fault
+
+        Thread 0x00007f1e (most recent call first):
+          File "/usr/lib/python3.12/threading.py", line 355 in wait
+          File "/v/worker.py", line 12 in run
+
+        Extension modules: numpy.core._multiarray_umath, torch._C (total: 2)
+        """
+    )
+    assert (e.exception_type, e.message, e.innermost_frame) == (
+        "Fatal Python error",
+        "Segmentation fault",
+        None,
+    )
+
+
+@pytest.mark.parametrize(
+    ("line", "kind"),
+    [
+        ("Aborted (core dumped)", "SIGABRT"),
+        ("Aborted", "SIGABRT"),
+        ("Segmentation fault (core dumped)", "SIGSEGV"),
+        ("zsh: abort      ./run-server", "SIGABRT"),
+        ("zsh: segmentation fault  ./llama-server -m x.gguf", "SIGSEGV"),
+        ("./serve.sh: line 3: 12345 Aborted                 (core dumped) python -m sglang", "SIGABRT"),
+        ("*** SIGABRT received at time=1755009477 on cpu 73 ***", "SIGABRT"),
+        ("*** SIGSEGV (@0x0) received by PID 1234 (TID 0x7f) from PID 0; stack trace: ***", "SIGSEGV"),
+        ("SIGSEGV: segmentation violation", "SIGSEGV"),
+        ("SIGABRT: abort", "SIGABRT"),
+        ("Bus error (core dumped)", "SIGBUS"),
+    ],
+)
+def test_signal_notices(line: str, kind: str) -> None:
+    e = one(line)
+    assert (e.exception_type, e.message) == (kind, "")
+
+
+def test_go_sigabrt_with_goroutine_dump_is_one_entry() -> None:
+    e = one(
+        """
+        SIGABRT: abort
+        PC=0x7f71d5ad289c m=0 sigcode=18446744073709551610
+        signal arrived during cgo execution
+
+        goroutine 35 gp=0xc000588540 m=0 mp=0x21d9220 [syscall]:
+        runtime.cgocall(0x11ad7b0, 0xc000058838)
+                /usr/lib/go/src/runtime/cgocall.go:167 +0x4b fp=0xc000058810 sp=0xc0000587d8 pc=0x4a30eb
+        rax    0x0
+        """
+    )
+    assert e.exception_type == "SIGABRT"
+
+
+def test_windows_exception_from_go_runtime() -> None:
+    e = one(
+        """
+        Exception 0xc0000005 0x0 0x7ffb4a1b2c3d 0x7ffb4a1b2c3d
+        PC=0x7ffb4a1b2c3d
+        signal arrived during external code execution
+
+        runtime.cgocall(0x7ff6, 0xc000)
+        """
+    )
+    assert (e.exception_type, e.message) == (
+        "Exception 0xc0000005",
+        "signal arrived during external code execution",
+    )
+
+
+def test_rust_panic_old_format() -> None:
+    e = one(
+        """
+        thread 'main' panicked at 'Unable to warmup model: Generation("out of memory\\nCurrently allocated: 16.08 GiB")', router/src/main.rs:216:18
+        note: run with `RUST_BACKTRACE=1` environment variable to display a backtrace
+        """
+    )
+    assert e.exception_type == "panic"
+    assert e.message.startswith('Unable to warmup model: Generation("out of memory')
+    assert e.innermost_frame is None
+
+
+def test_rust_panic_new_format_message_on_next_line() -> None:
+    e = one(
+        """
+        thread 'tokio-runtime-worker' panicked at router/src/infer.rs:120:9:
+        called `Result::unwrap()` on an `Err` value: Disconnected
+        note: run with `RUST_BACKTRACE=1` environment variable to display a backtrace
+        """
+    )
+    assert (e.exception_type, e.message) == (
+        "panic",
+        "called `Result::unwrap()` on an `Err` value: Disconnected",
+    )
+
+
+def test_go_panic_and_fatal_error() -> None:
+    entries = scan(
+        """
+        panic: runtime error: invalid memory address or nil pointer dereference
+        [signal SIGSEGV: segmentation violation code=0x1 addr=0x0 pc=0x5f1c2a]
+
+        goroutine 1 [running]:
+        main.main()
+        \t/app/main.go:5 +0x1d
+        fatal error: concurrent map writes
+        """
+    )
+    assert kinds(entries) == [
+        ("panic", "runtime error: invalid memory address or nil pointer dereference", None),
+        ("fatal error", "concurrent map writes", None),
+    ]
+
+
+def test_nccl_watchdog_timeout_on_two_ranks_is_one_signature() -> None:
+    entries = scan(
+        """
+        [rank3]:[E1105 10:00:00.123456789 ProcessGroupNCCL.cpp:632] [Rank 3] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=5, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600012 milliseconds before timing out.
+        [rank1]:[E1105 10:00:00.223456789 ProcessGroupNCCL.cpp:632] [Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=5, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600044 milliseconds before timing out.
+        """
+    )
+    assert [e.process for e in entries] == ["rank 3", "rank 1"]
+    assert {e.exception_type for e in entries} == {"NCCL watchdog timeout"}
+    assert entries[0].message.startswith("Watchdog caught collective operation timeout: WorkNCCL(SeqNum=5")
+    assert entries[0].signature == entries[1].signature
+
+
+def test_sglang_watchdog_timeout() -> None:
+    e = one("[2025-08-02 19:24:30 TP3] Watchdog timeout (self.watchdog_timeout=300)\n")
+    assert (e.exception_type, e.message, e.process) == (
+        "watchdog_timeout",
+        "Watchdog timeout (self.watchdog_timeout=300)",
+        "TP3",
+    )
+
+
+@pytest.mark.parametrize(
+    ("line", "message", "process"),
+    [
+        ("[2025-01-20 19:10:07] Received sigquit from a child proces. It usually means the child failed.", "Received sigquit from a child proces. It usually means the child failed.", None),
+        ("2024-06-17T13:18:29.406790Z ERROR text_generation_launcher: Shard 1 failed to start", "Shard 1 failed to start", None),
+        ("2024-06-17T13:18:29.406790Z ERROR shard-manager: text_generation_launcher: Shard process was signaled to shutdown with signal 9 rank=0", "Shard process was signaled to shutdown with signal 9", "rank 0"),
+        ("2023-07-07T17:55:43.805488Z ERROR text_generation_launcher: Webserver Crashed", "Webserver Crashed", None),
+        ("Error: ShardCannotStart", "Error: ShardCannotStart", None),
+        ("CRITICAL 01-23 10:00:00 launcher.py:99] MQLLMEngine is already dead, terminating server process", "MQLLMEngine is already dead, terminating server process", None),
+        ("ERROR 01-23 10:00:00 client.py:300] RuntimeError('Engine process (pid 4242) died.')", "RuntimeError('Engine process (pid 4242) died.')", None),
+        ("(APIServer pid=9) ERROR 09-01 10:00:00 [core_client.py:564] Engine core proc EngineCore_DP0 died unexpectedly, shutting down client.", "Engine core proc EngineCore_DP0 died unexpectedly, shutting down client.", "APIServer"),
+        ('Sep 11 18:19:47 host ollama[67030]: time=2024-09-11T18:19:47.855-06:00 level=ERROR source=sched.go:456 msg="error loading llama server" error="llama runner process has terminated: signal: segmentation fault (core dumped)"', "llama runner process has terminated: signal: segmentation fault (core dumped)", None),
+        ("main: exiting due to model loading error", "main: exiting due to model loading error", None),
+    ],
+)  # fmt: skip
+def test_lifecycle_deaths(line: str, message: str, process: str | None) -> None:
+    e = one(line)
+    assert (e.exception_type, e.message, e.process) == ("server_fatal", message, process)
+
+
+# ------------------------------------------------------------------------------------ what is not a crash
+
+NORMAL_LINES = [
+    "ERROR 03-18 09:02:03 [serving_chat.py:133] Error with model object='error' message='The model `x` does not exist.' type='NotFoundError' param=None code=404",
+    'INFO:     192.168.1.168:12475 - "POST /v1/chat/completions HTTP/1.1" 404 Not Found',
+    'INFO:     10.0.0.1:1 - "POST /v1/chat/completions HTTP/1.1" 500 Internal Server Error',
+    "WARNING 03-18 09:00:11 [config.py:1] `torch_dtype` is deprecated! Use `dtype` instead!",
+    "/opt/conda/lib/python3.10/site-packages/hf/file_download.py:1132: FutureWarning: `resume_download` is deprecated.",
+    'time=2025-04-28T14:53:22.652+02:00 level=DEBUG source=server.go:569 msg="server unhealthy" error="health resp: dial tcp 127.0.0.1:38573: connect: connection refused"',
+    'time=2025-04-28T14:53:22.652+02:00 level=WARN source=amd.go:59 msg="driver missing" error="amdgpu version file missing"',
+    "Sever-5090D-1T:1018:10307 [0] NCCL INFO Channel 00/02 : 0 1",
+    "[svc][2026-03-10 14:48:26][http_server.py:566][ERROR]: Health check failed. Server couldn't get a response from detokenizer for last 20 seconds.",
+    "[svc][2026-03-10 14:48:28][conn.py:225][ERROR]: Error fetching prefill server info from bootstrap: HTTPConnectionPool(host='10.0.0.1', port=8998): Max retries exceeded",
+    "Finish: obj=GenerateReqInput(rid='bf89'), out={'meta_info': {'finish_reason': {'type': 'abort', 'message': 'Request running timeout reached.'}}}",
+    "[rank2]:[W611 01:51:09.369133081 TCPStore.cpp:125] [c10d] recvValue failed on SocketImpl(fd=86): failed to recv, got 0 bytes",
+    "Exception raised from recvBytes at /pytorch/torch/csrc/distributed/c10d/Utils.hpp:678 (most recent call first):",
+    "frame #0: c10::Error::Error(c10::SourceLocation, std::string) + 0x98 (0x7f86bc1785e8 in /torch/lib/libc10.so)",
+    "[rank0]:[E611 01:51:09.9 ProcessGroupNCCL.cpp:1896] [PG ID 2 PG GUID 3 Rank 0] Process group watchdog thread terminated with exception: CUDA error: an illegal memory access was encountered",
+    "future: <Task finished name='Task-6' coro=<gen() done> exception=ValueError(\"Request is disconnected\")>",
+    "Pyspy failed to dump PID 171. Error: /bin/dash: 1: py-spy: not found",
+    "nanobind: leaked 2 instances!",
+    "Error: No such option: --foo",
+    "INFO 01-01 00:00:00 [scheduler.py:1] Aborted request 12 (client disconnected)",
+    "[GIN] 2024/09/11 - 18:19:47 | 500 | 16.529325999s |       127.0.0.1 | POST     \"/api/chat\"",
+    "1       0x7f2d2e81e045 /opt/tritonserver/backends/libtriton_tensorrtllm.so(+0x36045) [0x7f2d2e81e045]",
+    "INFO 01-01 00:00:00 [x.py:1] KeyError: this is only logged text, not a traceback",
+]  # fmt: skip
+
+
+def test_request_level_errors_warnings_and_context_lines_are_not_crashes() -> None:
+    # the first line is a normal one so the "bare exception tail on line 1" rule does not apply
+    assert scan_text("INFO 01-01 00:00:00 [x.py:1] up\n" + "\n".join(NORMAL_LINES)) == []
+
+
+def test_incomplete_traceback_at_end_of_input_is_not_a_crash() -> None:
+    assert (
+        scan(
+            """
+            Traceback (most recent call last):
+              File "/a/b.py", line 1, in f
+                g()
+            """
+        )
+        == []
+    )
+
+
+def test_traceback_abandoned_by_a_new_header_is_not_a_crash() -> None:
+    e = one(
+        """
+        Traceback (most recent call last):
+          File "/a/cut.py", line 1, in f
+        Traceback (most recent call last):
+          File "/a/full.py", line 2, in g
+        OSError: disk full
+        """
+    )
+    assert e.innermost_frame == "full.py:2 in g"
+
+
+def test_bare_exception_line_after_the_start_is_not_a_crash() -> None:
+    assert scan("INFO starting\nKeyError: 'x'\n") == []
+
+
+# ------------------------------------------------------------------------------------ masking and grouping
+
+
+def test_mask_message() -> None:
+    assert mask_message("rank 3 pid=229 at 0x7fa5 in /usr/lib/libc.so.6 rid=bf890d9ca8ce4008") == (
+        "rank <n> pid=<n> at <hex> in <path> rid=<id>"
+    )
+    assert mask_message("Tried to allocate 224.00 MiB") == "Tried to allocate <n> MiB"
+
+
+def _tb(message: str, frame_file: str = "m.py", line: int = 1, prefix: str = "") -> str:
+    return (
+        f"{prefix}Traceback (most recent call last):\n"
+        f'{prefix}  File "/x/{frame_file}", line {line}, in f\n'
+        f"{prefix}RuntimeError: {message}\n"
+    )
+
+
+def test_numbers_pids_addresses_do_not_split_a_signature() -> None:
+    entries = scan_text(
+        "start\n"
+        + _tb("Rank 0 failed at 0x7f00 after 600012 ms", prefix="[rank0]: ")
+        + _tb("Rank 1 failed at 0x7e11 after 600044 ms", prefix="[rank1]: ")
+    )
+    assert len(entries) == 2 and entries[0].signature == entries[1].signature
+
+
+def test_different_messages_or_frames_are_different_signatures() -> None:
+    entries = scan_text(
+        "start\n"
+        + _tb("CUDA error: out of memory", prefix="[rank0]: ")
+        + _tb("CUDA error: illegal address", prefix="[rank1]: ")
+        + _tb("CUDA error: out of memory", frame_file="other.py", prefix="[rank2]: ")
+    )
+    assert len({e.signature for e in entries}) == 3
+
+
+def test_cut_copy_of_a_message_groups_with_the_full_one() -> None:
+    entries = scan_text(
+        "start\n"
+        + _tb("CUDA out of memory. Tried to allocate 224.00 MiB. GPU")
+        + "INFO 01-01 00:00:00 [x.py:1] next\n"
+        + _tb(
+            "CUDA out of memory. Tried to allocate 224.00 MiB. GPU 0 has a total capacity", prefix="[rank1]: "
+        )
+    )
+    assert len(entries) == 2 and entries[0].signature == entries[1].signature
+
+
+def test_short_messages_need_to_be_equal_to_group() -> None:
+    entries = scan_text("start\n" + _tb("bad") + "INFO x\n" + _tb("bad value", prefix="[rank1]: "))
+    assert entries[0].signature != entries[1].signature
+
+
+# ------------------------------------------------------------------------------------ live behaviour
+
+
+def _traceback_lines() -> list[str]:
+    return [
+        "[2025-01-01 00:00:00 TP0] Scheduler hit an exception: Traceback (most recent call last):",
+        '  File "/sgl/x.py", line 3, in f',
+        "    raise KeyError(k)",
+        "KeyError: 'k'",
+    ]
+
+
+def test_poll_releases_a_finished_traceback_after_settle() -> None:
+    det = CrashDetector(settle_ns=300 * MS)
+    for i, line in enumerate(_traceback_lines()):
+        assert det.feed(line, t_ns=i * MS) == []
+    last = 3 * MS
+    assert det.poll(last + 299 * MS) == []  # "During handling ..." could still follow
+    entries = det.poll(last + 300 * MS)
+    assert [(e.exception_type, e.process) for e in entries] == [("KeyError", "TP0")]
+    assert det.poll(last + 10_000 * MS) == [] and det.finish() == []
+
+
+def test_chain_marker_within_settle_keeps_the_traceback_open() -> None:
+    det = CrashDetector(settle_ns=300 * MS)
+    for i, line in enumerate(_traceback_lines()):
+        det.feed(line, t_ns=i * MS)
+    assert det.feed("", t_ns=100 * MS) == []
+    assert (
+        det.feed("During handling of the above exception, another exception occurred:", t_ns=200 * MS) == []
+    )
+    assert det.poll(450 * MS) == []  # quiet for 250 ms only
+    det.feed("Traceback (most recent call last):", t_ns=460 * MS)
+    det.feed('  File "/sgl/y.py", line 9, in g', t_ns=461 * MS)
+    det.feed("ValueError: unknown k", t_ns=462 * MS)
+    entries = det.poll(462 * MS + 300 * MS)
+    assert [(e.exception_type, e.causes) for e in entries] == [("ValueError", ("KeyError: 'k'",))]
+
+
+def test_poll_does_not_release_a_traceback_still_in_its_frames() -> None:
+    det = CrashDetector(settle_ns=300 * MS)
+    for i, line in enumerate(_traceback_lines()[:3]):
+        det.feed(line, t_ns=i * MS)
+    assert det.poll(10_000 * MS) == []
+    assert det.finish() == []
+
+
+def test_next_record_releases_the_traceback_without_poll() -> None:
+    det = CrashDetector()
+    for line in _traceback_lines():
+        det.feed(line)
+    entries = det.feed("[2025-01-01 00:00:01 TP0] Prefill batch, #new-seq: 1")
+    assert [e.exception_type for e in entries] == ["KeyError"]
+
+
+def test_poll_releases_a_terminate_whose_what_never_came() -> None:
+    det = CrashDetector(settle_ns=300 * MS)
+    assert det.feed("terminate called after throwing an instance of 'std::runtime_error'", t_ns=0) == []
+    assert det.poll(299 * MS) == []
+    assert [(e.exception_type, e.message) for e in det.poll(300 * MS)] == [("std::runtime_error", "")]
+
+
+def test_line_numbers_count_every_fed_line() -> None:
+    det = CrashDetector()
+    det.feed("INFO up")
+    det.feed("")
+    entries = det.feed("Segmentation fault (core dumped)")
+    assert entries[0].line_no == 3
+
+
+# ------------------------------------------------------------------------------------ SignatureBook
+
+
+def test_signature_book_counts_processes_and_times() -> None:
+    entries = scan_text(
+        "start\n"
+        + _tb("boom 1", prefix="[rank0]: ")
+        + _tb("boom 2", prefix="[rank1]: ")
+        + "INFO 01-01 00:00:00 [launcher.py:1] worker exited\n"
+        + "Aborted (core dumped)\n"  # a raw line: it would belong to rank 1 without the record above
+    )
+    boom0, boom1, abort = entries
+    book = SignatureBook()
+    first = book.add(boom0, 10)
+    assert first.new and first.count == 1 and first.processes == ("rank 0",)
+    again = book.add(boom1, 20)
+    assert not again.new and again.count == 2
+    assert again.processes == ("rank 0", "rank 1")
+    assert (again.first_seen_ns, again.last_seen_ns) == (10, 20)
+    repeat = book.add(boom0, 30)
+    assert repeat.count == 3 and repeat.processes == ("rank 0", "rank 1")  # same process not listed twice
+    other = book.add(abort, 40)
+    assert other.new and other.processes == ()  # untagged entries count but add no name
+    assert [(ev.exception_type, ev.count) for ev in book.events()] == [("RuntimeError", 3), ("SIGABRT", 1)]
+    assert book.events()[0].excerpt == boom0.excerpt
+
+
+def test_signature_book_learns_the_frame_from_a_later_full_copy() -> None:
+    entries = scan(
+        """
+        KeyError: 'w'
+        [2025-01-20 19:10:07 TP0] Scheduler hit an exception: Traceback (most recent call last):
+          File "/a/qwen2.py", line 353, in load_weights
+        KeyError: 'w'
+        """
+    )
+    book = SignatureBook()
+    book.add(entries[0], 1)
+    assert book.add(entries[1], 2).innermost_frame == "qwen2.py:353 in load_weights"
+
+
+# ------------------------------------------------------------------------------------ boundaries
+
+
+def test_core_modules_do_not_import_textual() -> None:
+    code = (
+        "import sys, specload.watch.signatures, specload.watch.logline, specload.watch.scan_cli;"
+        "sys.exit(1 if 'textual' in sys.modules else 0)"
+    )
+    assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
