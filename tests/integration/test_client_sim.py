@@ -1,0 +1,194 @@
+"""The streaming client against the simulator over real HTTP: timing truth, token counts, errors."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import statistics
+
+import pytest
+from aiohttp import web
+
+from specload.engine.api import CHAT, COMPLETIONS, GENERATE, RequestOptions
+from specload.engine.client import StreamingClient
+from specload.records import ErrorKind
+
+
+def make_client(url: str, flavour: str = CHAT, **kw) -> StreamingClient:
+    opts = RequestOptions(
+        model=None,
+        max_tokens=kw.pop("max_tokens", 20),
+        ignore_eos=kw.pop("ignore_eos", True),
+        continuous_usage=kw.pop("continuous_usage", False),
+    )
+    return StreamingClient(url, flavour, opts, **kw)
+
+
+@pytest.mark.parametrize("flavour", [CHAT, COMPLETIONS, GENERATE])
+async def test_pinned_timing_is_measured_within_a_few_percent(sim, flavour: str) -> None:
+    server = await sim(ttft_ms=60, itl_ms=12, spec_tokens=0)
+    async with make_client(server.url, flavour, max_tokens=30) as c:
+        recs = [await c.send("hello world", request_id=i) for i in range(4)]
+    assert all(r.ok for r in recs), [r.error_detail for r in recs]
+    ttft_ms = statistics.median(r.ttft_ns / 1e6 for r in recs)
+    tpot_ms = statistics.median(r.tpot_ns / 1e6 for r in recs)
+    # the client may only add latency (loopback, parsing): a little above, never below
+    assert 59.0 <= ttft_ms <= 66.0, ttft_ms
+    assert 11.6 <= tpot_ms <= 12.6, tpot_ms
+    for r in recs:
+        assert r.output_tokens == 30 and not r.tokens_estimated
+        assert r.chunks == 30  # no speculation: one token per chunk
+        e2e_expected_ms = 60 + 29 * 12
+        assert e2e_expected_ms * 0.98 <= r.e2e_ns / 1e6 <= e2e_expected_ms * 1.08
+
+
+async def test_multi_token_chunks_count_from_usage_and_itl_is_per_token(sim) -> None:
+    server = await sim(ttft_ms=20, itl_ms=10, spec_tokens=4, accept_rate=0.8)
+    async with make_client(server.url, max_tokens=60) as c:
+        recs = [await c.send("x", request_id=i) for i in range(3)]
+    assert all(r.ok for r in recs)
+    assert sum(r.output_tokens for r in recs) == server.stats.completion_tokens_sent
+    for r in recs:
+        assert r.output_tokens == 60
+        assert r.chunks < r.output_tokens  # several tokens per chunk
+        gaps = r.chunk_gaps_ns()
+        itl = r.itl_per_token_ns()
+        # per-token ITL divides each gap by the tokens per chunk: smaller than the raw gap
+        assert statistics.median(itl) < statistics.median(gaps) * 0.8
+        # TPOT over tokens: (E2E - TTFT) / (n - 1) is well under the 10 ms step with ~2.5+ tok/step
+        assert r.tpot_ns / 1e6 < 7.0
+
+
+async def test_continuous_usage_gives_exact_tokens_per_chunk(sim) -> None:
+    server = await sim(ttft_ms=5, itl_ms=5, spec_tokens=3, accept_rate=0.7)
+    async with make_client(server.url, max_tokens=40, continuous_usage=True) as c:
+        r = await c.send("x")
+    assert r.ok and r.chunk_tokens is not None
+    assert sum(r.chunk_tokens) == r.output_tokens == 40
+    assert max(r.chunk_tokens) > 1
+
+
+async def test_live_token_counter_settles_to_usage(sim) -> None:
+    server = await sim(ttft_ms=5, itl_ms=5, spec_tokens=3, accept_rate=0.9)
+    seen: list[int] = []
+    async with make_client(server.url, max_tokens=50, on_tokens=lambda t, n: seen.append(n)) as c:
+        r = await c.send("x")
+    assert r.ok
+    assert sum(seen) == r.output_tokens == 50
+    assert len(seen) >= r.chunks  # it moved per chunk, not once at the end
+
+
+async def test_http_500_is_an_http_error_with_the_server_message(sim) -> None:
+    server = await sim(ttft_ms=5, itl_ms=5, fail_rate=1.0)
+    async with make_client(server.url) as c:
+        r = await c.send("x")
+    assert r.error_kind is ErrorKind.HTTP and r.http_status == 500
+    assert "HTTP 500" in r.error_detail
+
+
+async def test_disconnect_mid_stream(sim) -> None:
+    server = await sim(ttft_ms=5, itl_ms=5, disconnect_rate=1.0)
+    async with make_client(server.url, max_tokens=50) as c:
+        r = await c.send("x")
+    assert r.error_kind is ErrorKind.DISCONNECT, (r.error_kind, r.error_detail)
+    assert r.chunks >= 1
+
+
+async def test_stall_is_ended_by_the_stall_timeout(sim) -> None:
+    server = await sim(ttft_ms=5, itl_ms=5, stall_rate=1.0)
+    async with make_client(server.url, max_tokens=50, stall_timeout_s=0.4) as c:
+        r = await asyncio.wait_for(c.send("x"), 10)
+    assert r.error_kind is ErrorKind.STALL, (r.error_kind, r.error_detail)
+
+
+async def test_total_timeout(sim) -> None:
+    server = await sim(ttft_ms=5, itl_ms=50, spec_tokens=0)
+    async with make_client(server.url, max_tokens=100, request_timeout_s=0.3) as c:
+        r = await asyncio.wait_for(c.send("x"), 10)
+    assert r.error_kind is ErrorKind.TIMEOUT, (r.error_kind, r.error_detail)
+
+
+async def test_connection_refused() -> None:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    async with make_client(f"http://127.0.0.1:{port}") as c:
+        r = await asyncio.wait_for(c.send("x"), 10)
+    assert r.error_kind is ErrorKind.CONNECT
+
+
+async def test_cancelled_request_is_recorded(sim) -> None:
+    server = await sim(ttft_ms=5, itl_ms=50, spec_tokens=0)
+    cancelled = []
+    async with make_client(server.url, max_tokens=100, on_cancelled=cancelled.append) as c:
+        task = asyncio.ensure_future(c.send("x", request_id=42))
+        while server.stats.completion_tokens_sent < 2:
+            await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    assert len(cancelled) == 1
+    assert cancelled[0].error_kind is ErrorKind.CANCELLED and cancelled[0].request_id == 42
+
+
+async def _raw_server(handler) -> tuple[web.AppRunner, str]:
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    return runner, f"http://127.0.0.1:{port}"
+
+
+@pytest.mark.parametrize(
+    ("body", "kind"),
+    [
+        (b'data: {"choices":[{"delta":{"content":"a"}}]}\n\ndata: {not json\n\n', ErrorKind.MALFORMED),
+        (b'data: {"error":{"message":"engine died","code":500}}\n\n', ErrorKind.STREAM_ERROR),
+        (b'data: {"choices":[{"delta":{"content":"a"}}]}\n\n', ErrorKind.MALFORMED),  # no end of stream
+    ],
+)
+async def test_malformed_streams(body: bytes, kind: ErrorKind) -> None:
+    async def handler(request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        await resp.write(body)
+        await resp.write_eof()
+        return resp
+
+    runner, url = await _raw_server(handler)
+    try:
+        async with make_client(url) as c:
+            r = await asyncio.wait_for(c.send("x"), 10)
+    finally:
+        await runner.cleanup()
+    assert r.error_kind is kind, (r.error_kind, r.error_detail)
+
+
+async def test_stale_pooled_connections_are_retried_not_failed(sim) -> None:
+    # like llama-server: the connection is closed after every stream although keep-alive is announced
+    server = await sim(ttft_ms=2, itl_ms=2, spec_tokens=0, close_after_stream=True)
+    async with make_client(server.url, max_tokens=5) as c:
+        recs = await asyncio.gather(*(c.send("x", request_id=i) for i in range(40)))
+        recs += await asyncio.gather(*(c.send("x", request_id=i) for i in range(40)))
+    assert all(r.ok for r in recs), {r.error_detail for r in recs if not r.ok}
+    # a retry is not a new request: the server saw exactly one generation request per record
+    assert server.stats.requests == len(recs)
+
+
+async def test_secrets_never_appear_in_error_details(sim) -> None:
+    async def handler(request: web.Request) -> web.Response:
+        return web.json_response({"error": {"message": f"bad key {request.headers['Authorization']}"}}, status=401)
+
+    runner, url = await _raw_server(handler)
+    try:
+        async with make_client(url, headers={"Authorization": "Bearer sk-TOPSECRET"},
+                               secrets=("Bearer sk-TOPSECRET", "sk-TOPSECRET")) as c:
+            r = await c.send("x")
+    finally:
+        await runner.cleanup()
+    assert r.error_kind is ErrorKind.HTTP and r.http_status == 401
+    assert "TOPSECRET" not in r.error_detail

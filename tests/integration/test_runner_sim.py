@@ -1,0 +1,184 @@
+"""The runner against the simulator: ramp, drain, live concurrency changes, pause, warm-up, open loop."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from specload.engine.api import CHAT, RequestOptions
+from specload.engine.client import StreamingClient
+from specload.engine.load import LevelSpec, LoadPlan, build_plan
+from specload.engine.prompts import PromptSource
+from specload.engine.runner import Runner
+from specload.records import ErrorKind, RequestRecord, RunEvent
+from specload.stats.levels import LevelSummary
+
+
+class Sink:
+    def __init__(self) -> None:
+        self.records: list[RequestRecord] = []
+        self.events: list[RunEvent] = []
+        self.levels: list[LevelSummary] = []
+        self.max_in_flight: dict[int, int] = {}
+
+
+def make_runner(url: str, plan: LoadPlan, *, max_tokens: int = 10, stay_open: bool = False) -> tuple[Runner, Sink]:
+    sink = Sink()
+    client = StreamingClient(url, CHAT, RequestOptions(model=None, max_tokens=max_tokens, ignore_eos=True))
+    runner = Runner(
+        client,
+        PromptSource(["hello"]),
+        plan,
+        on_record=sink.records.append,
+        on_event=sink.events.append,
+        on_level=sink.levels.append,
+        stay_open=stay_open,
+    )
+    return runner, sink
+
+
+async def wait_for(cond, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        await asyncio.sleep(0.005)
+
+
+async def test_ramp_with_drain_covers_the_requests_each_level_started(sim) -> None:
+    server = await sim(ttft_ms=5, itl_ms=3, spec_tokens=0)
+    plan = build_plan((1, 2, 4), requests_per_level=6, duration_per_level=None, warmup_requests=2, drain=True)
+    runner, sink = make_runner(server.url, plan)
+    await runner.client.start()
+    try:
+        reason = await asyncio.wait_for(runner.run(), 30)
+    finally:
+        await runner.client.close()
+    assert reason == "completed"
+    warm = [r for r in sink.records if r.warmup]
+    assert len(warm) == 2 and all(r.level_index == -1 for r in warm)
+    assert [s.concurrency for s in sink.levels] == [1, 2, 4]
+    assert [s.requests for s in sink.levels] == [6, 6, 6]
+    assert all(s.ok == 6 for s in sink.levels)
+    by_level = {i: [r for r in sink.records if r.level_index == i] for i in range(3)}
+    for i in (0, 1):
+        # drain: the next level starts only after every request of this one ended
+        assert max(r.end_ns for r in by_level[i]) <= min(r.start_ns for r in by_level[i + 1])
+    for i, conc in enumerate((1, 2, 4)):
+        recs = by_level[i]
+        # never more than C in flight within a level
+        points = sorted([(r.start_ns, 1) for r in recs] + [(r.end_ns, -1) for r in recs], key=lambda p: (p[0], p[1]))
+        cur = peak = 0
+        for _, d in points:
+            cur += d
+            peak = max(peak, cur)
+        assert peak <= conc
+        assert peak == conc  # and the level really ran at C
+    assert server.stats.requests == 2 + 18
+    kinds = [e.kind for e in sink.events]
+    assert kinds.count("level") == 3
+
+
+async def test_raising_and_lowering_concurrency_live_never_cancels(sim) -> None:
+    server = await sim(ttft_ms=5, itl_ms=10, spec_tokens=0)
+    plan = LoadPlan(levels=(LevelSpec(2),), drain_between_levels=False, max_requests=400)
+    runner, sink = make_runner(server.url, plan, max_tokens=15, stay_open=True)
+    await runner.client.start()
+    task = asyncio.ensure_future(runner.run())
+    try:
+        await wait_for(lambda: runner.in_flight == 2)
+        runner.set_target(6)
+        await wait_for(lambda: runner.in_flight == 6)
+        assert runner.target == 6 and runner.held  # a user change holds the ramp
+        runner.set_target(1)
+        n_before = len(sink.records)
+        await wait_for(lambda: runner.in_flight == 1 and len(sink.records) >= n_before + 5)
+        # lowering the target let the extra requests finish: none was cancelled
+        assert all(r.error_kind is not ErrorKind.CANCELLED for r in sink.records)
+        runner.scale_target(2.0)
+        assert runner.target == 2 or runner._manual == 2
+        runner.stop("interrupted")
+        runner.cancel_in_flight()
+        reason = await asyncio.wait_for(task, 10)
+    finally:
+        await runner.client.close()
+    assert reason == "interrupted"
+    conc_values = [e.value for e in sink.events if e.kind == "concurrency"]
+    assert conc_values[:2] == [6, 1]
+    levels = [s.concurrency for s in sink.levels]
+    assert levels[:3] == [2, 6, 1]
+
+
+async def test_pause_stops_new_requests_and_resume_continues(sim) -> None:
+    server = await sim(ttft_ms=5, itl_ms=5, spec_tokens=0)
+    plan = LoadPlan(levels=(LevelSpec(3),), drain_between_levels=False, max_requests=500)
+    runner, sink = make_runner(server.url, plan, stay_open=True)
+    await runner.client.start()
+    task = asyncio.ensure_future(runner.run())
+    try:
+        await wait_for(lambda: len(sink.records) >= 3)
+        runner.pause()
+        await wait_for(lambda: runner.in_flight == 0)
+        started = runner.started
+        await asyncio.sleep(0.2)  # a quiet interval in which nothing may start
+        assert runner.started == started and runner.state == "paused"
+        runner.resume()
+        await wait_for(lambda: runner.started > started + 3)
+        runner.stop("interrupted")
+        runner.cancel_in_flight()
+        await asyncio.wait_for(task, 10)
+    finally:
+        await runner.client.close()
+    kinds = [e.kind for e in sink.events]
+    assert "pause" in kinds and "resume" in kinds
+
+
+async def test_next_level_and_hold(sim) -> None:
+    server = await sim(ttft_ms=5, itl_ms=5, spec_tokens=0)
+    plan = build_plan((1, 3), requests_per_level=1000, duration_per_level=None, drain=False)
+    runner, sink = make_runner(server.url, plan)
+    await runner.client.start()
+    task = asyncio.ensure_future(runner.run())
+    try:
+        await wait_for(lambda: runner.started >= 2)
+        runner.set_hold(True)
+        assert runner.state in ("holding", "ramping")
+        runner.next_level()
+        await wait_for(lambda: runner.target == 3 and runner.in_flight == 3)
+        runner.stop("interrupted")
+        runner.cancel_in_flight()
+        await asyncio.wait_for(task, 10)
+    finally:
+        await runner.client.close()
+    assert [s.concurrency for s in sink.levels] == [1, 3]
+    assert any(e.kind == "hold" and e.value is True for e in sink.events)
+
+
+async def test_duration_levels_end_on_time(sim) -> None:
+    server = await sim(ttft_ms=5, itl_ms=5, spec_tokens=0)
+    plan = build_plan((2, 4), requests_per_level=None, duration_per_level=0.4, drain=True)
+    runner, sink = make_runner(server.url, plan, max_tokens=5)
+    await runner.client.start()
+    t0 = time.monotonic()
+    try:
+        await asyncio.wait_for(runner.run(), 20)
+    finally:
+        await runner.client.close()
+    took = time.monotonic() - t0
+    assert 0.8 <= took < 5
+    assert [s.concurrency for s in sink.levels] == [2, 4]
+    for s in sink.levels:
+        assert 0.35 <= s.wall_s <= 1.0
+
+
+async def test_open_loop_rate_is_roughly_honoured(sim) -> None:
+    server = await sim(ttft_ms=2, itl_ms=2, spec_tokens=0)
+    plan = build_plan((50,), requests_per_level=None, duration_per_level=1.0, rate=40.0)
+    runner, sink = make_runner(server.url, plan, max_tokens=3)
+    await runner.client.start()
+    try:
+        await asyncio.wait_for(runner.run(), 20)
+    finally:
+        await runner.client.close()
+    n = len(sink.records)
+    assert 20 <= n <= 65, n  # Poisson with mean 40 over 1 s
