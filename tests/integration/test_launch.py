@@ -12,7 +12,7 @@ import os
 import socket
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
@@ -73,10 +73,28 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+_launched: list[LaunchedServer] = []
+
+
+@pytest.fixture(autouse=True)
+async def stop_launched_servers() -> AsyncIterator[None]:
+    """Stop whatever a test launched even when it fails half-way: no server may outlive it."""
+    yield
+    while _launched:
+        server = _launched.pop()
+        server.grace = min(server.grace, 0.5)
+        await asyncio.wait_for(server.stop(), DEADLINE)
+
+
+def tracked(server: LaunchedServer) -> LaunchedServer:
+    _launched.append(server)
+    return server
+
+
 def launch(script: Path, mode: str = "normal", delay: float = 0.3, **kw) -> tuple[LaunchedServer, int]:
     port = free_port()
     cmd = f"{sys.executable} {script} {port} {delay} {mode}"
-    return LaunchedServer(cmd, f"http://127.0.0.1:{port}/health", **kw), port
+    return tracked(LaunchedServer(cmd, f"http://127.0.0.1:{port}/health", **kw)), port
 
 
 async def until(cond: Callable[[], bool], timeout: float = DEADLINE) -> None:
@@ -151,7 +169,7 @@ async def test_sigkill_reaches_the_server_behind_a_shell(script: Path, tmp_path:
     # the server ignores it, and stop() must still wait for and kill the whole group.
     port = free_port()
     cmd = f"{sys.executable} {script} {port} 0 ignore-term; echo server exited"
-    server = LaunchedServer(cmd, f"http://127.0.0.1:{port}/health", grace=0.3)
+    server = tracked(LaunchedServer(cmd, f"http://127.0.0.1:{port}/health", grace=0.3))
     await server.wait_ready(timeout=DEADLINE, poll_interval=0.05)
     pid = int(next(ln for ln in server.last_lines() if ln.startswith("pid ")).split()[1])
     assert pid != server.pid
@@ -194,10 +212,56 @@ async def test_crash_by_signal_is_named(script: Path) -> None:
 
 async def test_ready_timeout(script: Path) -> None:
     server, _ = launch(script, delay=3600)
-    try:
-        with pytest.raises(ReadyTimeoutError) as err:
-            await asyncio.wait_for(server.wait_ready(timeout=0.3, poll_interval=0.05), DEADLINE)
-        assert err.value.last_detail in ("HTTP 503", "connection refused")
-        assert server.running
-    finally:
-        await server.stop()
+    with pytest.raises(ReadyTimeoutError) as err:
+        await asyncio.wait_for(server.wait_ready(timeout=0.3, poll_interval=0.05), DEADLINE)
+    assert err.value.last_detail in ("HTTP 503", "connection refused")
+    assert server.running
+
+
+REAL = Path(__file__).resolve().parents[3] / "shared" / "real-server"
+
+
+@pytest.mark.real_server
+async def test_real_llama_server_launch_metrics_and_stats_lines() -> None:
+    """The whole watch path against llama.cpp's server: launch, ready, /metrics deltas, log stats."""
+    binary, model = REAL / "llama-server", REAL / "tiny-llama-f32.gguf"
+    if not (binary.is_file() and model.is_file()):
+        pytest.skip(f"real llama-server not found in {REAL}")
+    import aiohttp
+
+    from specload.watch.metrics import probe_metrics, samples_from_metrics
+    from specload.watch.server_stats import parse_stats_line
+
+    port = free_port()
+    cmd = (
+        f"{binary} -m {model} -a tiny --host 127.0.0.1 --port {port} -c 4096 -np 2 -t 1 "
+        "--metrics --log-timestamps --log-prefix --spec-type ngram-mod"
+    )
+    server = tracked(LaunchedServer(cmd, f"http://127.0.0.1:{port}/health", grace=3))
+    await server.wait_ready(timeout=DEADLINE, poll_interval=0.05)
+    base = f"http://127.0.0.1:{port}"
+    assert await probe_metrics(f"{base}/metrics")
+    async with aiohttp.ClientSession() as session:
+
+        async def scrape(prev, t_ns):  # type: ignore[no-untyped-def]
+            async with session.get(f"{base}/metrics") as r:
+                return samples_from_metrics(await r.text(), prev, t_ns)
+
+        _, state = await scrape(None, 1_000_000_000)
+        for _ in range(2):
+            async with session.post(
+                f"{base}/v1/completions", json={"prompt": "The quick brown", "max_tokens": 64}
+            ) as r:
+                assert r.status == 200
+                await r.read()
+        sample, _ = await scrape(state, 2_000_000_000)  # one fake second later
+    assert sample.extra["engine"] == "llamacpp"
+    assert sample.gen_tok_s == 128.0  # 2 x 64 tokens in the (fake) second between scrapes
+    assert sample.running == 0 and sample.queued == 0
+    if sample.extra.get("drafts"):  # ngram-mod drafts on this model's repetitive output
+        assert 0 < sample.accept_rate <= 1 and sample.accept_len > 1
+
+    ex = await asyncio.wait_for(server.stop(), DEADLINE)
+    assert ex is not None and ex.requested
+    kinds = [s.extra.get("kind") for ln in server.last_lines() if (s := parse_stats_line(ln, 0))]
+    assert kinds.count("eval") == 2 and kinds.count("prompt_eval") == 2
