@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import socket
 import sys
 import time
@@ -17,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from specload.clock import FakeClock
+from specload.watch.expect import ExpectLog
 from specload.watch.launch import LaunchedServer, ReadyTimeoutError, ServerExitedError
 
 DEADLINE = 10.0
@@ -216,6 +219,33 @@ async def test_ready_timeout(script: Path) -> None:
         await asyncio.wait_for(server.wait_ready(timeout=0.3, poll_interval=0.05), DEADLINE)
     assert err.value.last_detail in ("HTTP 503", "connection refused")
     assert server.running
+
+
+async def test_expect_log_waits_for_server_lines(script: Path) -> None:
+    """--expect-log: the launched server's lines are fed to ExpectLog, awaited before the load."""
+    server, port = launch(script, delay=0)
+    expect = ExpectLog([r"listening on 127\.0\.0\.1:\d+", "warming"], clock=FakeClock(start_ns=7))
+    never = ExpectLog(["speculative decoding enabled"])
+
+    async def feed() -> None:
+        async for line in server.lines():
+            expect.feed(line)
+            never.feed(line)
+
+    feeder = asyncio.create_task(feed())
+    assert await expect.wait(DEADLINE) is True
+    assert expect.all_seen and expect.missing == []
+    match = expect.seen[r"listening on 127\.0\.0\.1:\d+"]
+    assert match.line == f"listening on 127.0.0.1:{port}" and match.t_ns == 7
+    assert expect.seen["warming"].line == "warming up"
+    assert await never.wait(0.05) is False and never.missing == ["speculative decoding enabled"]
+    await server.stop()
+    await asyncio.wait_for(feeder, DEADLINE)
+
+
+def test_expect_log_rejects_a_bad_regex_up_front() -> None:
+    with pytest.raises(re.error):
+        ExpectLog(["(unclosed"])
 
 
 REAL = Path(__file__).resolve().parents[3] / "shared" / "real-server"
