@@ -43,11 +43,20 @@ def cli() -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    """Run the CLI. Usage errors are one line (``specload: error: ...``, exit 2), never a usage dump."""
     try:
-        cli.main(args=argv, prog_name="specload", standalone_mode=True)
-    except KeyboardInterrupt:
+        rc = cli.main(args=argv, prog_name="specload", standalone_mode=False)
+    except click.exceptions.UsageError as e:
+        hint = f" (see 'specload {e.ctx.info_name} --help')" if e.ctx is not None and e.ctx.parent else ""
+        click.echo(f"specload: error: {e.format_message()}{hint}", err=True)
+        sys.exit(e.exit_code)
+    except click.ClickException as e:
+        click.echo(f"specload: error: {e.format_message()}", err=True)
+        sys.exit(e.exit_code)
+    except (KeyboardInterrupt, click.exceptions.Abort):
         click.echo("specload: interrupted", err=True)
         sys.exit(130)
+    sys.exit(rc if isinstance(rc, int) else 0)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,191 @@
+"""``specload run`` as a user runs it: a real subprocess against a real simulator subprocess.
+
+Covers the record (schema of every line, the report of it), Ctrl-C/SIGTERM, and bad input giving a
+one-line error and a non-zero exit status (never a traceback).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import orjson
+import pytest
+
+from specload.record.reader import read_record
+from specload.record.schema import END_KEYS, EVENT_KEYS, LEVEL_KEYS, REQUEST_KEYS
+
+SPECLOAD = [sys.executable, "-m", "specload.cli"]
+
+
+def run(args: list[str], timeout: float = 60, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run(SPECLOAD + args, capture_output=True, text=True, timeout=timeout, **kw)
+
+
+@pytest.fixture
+def sim_url():
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "specload.sim", "--port", "0", "--ttft-ms", "10", "--itl-ms", "4",
+         "--spec-tokens", "2", "--quiet", "--seed", "1"],
+        stdout=subprocess.PIPE, text=True,
+    )
+    line = proc.stdout.readline()
+    assert "listening on" in line, line
+    yield line.split("listening on ")[1].strip()
+    proc.terminate()
+    proc.wait(10)
+
+
+def free_port() -> int:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def check_schema(path: Path) -> dict:
+    lines = [orjson.loads(x) for x in path.read_bytes().splitlines()]
+    assert lines[0]["type"] == "run" and lines[0]["version"] == 1
+    assert lines[-1]["type"] == "end"
+    required = {"request": REQUEST_KEYS, "level": LEVEL_KEYS, "event": EVENT_KEYS, "end": END_KEYS}
+    counts: dict[str, int] = {}
+    for obj in lines:
+        t = obj["type"]
+        counts[t] = counts.get(t, 0) + 1
+        for key in required.get(t, ()):
+            assert key in obj, (t, key, obj)
+        if t == "request":
+            assert obj["error"] is None or {"kind", "detail"} <= set(obj["error"])
+            assert isinstance(obj["start_s"], float)
+    return counts
+
+
+def test_headless_run_writes_a_complete_record_and_report_reprints_the_table(sim_url: str, tmp_path: Path) -> None:
+    rec = tmp_path / "run.jsonl"
+    p = run(["run", sim_url, "-c", "1,3", "-n", "6", "--max-tokens", "12", "--ignore-eos", "--record", str(rec),
+             "--warmup-requests", "2"])
+    assert p.returncode == 0, p.stderr
+    # the per-level line, in the format of the per-level script
+    assert "C=  1 | 6 requests | throughput:" in p.stderr and "ok: 6/6" in p.stderr
+    assert "C=  3 | 6 requests" in p.stderr
+    counts = check_schema(rec)
+    assert counts["request"] == 14 and counts["level"] == 2
+    data = read_record(str(rec))
+    assert data.end["reason"] == "completed" and not data.truncated
+    assert all(r["output_tokens"] == 12 and not r["tokens_estimated"] for r in data.requests)
+    rep = run(["report", str(rec)])
+    assert rep.returncode == 0, rep.stderr
+    # the report's table has the same numbers as the run's final table
+    for lv in data.levels:
+        assert f"{lv['throughput_tok_s']:.1f}" in rep.stdout
+        assert f"{lv['throughput_tok_s']:.1f}" in p.stdout
+
+
+def test_json_summary_on_stdout(sim_url: str) -> None:
+    p = run(["run", sim_url, "-c", "2", "-n", "4", "--max-tokens", "8", "--json"])
+    assert p.returncode == 0, p.stderr
+    out = orjson.loads(p.stdout)
+    assert out["levels"][0]["concurrency"] == 2 and out["levels"][0]["requests"] == 4
+    assert out["ok"] == 4 and out["reason"] == "completed"
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_interrupt_records_in_flight_as_cancelled_and_closes_the_record(tmp_path: Path, sig: int) -> None:
+    rec = tmp_path / "cut.jsonl"
+    proc = subprocess.Popen(
+        SPECLOAD + ["run", "-c", "4", "-n", "100000", "--max-tokens", "500", "--ignore-eos", "--record", str(rec),
+                    "--sim-args", "--ttft-ms 5 --itl-ms 20 --spec-tokens 0 --quiet"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    deadline = time.monotonic() + 30
+    # wait until the load runs: the record has its level event
+    while time.monotonic() < deadline:
+        if rec.exists() and b'"kind":"level"' in rec.read_bytes():
+            break
+        time.sleep(0.05)
+    else:
+        proc.kill()
+        pytest.fail("the run never started")
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err
+    data = read_record(str(rec))
+    assert data.end is not None and data.end["reason"] == "interrupted"
+    cancelled = [r for r in data.requests if (r["error"] or {}).get("kind") == "cancelled"]
+    assert len(cancelled) == 4
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["not-a-url"], "bad URL"),
+        (["http://127.0.0.1:99999"], "bad port"),
+        (["-c", "0"], "at least 1"),
+        (["-c", "a,b"], "not a whole number"),
+        (["--max-tokens", "0"], "--max-tokens"),
+        (["--extra-body", "{bad"], "--extra-body"),
+        (["--record", "/nonexistent-dir/x.jsonl"], "does not exist"),
+        (["--record", "/tmp"], "directory"),
+        (["--dataset", "/nonexistent.jsonl"], "cannot read"),
+        (["--header", "NoColon"], "bad header"),
+        (["--requests-per-level", "-3"], "at least 1"),
+    ],
+)
+def test_bad_input_is_one_line_and_nonzero(args: list[str], needle: str) -> None:
+    p = run(["run", *args], timeout=30)
+    assert p.returncode == 2, (p.returncode, p.stderr)
+    assert needle in p.stderr
+    assert "Traceback" not in p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1, p.stderr
+
+
+def test_unreachable_server_is_one_line_exit_1() -> None:
+    p = run(["run", f"http://127.0.0.1:{free_port()}", "-c", "1", "-n", "1", "--no-health"], timeout=30)
+    assert p.returncode == 1
+    assert "cannot connect" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_report_of_a_record_cut_mid_write(sim_url: str, tmp_path: Path) -> None:
+    rec = tmp_path / "run.jsonl"
+    p = run(["run", sim_url, "-c", "2", "-n", "6", "--max-tokens", "8", "--record", str(rec)])
+    assert p.returncode == 0, p.stderr
+    raw = rec.read_bytes()
+    # cut inside the last request line, before its level line: as a killed process leaves it
+    lines = raw.splitlines(keepends=True)
+    last_req = max(i for i, x in enumerate(lines) if b'"type":"request"' in x)
+    cut = b"".join(lines[:last_req]) + lines[last_req][:40]
+    rec.write_bytes(cut)
+    data = read_record(str(rec))
+    assert data.truncated and data.end is None
+    assert len(data.requests) == 5
+    rep = run(["report", str(rec)])
+    assert rep.returncode == 0, rep.stderr
+    assert "recomputed" in rep.stdout and "cut short" in rep.stdout
+
+
+def test_report_of_a_missing_file_is_one_line() -> None:
+    p = run(["report", "/nonexistent/x.jsonl"])
+    assert p.returncode == 2 and "cannot read" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_core_never_imports_textual() -> None:
+    code = (
+        "import sys\n"
+        "import specload.session, specload.headless, specload.cli_run, specload.engine.runner\n"
+        "import specload.sim.server, specload.watch.signatures, specload.record.report\n"
+        "from specload.cli import cli\n"
+        "for name in ('run', 'report', 'sim', 'scan-log'):\n"
+        "    cli.get_command(None, name)\n"
+        "assert 'textual' not in sys.modules, [m for m in sys.modules if m.startswith('textual')]\n"
+        "print('ok')\n"
+    )
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                       env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert p.returncode == 0 and p.stdout.strip() == "ok", p.stderr
