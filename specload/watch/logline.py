@@ -21,6 +21,7 @@ message continuation); the detector attributes it to the process of the previous
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 
@@ -141,6 +142,8 @@ _PYLOG_RE = re.compile(
     + _LVL
     + r"\b(?:\s+-\s+|:\s*|\s+)(?:[\w./\-]+\.\w+:\d+(?::| --)\s)?"
 )
+# loguru's default format: '2024-06-17 13:18:26.673 | ERROR    | module:function:42 - '.
+_LOGURU_RE = re.compile(_ISO + r"\s*\|\s*" + _LVL + r"\s*\|\s*\S+ - ")
 # Go's log package: '2024/09/11 18:19:47 '.
 _GOLOG_RE = re.compile(r"\d{4}/\d\d/\d\d \d\d:\d\d:\d\d(?:\.\d+)? ")
 # SGLang's custom format: '[service][2026-03-10 14:48:25][file.py:312][ERROR]: '.
@@ -165,7 +168,7 @@ class LogLine:
     """One cleaned line split into its process tag, level and text."""
 
     text: str  # the cleaned line with its prefixes (what a person should see in an excerpt)
-    body: str  # the text after every prefix; leading indentation of the text is kept
+    body: str  # the text after every prefix, indentation kept (a JSON record's may hold several lines)
     tag: str | None  # normalised process tag carried by this line itself, or None
     tag_inherits: bool  # True when the tag is a prefix tag (raw lines that follow belong to it)
     record: bool  # True when an application logger's prefix (timestamp/level) or a tag starts the line
@@ -185,6 +188,36 @@ def _paren_pid_tag(m: re.Match[str]) -> str:
     return m.group(0).strip()[1:-1]
 
 
+_JSON_MESSAGE_KEYS = ("message", "msg", "event", "log")
+_JSON_EXTRA_KEYS = ("exc_info", "exception", "stack_trace", "stack_info", "stacktrace", "error.stack")
+_JSON_LEVEL_KEYS = ("level", "levelname", "severity", "lvl")
+
+
+def _parse_json_record(s: str) -> tuple[str, str | None, str | None] | None:
+    """(text, level, rank tag) of a JSON-lines log record, or None when it is not one.
+
+    The text is the message followed by any traceback field on new lines (Python's JSON formatters put
+    the traceback in ``exc_info``); the detector splits it back into lines.
+    """
+    try:
+        obj = json.loads(s)
+    except ValueError:
+        return None
+    if not isinstance(obj, dict):
+        return None
+    # tracing-subscriber (TGI --json-output) nests the message and span fields
+    scopes = [obj] + [obj[k] for k in ("fields", "span") if isinstance(obj.get(k), dict)]
+    text = next((str(d[k]) for d in scopes for k in _JSON_MESSAGE_KEYS if isinstance(d.get(k), str)), None)
+    if text is None:
+        return None
+    extras = [str(d[k]) for d in scopes for k in _JSON_EXTRA_KEYS if isinstance(d.get(k), str) and d[k]]
+    if extras:
+        text = "\n".join([text, *extras])
+    level = next((_level(str(obj[k])) for k in _JSON_LEVEL_KEYS if obj.get(k) is not None), None)
+    rank = next((d["rank"] for d in scopes if isinstance(d.get("rank"), (int, str))), None)
+    return text, level, (f"rank {rank}" if rank is not None else None)
+
+
 def parse_line(raw: str) -> LogLine:
     """Clean ``raw`` and peel its prefixes off, outermost first."""
     text = clean_line(raw)
@@ -200,6 +233,13 @@ def parse_line(raw: str) -> LogLine:
             break
         c = s[0]
         m = None
+        if c == "{" and s.endswith("}"):
+            parsed = _parse_json_record(s)
+            if parsed is not None:
+                s, level, json_tag = parsed
+                tag = tag or json_tag
+                record = True
+            break
         if c == "(":
             m = _PAREN_PID_RE.match(s)
             if m:
@@ -247,7 +287,7 @@ def parse_line(raw: str) -> LogLine:
             if m:
                 s = s[m.end() :]
                 continue
-            m = _TRACING_RE.match(s) or _PYLOG_RE.match(s)
+            m = _TRACING_RE.match(s) or _LOGURU_RE.match(s) or _PYLOG_RE.match(s)
             if m:
                 record = True
                 level = level or _level(m.group(1))

@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from specload.records import CrashEvent
 from specload.watch.logline import LogLine, parse_line
@@ -176,6 +176,8 @@ _PREFILTER_RE = re.compile(
 _TB_HEADER_RE = re.compile(r"Traceback \(most recent call last\):\s*$")
 _FILE_RE = re.compile(r"^\s*>?\s*File \"?(.*?)\"?, line (\w+), in (.+?)\s*$")
 _EXC_RE = re.compile(r"^([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*(?:\([\w.]+\))?)(?::(?:\s(.*))?)?$")
+# '  | ' bars in front of exception-group lines, or a whole '+-+---- 1 ----' / '+------' rule line
+_GROUP_RULE_RE = re.compile(r"^\s*(?:(\+-[-+\s\d.]*$)|[|+] ?)")
 _CHAIN_RE = re.compile(
     r"^(?:During handling of the above exception, another exception occurred:|"
     r"The above exception was the direct cause of the following exception:)\s*$"
@@ -290,6 +292,7 @@ class _Traceback:
     causes: list[tuple[str, str]] = field(default_factory=list)
     counter: int = 0  # lines seen in the current state (limits above)
     exc_prefix: str = ""  # prefix shape of the exception line (see _prefix_shape)
+    group: bool = False  # inside an exception group's '|'-ruled tracebacks
 
     def add(self, text: str) -> None:
         if len(self.lines) < _EXCERPT_MAX:
@@ -342,14 +345,25 @@ class CrashDetector:
             self._last_tag = None
         else:
             proc = self._last_tag
-        body = p.body
+        out: list[CrashEntry] = []
+        if "\n" in p.body:
+            # one JSON record carrying a traceback: its lines are raw continuations of the record
+            sublines = p.body.split("\n")
+            self._feed_body(p, sublines[0], proc, t_ns, out)
+            for sub in sublines[1:]:
+                sub_line = replace(p, text=sub, body=sub, record=False, fields=None)
+                self._feed_body(sub_line, sub, proc, t_ns, out)
+            return out
+        self._feed_body(p, p.body, proc, t_ns, out)
+        return out
+
+    def _feed_body(self, p: LogLine, body: str, proc: str | None, t_ns: int, out: list[CrashEntry]) -> None:
         first_text = False
         if not self._seen_text and body.strip():
             self._seen_text = True
             first_text = True
         if not self._tbs and not self._pending and not _PREFILTER_RE.search(body):
-            return []
-        out: list[CrashEntry] = []
+            return
         consumed = self._pending_line(p, body, proc, out)
         if not consumed:
             consumed = self._traceback_line(p, body, proc, t_ns, out)
@@ -357,7 +371,6 @@ class CrashDetector:
             consumed = self._orphan_exception(p, body, proc, out)
         if not consumed:
             self._markers(p, body, proc, t_ns, out)
-        return out
 
     def poll(self, t_ns: int) -> list[CrashEntry]:
         """Release entries whose block has been quiet for ``settle_ns`` (for live tailing)."""
@@ -434,6 +447,14 @@ class CrashDetector:
     ) -> bool:
         """Advance the traceback of ``proc``; True when the line was part of its structure."""
         tb = self._tbs.get(proc)
+        # Exception groups (Python 3.11+) draw their tracebacks behind '|' and '+-' rules: strip them
+        # inside a group so its frames and exception lines read like any other traceback.
+        in_group = tb is not None and tb.group
+        if body[:1] in (" ", "|", "+") and (in_group or "Traceback" in body):
+            m = _GROUP_RULE_RE.match(body)
+            if m:
+                body = "" if m.group(1) else body[m.end() :]
+                in_group = True
         if "Traceback" in body and _TB_HEADER_RE.search(body):
             if tb is not None and tb.state == _TB_CHAIN:
                 tb.state, tb.frame, tb.counter, tb.t_ns = _TB_FRAMES, None, 0, t_ns
@@ -442,7 +463,7 @@ class CrashDetector:
             if tb is not None and tb.state == _TB_AFTER:
                 self._emit_traceback(tb, out)
             # (a traceback still in its frames is abandoned: it never reached an exception line)
-            tb = _Traceback(proc, self._line_no, t_ns)
+            tb = _Traceback(proc, self._line_no, t_ns, group=in_group)
             tb.add(p.text)
             self._tbs[proc] = tb
             return True

@@ -760,3 +760,59 @@ def test_core_modules_do_not_import_textual() -> None:
         "sys.exit(1 if 'textual' in sys.modules else 0)"
     )
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+
+
+# ------------------------------------------------------------------------------------ other log shapes
+
+
+def test_exception_group_traceback_reports_the_group_and_its_sub_exception() -> None:
+    entries = scan(
+        """
+        INFO start
+          + Exception Group Traceback (most recent call last):
+          |   File "/v/api_server.py", line 10, in serve
+          |     async with anyio.create_task_group() as tg:
+          | ExceptionGroup: unhandled errors in a TaskGroup (1 sub-exception)
+          +-+---------------- 1 ----------------
+            | Traceback (most recent call last):
+            |   File "/v/engine.py", line 3, in step
+            |     raise RuntimeError("engine died")
+            | RuntimeError: engine died
+            +------------------------------------
+        """
+    )
+    assert [(e.exception_type, e.innermost_frame) for e in entries] == [
+        ("ExceptionGroup", "api_server.py:10 in serve"),
+        ("RuntimeError", "engine.py:3 in step"),
+    ]
+
+
+def test_loguru_records_end_a_traceback() -> None:
+    det = CrashDetector()
+    for line in [
+        "2024-06-17 13:18:26.673 | ERROR    | text_generation_server.server:serve_inner:225 - Error",
+        "Traceback (most recent call last):",
+        '> File "/opt/tgi/server.py", line 225, in serve_inner',
+        "    model = get_model(",
+        "RuntimeError: boom",
+    ]:
+        assert det.feed(line) == []
+    entries = det.feed("2024-06-17 13:18:27.000 | INFO     | x:y:1 - next")
+    assert [(e.exception_type, e.innermost_frame) for e in entries] == [
+        ("RuntimeError", "server.py:225 in serve_inner")
+    ]
+
+
+def test_json_lines_records_with_embedded_traceback() -> None:
+    lines = [
+        '{"timestamp":"2024-06-17T13:18:29Z","level":"INFO","fields":{"message":"starting"},"target":"launcher"}',
+        '{"timestamp":"2024-06-17T13:18:29Z","level":"ERROR","fields":{"message":"Shard 1 failed to start"}}',
+        '{"time": "t", "level": "ERROR", "rank": 2, "msg": "Engine crashed", "exc_info": '
+        '"Traceback (most recent call last):\\n  File \\"/v/x.py\\", line 3, in f\\n    g()\\nValueError: bad"}',
+        '{"level": "INFO", "msg": "request failed", "error": "404 not found"}',
+    ]
+    entries = scan_text("\n".join(lines))
+    assert [(e.exception_type, e.message, e.innermost_frame, e.process, e.line_no) for e in entries] == [
+        ("server_fatal", "Shard 1 failed to start", None, None, 2),
+        ("ValueError", "bad", "x.py:3 in f", "rank 2", 3),
+    ]
