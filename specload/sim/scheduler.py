@@ -137,7 +137,8 @@ class Sequence:
         )
         if first:
             self.first_token_at = now
-        else:
+        elif cfg.spec_tokens:
+            # SGLang's spec_verify_ct: 0 when speculation is off
             self.verify_steps += 1
             self.accepted += d.accepted
         self.last_token_at = now

@@ -1,0 +1,92 @@
+"""The simulator's pure parts: token estimates, the timing curve, speculative draws, config validation."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from specload.sim.config import SimConfig
+from specload.sim.model import (
+    VOCAB,
+    decode_step_s,
+    draw_step,
+    estimate_chat_tokens,
+    estimate_prompt_tokens,
+    prefill_s,
+)
+
+
+def test_prompt_token_estimates():
+    assert estimate_prompt_tokens("abcd" * 10) == 10
+    assert estimate_prompt_tokens("abcde") == 2  # ceil
+    assert estimate_prompt_tokens("") == 1
+    assert estimate_prompt_tokens([1, 2, 3]) == 3  # token ids count themselves
+    assert estimate_prompt_tokens(["abcd", "abcdabcd"]) == 3
+    # chat: 3 for the assistant header + 4 per message + ceil(chars / 4)
+    assert estimate_chat_tokens([{"role": "user", "content": "abcdefgh"}]) == 3 + 4 + 2
+    with pytest.raises(ValueError):
+        estimate_prompt_tokens(3.5)
+
+
+def test_vocabulary_tokens_are_single_visible_words():
+    assert all(t.startswith(" ") and len(t.split()) == 1 for t in VOCAB)
+
+
+def test_step_time_rises_with_batch_and_throughput_too():
+    cfg = SimConfig(spec_tokens=0)
+    steps = [decode_step_s(cfg, b) for b in (1, 8, 32)]
+    assert steps[0] == pytest.approx(0.030)
+    assert steps[0] < steps[1] < steps[2]  # per-request speed falls
+    tput = [b / decode_step_s(cfg, b) for b in (1, 8, 32)]
+    assert tput[0] < tput[1] < tput[2]  # aggregate throughput rises
+    assert prefill_s(cfg, 1000) > prefill_s(cfg, 10)
+
+
+def test_pinned_values_override_the_model():
+    cfg = SimConfig(ttft_ms=50, itl_ms=10)
+    assert cfg.pinned
+    assert prefill_s(cfg, 5000) == pytest.approx(0.050)
+    assert decode_step_s(cfg, 64) == pytest.approx(0.010)
+
+
+def test_speculative_draws_match_the_acceptance_model():
+    cfg = SimConfig(spec_tokens=4, accept_rate=0.6, eos_prob=0.0)
+    rng = random.Random(1)
+    draws = [draw_step(rng, cfg, remaining=10**6, ignore_eos=False, first=False) for _ in range(20000)]
+    mean = sum(d.tokens for d in draws) / len(draws)
+    expected = sum(0.6**i for i in range(5))  # 1 + p + p^2 + p^3 + p^4
+    assert mean == pytest.approx(expected, rel=0.03)
+    assert all(1 <= d.tokens <= 5 and d.accepted == d.tokens - 1 for d in draws)
+    assert all(len(d.text.split()) == d.tokens for d in draws[:200])
+
+
+def test_draw_respects_remaining_and_eos():
+    cfg = SimConfig(spec_tokens=4, accept_rate=1.0, eos_prob=0.0)
+    rng = random.Random(2)
+    d = draw_step(rng, cfg, remaining=2, ignore_eos=False, first=False)
+    assert (d.tokens, d.finish_reason) == (2, "length")
+    first = draw_step(rng, cfg, remaining=100, ignore_eos=False, first=True)
+    assert first.tokens == 1 and first.accepted == 0  # the prefill token is never speculative
+    eos = SimConfig(spec_tokens=4, accept_rate=1.0, eos_prob=1.0)
+    d = draw_step(rng, eos, remaining=100, ignore_eos=False, first=False)
+    assert (d.tokens, d.finish_reason) == (1, "stop")
+    d = draw_step(rng, eos, remaining=100, ignore_eos=True, first=False)
+    assert (d.tokens, d.finish_reason) == (5, None)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"accept_rate": 1.5},
+        {"max_batch": 0},
+        {"port": 70000},
+        {"itl_ms": -1.0},
+        {"fail_rate": 0.5, "disconnect_rate": 0.3, "stall_rate": 0.3},
+        {"burst": 0},
+        {"log_interval": 0},
+    ],
+)
+def test_config_rejects_bad_values(bad):
+    with pytest.raises(ValueError):
+        SimConfig(**bad)
