@@ -217,9 +217,10 @@ async def test_pinned_ttft_and_itl(sim, session):
     assert len(text_times) == 10
     ttft = text_times[0]
     gaps = [b - a for a, b in zip(text_times, text_times[1:], strict=False)]
-    assert 0.075 <= ttft <= 0.110, ttft
-    assert 0.019 <= sum(gaps) / len(gaps) <= 0.024, gaps
-    assert 0.075 + 9 * 0.019 <= text_times[-1] <= 0.110 + 9 * 0.024
+    # bounds leave room for a busy 2-core machine; the schedule is absolute, so lateness does not add up
+    assert 0.078 <= ttft <= 0.130, ttft
+    assert 0.016 <= sum(gaps) / len(gaps) <= 0.026, gaps
+    assert 0.080 + 9 * 0.020 - 0.003 <= text_times[-1] <= 0.080 + 9 * 0.020 + 0.050
 
 
 async def test_batching_queue_beyond_max_batch(sim, session):
@@ -254,7 +255,7 @@ async def test_server_log_lines(sim, session, tmp_path: Path):
         re.M,
     )
     assert m, text
-    assert 29.0 <= float(m.group(1)) <= 45.0
+    assert 29.0 <= float(m.group(1)) <= 90.0
     decode = re.findall(
         r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d TP0\] Decode batch\. #running-req: (\d+), #token: \d+, "
         r"token usage: \d\.\d\d, accept len: \d+\.\d\d, gen throughput \(token/s\): \d+\.\d\d, #queue-req: 0$",
@@ -345,17 +346,13 @@ async def test_disconnect_mid_stream(sim, session):
 
 
 async def test_stall_keeps_connection_open_without_data(sim, session):
-    server = await sim(ttft_ms=1, itl_ms=1, stall_rate=1.0)
+    server = await sim(ttft_ms=1, itl_ms=1, stall_rate=1.0, spec_tokens=0)
     async with session.post(server.url + COMPLETIONS, json={"prompt": "x", "max_tokens": 100,
                                                              "ignore_eos": True, "stream": True}) as r:
         assert r.status == 200
-        seen = 0
-        with pytest.raises(asyncio.TimeoutError):
-            while True:
-                line = await asyncio.wait_for(r.content.readline(), 0.4)
-                assert line != b""  # EOF would mean the server closed: a stall must not
-                seen += line.startswith(b"data: ")
-        assert 1 <= seen <= 6
+        # EOF would mean the server closed the stream: a stall must not
+        assert await read_until_silent(r, silence=0.3, deadline=3.0) == "silent"
+        assert 1 <= server.stats.completion_tokens_sent <= 6
     assert server.stats.stalls == 1
 
 
@@ -369,10 +366,9 @@ async def test_crash_after_writes_traceback_then_hangs(sim, session, tmp_path: P
             async with session.post(server.url + COMPLETIONS, json={"prompt": "x", "max_tokens": 3}) as r:
                 assert r.status == 200
         await asyncio.wait_for(server.crashed.wait(), 2)
-        # the in-flight stream stops sending but is not closed
-        await asyncio.wait_for(drain_available(long_resp), 2)
-        with pytest.raises(asyncio.TimeoutError):
-            await asyncio.wait_for(long_resp.content.readline(), 0.3)
+        # the in-flight stream (a chunk every 2 ms until now) stops sending but is not closed
+        assert await read_until_silent(long_resp, silence=0.3, deadline=3.0) == "silent"
+        sent = server.stats.completion_tokens_sent
 
     async def crash_logged() -> bool:
         return SIGQUIT_MESSAGE in log.read_text()
@@ -387,12 +383,20 @@ async def test_crash_after_writes_traceback_then_hangs(sim, session, tmp_path: P
     async with aiohttp.ClientSession() as fresh:
         with pytest.raises(asyncio.TimeoutError):
             await asyncio.wait_for(fresh.get(server.url + "/health"), 0.3)
+    assert server.stats.completion_tokens_sent == sent
 
 
-async def drain_available(resp: aiohttp.ClientResponse) -> None:
-    """Read what the server wrote before it froze (at most one write can be in flight)."""
-    while resp.content.at_eof() is False and resp.content._buffer:  # noqa: SLF001
-        await resp.content.readline()
+async def read_until_silent(resp: aiohttp.ClientResponse, silence: float, deadline: float) -> str:
+    """Read lines until none comes for ``silence`` s ("silent"), EOF ("eof") or ``deadline`` ("busy")."""
+    end = time.monotonic() + deadline
+    while time.monotonic() < end:
+        try:
+            line = await asyncio.wait_for(resp.content.readline(), silence)
+        except asyncio.TimeoutError:
+            return "silent"
+        if line == b"":
+            return "eof"
+    return "busy"
 
 
 # --- llama.cpp quirks ---------------------------------------------------------------------------
