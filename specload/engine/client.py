@@ -19,6 +19,8 @@ import orjson
 
 from specload.clock import SYSTEM_CLOCK, Clock
 from specload.engine.api import (
+    CHAT,
+    COMPLETIONS,
     PATHS,
     ChunkReader,
     RequestOptions,
@@ -34,6 +36,12 @@ from specload.records import ErrorKind, RequestRecord
 MAX_STALE_RETRIES = 2
 
 TokenCallback = Callable[[int, int], None]
+
+# per flavour: the bytes that start a non-empty text field, and the bytes of an empty one
+_FAST_KEYS: dict[str, tuple[bytes, bytes]] = {
+    CHAT: (b'"content":"', b'"content":""'),
+    COMPLETIONS: (b'"text":"', b'"text":""'),
+}
 
 
 def _noop_tokens(now_ns: int, n: int) -> None:
@@ -155,6 +163,7 @@ class StreamingClient:
                     read_event = reader.read
                     loads = orjson.loads
                     content = resp.content
+                    text_key, empty_text = _FAST_KEYS.get(self.flavour, (None, None))
                     while True:
                         data = await content.readany()
                         if not data:
@@ -163,7 +172,24 @@ class StreamingClient:
                         else:
                             now = clock_ns()
                             events = feed(data)
+                        batch = 0
                         for name, ev in events:
+                            # Fast path: a compact plain delta chunk (no usage, no finish, no error)
+                            # is classified by byte search, without a JSON parse. Servers serialise
+                            # compactly (vLLM, SGLang, llama.cpp, TGI); anything else is parsed.
+                            if (
+                                text_key is not None
+                                and name is None
+                                and b'"finish_reason":null' in ev
+                                and b'"usage":{' not in ev
+                                and b'"error"' not in ev
+                                and b"reasoning" not in ev
+                            ):
+                                if text_key in ev and empty_text not in ev:
+                                    offsets.append(now - start)
+                                    per_chunk_known = False
+                                    batch += 1
+                                continue
                             if ev == DONE:
                                 got_done = True
                                 continue
@@ -186,8 +212,10 @@ class StreamingClient:
                                     k = 1
                                 else:
                                     ktoks.append(k)
-                                streamed += k
-                                on_tokens(now, k)
+                                batch += k
+                        if batch:
+                            streamed += batch
+                            on_tokens(now, batch)
                         if error is not None or not data:
                             break
                     if error is None and not got_done and reader.finish_reason is None:

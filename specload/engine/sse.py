@@ -27,6 +27,23 @@ class SSEDecoder:
 
     def feed(self, chunk: bytes) -> list[tuple[str | None, bytes]]:
         buf = self._tail + chunk if self._tail else chunk
+        if b"\r" in buf or self._data or self._event is not None:
+            return self._feed_lines(buf)
+        # Fast path, taken for nearly every LLM stream: LF line ends and events that are one
+        # ``data:`` line. Whole events are cut at blank lines; anything unusual inside an event
+        # goes through the line parser, and an unfinished event stays raw in the tail.
+        parts = buf.split(b"\n\n")
+        self._tail = parts.pop()
+        out: list[tuple[str | None, bytes]] = []
+        append = out.append
+        for ev in parts:
+            if ev[:6] == b"data: " and b"\n" not in ev:
+                append((None, ev[6:]))
+            elif ev:
+                out.extend(self._lines(ev.split(b"\n") + [b""]))
+        return out
+
+    def _feed_lines(self, buf: bytes) -> list[tuple[str | None, bytes]]:
         held_cr = b""
         if b"\r" in buf:
             # CRLF and lone CR are both line ends in SSE. A CR at the very end may be the first half
@@ -37,6 +54,10 @@ class SSEDecoder:
             buf = buf.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
         lines = buf.split(b"\n")
         self._tail = lines.pop() + held_cr
+        return self._lines(lines)
+
+    def _lines(self, lines: list[bytes]) -> list[tuple[str | None, bytes]]:
+        """Complete lines (without their line ends) -> the events they finish."""
         out: list[tuple[str | None, bytes]] = []
         data = self._data
         for line in lines:
@@ -76,7 +97,8 @@ class SSEDecoder:
         tail = self._tail.rstrip(b"\r")
         self._tail = b""
         if tail:
-            out.extend(self.feed(tail + b"\n"))
+            out.extend(self._feed_lines(tail + b"\n"))
+            self._tail = b""
         if self._data:
             out.append(self._dispatch())
         return out
