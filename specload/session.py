@@ -12,6 +12,7 @@ Nothing here imports Textual.
 from __future__ import annotations
 
 import asyncio
+import functools
 import re
 import shlex
 import signal
@@ -306,7 +307,12 @@ class Session:
         secrets = tuple(v for k, v in headers.items() if k.lower() in ("authorization", "x-api-key", "api-key"))
         if key:
             secrets += (key,)
-        self.client = StreamingClient(
+        client_cls = StreamingClient
+        if cfg.workers > 1:
+            from specload.engine.workers import WorkerPoolClient
+
+            client_cls = functools.partial(WorkerPoolClient, cfg.workers)  # type: ignore[assignment]
+        self.client = client_cls(
             self.url,
             self.api,
             opts,
@@ -480,6 +486,15 @@ class Session:
             self._notice(f"launched server {ex.description}")
 
     def _client_load(self, load: ClientLoad) -> None:
+        worker_loads = getattr(self.client, "worker_loads", None)
+        if worker_loads:
+            # with --workers the streams are read in the workers: the busiest process decides
+            cpus = [c for c, _ in worker_loads if c is not None]
+            lags = [lag for _, lag in worker_loads if lag is not None]
+            if cpus:
+                cpu = max([load.cpu_pct, *cpus])
+                lag = max([load.loop_lag_ms, *lags])
+                load = ClientLoad(load.t_ns, cpu, lag, self._load_monitor.judge(cpu, lag))
         self.stats.on_client_load(load.cpu_pct, load.loop_lag_ms, load.saturated)
         level = self.runner.target if self.runner is not None else 0
         if self.recorder is not None:

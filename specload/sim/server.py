@@ -39,6 +39,8 @@ from specload.sim.scheduler import Counters, Scheduler, Sequence
 from specload.sim.serverlog import ServerLog, crash_lines, decode_batch_line, finish_line
 
 _DONE = b"data: [DONE]\n\n"
+# how long after a complete stream the connection is closed in close_after_stream mode
+_STALE_CLOSE_S = 0.003
 # how many text chunks an injected disconnect/stall lets through first (drawn uniformly)
 _FAULT_AFTER_CHUNKS = (1, 6)
 
@@ -621,10 +623,6 @@ class SimServer:
             headers["Keep-Alive"] = "timeout=5, max=100"
         resp = web.StreamResponse(status=200, headers=headers)
         await resp.prepare(request)
-        if cfg.close_after_stream:
-            # after prepare: the headers already went out without "Connection: close", yet aiohttp now
-            # closes the connection once the handler returns (llama-server's behaviour)
-            resp.force_close()
         buf = bytearray(fmt.head())
         chunks = 0
         # scheduled mode: one write per wake-up (all steps produced since the last one);
@@ -640,6 +638,12 @@ class SimServer:
                 buf += fmt.tail(seq.finish_reason)
                 await self._write(resp, buf, fmt)
                 await resp.write_eof()
+                if cfg.close_after_stream and request.transport is not None:
+                    # llama-server's quirk: the headers promised keep-alive, the response is
+                    # complete, and a moment later the server closes the socket. A pooling client
+                    # that already sent its next request on it sees the connection drop before
+                    # any response byte: the stale-connection failure real servers cause.
+                    asyncio.get_running_loop().call_later(_STALE_CLOSE_S, request.transport.close)
                 return seq.finish_reason, resp
             await self._write(resp, buf, fmt)
             if cfg.max_speed:

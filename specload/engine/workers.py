@@ -1,0 +1,359 @@
+"""``--workers N``: the streaming hot path in N processes, the run's control in one.
+
+The runner (dispatch, levels, concurrency, pause) stays in the main process; it does per-request
+work only. What costs per token, reading and classifying the stream, runs in worker processes,
+each with its own event loop and its own ``StreamingClient``. ``WorkerPoolClient`` has the same
+interface as ``StreamingClient`` (``start``, ``send``, ``close``, ``on_tokens``, ``on_cancelled``),
+so the runner, stats and recorder do not know whether one or N processes send the load: each
+request is sent once, by one worker, and comes back as one record, so nothing is counted twice.
+
+The protocol is JSON lines over the worker's stdin/stdout (``init``, ``send``, ``cancel``, ``exit``
+in; ``rec``, ``tokens``, ``load`` out). Because it is messages and not shared memory, the same
+split can later run across machines: a worker is anything that speaks these lines (README:
+"More than one core"). Times are ``perf_counter_ns`` (CLOCK_MONOTONIC), which all processes on one
+machine share, so records from every worker sit on one timeline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import time
+from collections.abc import Callable
+
+import orjson
+
+from specload.engine.api import RequestOptions
+from specload.engine.client import StreamingClient
+from specload.records import ErrorKind, RequestRecord
+
+_STREAM_LIMIT = 64 * 1024 * 1024  # a record with every chunk offset can be long
+
+
+def record_to_wire(rec: RequestRecord) -> dict:
+    return {
+        "op": "rec",
+        "request_id": rec.request_id,
+        "level": rec.level,
+        "level_index": rec.level_index,
+        "warmup": rec.warmup,
+        "start_ns": rec.start_ns,
+        "end_ns": rec.end_ns,
+        "ttft_ns": rec.ttft_ns,
+        "e2e_ns": rec.e2e_ns,
+        "output_tokens": rec.output_tokens,
+        "tokens_estimated": rec.tokens_estimated,
+        "prompt_tokens": rec.prompt_tokens,
+        "chunks": rec.chunks,
+        "chunk_offsets_ns": rec.chunk_offsets_ns,
+        "chunk_tokens": rec.chunk_tokens,
+        "error_kind": rec.error_kind.value if rec.error_kind is not None else None,
+        "error_detail": rec.error_detail,
+        "http_status": rec.http_status,
+        "retries": rec.retries,
+        "spec_verify_ct": rec.spec_verify_ct,
+        "server_timings": rec.server_timings,
+        "finish_reason": rec.finish_reason,
+    }
+
+
+def record_from_wire(d: dict) -> RequestRecord:
+    ct = d.get("chunk_tokens")
+    return RequestRecord(
+        request_id=d["request_id"],
+        level=d["level"],
+        level_index=d["level_index"],
+        warmup=d["warmup"],
+        start_ns=d["start_ns"],
+        end_ns=d["end_ns"],
+        ttft_ns=d["ttft_ns"],
+        e2e_ns=d["e2e_ns"],
+        output_tokens=d["output_tokens"],
+        tokens_estimated=d["tokens_estimated"],
+        prompt_tokens=d["prompt_tokens"],
+        chunks=d["chunks"],
+        chunk_offsets_ns=tuple(d["chunk_offsets_ns"]),
+        chunk_tokens=tuple(ct) if ct is not None else None,
+        error_kind=ErrorKind(d["error_kind"]) if d["error_kind"] is not None else None,
+        error_detail=d["error_detail"],
+        http_status=d["http_status"],
+        retries=d["retries"],
+        spec_verify_ct=d["spec_verify_ct"],
+        server_timings=d["server_timings"],
+        finish_reason=d["finish_reason"],
+    )
+
+
+class _Worker:
+    def __init__(self, index: int, proc: asyncio.subprocess.Process) -> None:
+        self.index = index
+        self.proc = proc
+        self.in_flight = 0
+        self.cpu_pct: float | None = None
+        self.lag_ms: float | None = None
+
+    def write(self, obj: dict) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(orjson.dumps(obj) + b"\n")
+
+
+class WorkerError(RuntimeError):
+    pass
+
+
+class WorkerPoolClient:
+    def __init__(
+        self,
+        n: int,
+        base_url: str,
+        flavour: str,
+        options: RequestOptions,
+        *,
+        headers: dict[str, str] | None = None,
+        stall_timeout_s: float = 60.0,
+        request_timeout_s: float | None = 600.0,
+        connect_timeout_s: float = 10.0,
+        keepalive: bool = True,
+        on_tokens: Callable[[int, int], None] | None = None,
+        secrets: tuple[str, ...] = (),
+        **_: object,
+    ) -> None:
+        self.n = n
+        self._init = {
+            "op": "init",
+            "base_url": base_url,
+            "flavour": flavour,
+            "options": {
+                "model": options.model,
+                "max_tokens": options.max_tokens,
+                "ignore_eos": options.ignore_eos,
+                "continuous_usage": options.continuous_usage,
+                "temperature": options.temperature,
+                "extra_body": [list(kv) for kv in options.extra_body],
+            },
+            # secrets travel over the pipe, never on a command line where `ps` would show them
+            "headers": headers or {},
+            "stall_timeout_s": stall_timeout_s,
+            "request_timeout_s": request_timeout_s,
+            "connect_timeout_s": connect_timeout_s,
+            "keepalive": keepalive,
+            "secrets": list(secrets),
+        }
+        self.on_tokens = on_tokens or (lambda t, n: None)
+        self.on_cancelled: Callable[[RequestRecord], None] = lambda rec: None
+        self._workers: list[_Worker] = []
+        self._pending: dict[int, tuple[asyncio.Future, _Worker]] = {}
+        self._readers: list[asyncio.Task] = []
+        self._closing = False
+
+    @property
+    def worker_loads(self) -> list[tuple[float | None, float | None]]:
+        return [(w.cpu_pct, w.lag_ms) for w in self._workers]
+
+    async def start(self) -> None:
+        if self._workers:
+            return
+        for i in range(self.n):
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "specload.engine.workers",
+                stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, limit=_STREAM_LIMIT,
+            )
+            w = _Worker(i, proc)
+            w.write(self._init)
+            self._workers.append(w)
+            self._readers.append(asyncio.ensure_future(self._read(w)))
+
+    async def _read(self, w: _Worker) -> None:
+        assert w.proc.stdout is not None
+        on_tokens = self.on_tokens
+        while True:
+            line = await w.proc.stdout.readline()
+            if not line:
+                break
+            msg = orjson.loads(line)
+            op = msg.get("op")
+            if op == "tokens":
+                on_tokens(msg["t"], msg["n"])
+            elif op == "rec":
+                entry = self._pending.pop(msg["request_id"], None)
+                if entry is not None:
+                    w.in_flight -= 1
+                    if not entry[0].done():
+                        entry[0].set_result(record_from_wire(msg))
+            elif op == "load":
+                w.cpu_pct, w.lag_ms = msg["cpu"], msg["lag"]
+        # the worker is gone: its requests cannot finish
+        for rid, (fut, owner) in list(self._pending.items()):
+            if owner is w and not fut.done():
+                fut.set_exception(WorkerError(f"worker {w.index} exited"))
+                self._pending.pop(rid, None)
+
+    async def send(
+        self, prompt: str, *, request_id: int = 0, level: int = 0, level_index: int = 0, warmup: bool = False
+    ) -> RequestRecord:
+        w = min(self._workers, key=lambda x: x.in_flight)
+        fut: asyncio.Future = asyncio.get_running_loop().create_future()
+        self._pending[request_id] = (fut, w)
+        w.in_flight += 1
+        start = time.perf_counter_ns()
+        w.write({"op": "send", "id": request_id, "prompt": prompt, "level": level, "level_index": level_index,
+                 "warmup": warmup})
+        try:
+            return await fut
+        except asyncio.CancelledError:
+            if not self._closing:
+                w.write({"op": "cancel", "id": request_id})
+            try:
+                rec = await asyncio.wait_for(asyncio.shield(fut), 5)
+            except (TimeoutError, asyncio.CancelledError, WorkerError):
+                self._pending.pop(request_id, None)
+                now = time.perf_counter_ns()
+                rec = RequestRecord(request_id, level, level_index, warmup, start, now, None, None, 0, True, None, 0,
+                                    error_kind=ErrorKind.CANCELLED, error_detail="cancelled by specload")
+            self.on_cancelled(rec)
+            raise
+        except WorkerError as e:
+            now = time.perf_counter_ns()
+            return RequestRecord(request_id, level, level_index, warmup, start, now, None, None, 0, True, None, 0,
+                                 error_kind=ErrorKind.CANCELLED, error_detail=str(e))
+
+    async def close(self) -> None:
+        self._closing = True
+        for w in self._workers:
+            try:
+                w.write({"op": "exit"})
+            except (ConnectionError, RuntimeError):
+                pass
+        for w in self._workers:
+            try:
+                await asyncio.wait_for(w.proc.wait(), 10)
+            except TimeoutError:
+                w.proc.kill()
+                await w.proc.wait()
+        for t in self._readers:
+            t.cancel()
+        await asyncio.gather(*self._readers, return_exceptions=True)
+        self._workers.clear()
+
+    async def __aenter__(self) -> WorkerPoolClient:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+# ---------------------------------------------------------------------- the worker process
+
+
+async def _worker_main() -> None:
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(limit=_STREAM_LIMIT)
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    w_transport, w_protocol = await loop.connect_write_pipe(asyncio.streams.FlowControlMixin, sys.stdout)
+    out = asyncio.StreamWriter(w_transport, w_protocol, None, loop)
+
+    def emit(obj: dict) -> None:
+        out.write(orjson.dumps(obj) + b"\n")
+
+    init = orjson.loads(await reader.readline())
+    o = init["options"]
+    tokens = [0, 0]  # [count since last report, last time]
+
+    def on_tokens(t: int, n: int) -> None:
+        tokens[0] += n
+        tokens[1] = t
+
+    client = StreamingClient(
+        init["base_url"],
+        init["flavour"],
+        RequestOptions(
+            model=o["model"], max_tokens=o["max_tokens"], ignore_eos=o["ignore_eos"],
+            continuous_usage=o["continuous_usage"], temperature=o["temperature"],
+            extra_body=tuple(tuple(kv) for kv in o["extra_body"]),
+        ),
+        headers=init["headers"],
+        stall_timeout_s=init["stall_timeout_s"],
+        request_timeout_s=init["request_timeout_s"],
+        connect_timeout_s=init["connect_timeout_s"],
+        keepalive=init["keepalive"],
+        on_tokens=on_tokens,
+        on_cancelled=lambda rec: emit(record_to_wire(rec)),
+        secrets=tuple(init["secrets"]),
+    )
+    await client.start()
+    tasks: dict[int, asyncio.Task] = {}
+
+    async def one(msg: dict) -> None:
+        rec = await client.send(msg["prompt"], request_id=msg["id"], level=msg["level"],
+                                level_index=msg["level_index"], warmup=msg["warmup"])
+        emit(record_to_wire(rec))
+
+    async def report() -> None:
+        cpu0, wall0 = time.process_time(), time.perf_counter()
+        worst = 0.0
+        next_load = wall0 + 1.0
+        while True:
+            before = time.perf_counter()
+            await asyncio.sleep(0.05)
+            now = time.perf_counter()
+            worst = max(worst, now - before - 0.05)
+            if tokens[0]:
+                emit({"op": "tokens", "t": tokens[1], "n": tokens[0]})
+                tokens[0] = 0
+            if now >= next_load:
+                cpu = time.process_time()
+                emit({"op": "load", "cpu": 100 * (cpu - cpu0) / (now - wall0), "lag": worst * 1e3})
+                cpu0, wall0, worst, next_load = cpu, now, 0.0, now + 1.0
+
+    reporter = asyncio.ensure_future(report())
+    try:
+        while True:
+            line = await reader.readline()
+            if not line:
+                break
+            msg = orjson.loads(line)
+            op = msg.get("op")
+            if op == "send":
+                t = asyncio.ensure_future(one(msg))
+                tasks[msg["id"]] = t
+                t.add_done_callback(lambda _t, rid=msg["id"]: tasks.pop(rid, None))
+            elif op == "cancel":
+                t = tasks.get(msg["id"])
+                if t is not None:
+                    t.cancel()
+            elif op == "exit":
+                break
+    finally:
+        for t in list(tasks.values()):
+            t.cancel()
+        await asyncio.gather(*tasks.values(), return_exceptions=True)
+        if tokens[0]:
+            emit({"op": "tokens", "t": tokens[1], "n": tokens[0]})
+        reporter.cancel()
+        await client.close()
+        await out.drain()
+
+
+def main() -> None:
+    import signal
+
+    # Ctrl-C in the terminal reaches the whole process group: the main process decides what
+    # happens to in-flight requests (recorded as cancelled), so workers ignore it.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        import uvloop
+
+        asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+    except ImportError:
+        pass
+    try:
+        asyncio.run(_worker_main())
+    except (KeyboardInterrupt, BrokenPipeError):
+        pass
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()
