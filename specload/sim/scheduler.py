@@ -167,7 +167,8 @@ class Scheduler:
         self._loop = asyncio.get_running_loop()
         self._running: dict[int, Sequence] = {}  # id(seq) -> seq, insertion ordered
         self._waiting: deque[Sequence] = deque()
-        self._timer: asyncio.TimerHandle | None = None
+        self._timer: asyncio.TimerHandle | asyncio.Handle | None = None
+        self._timer_due = 0.0
         self._kick: asyncio.Handle | None = None
         self._frozen = False
         # batch model: the step in flight (decoding, prefilling)
@@ -296,9 +297,11 @@ class Scheduler:
             return
         due = heap[0][0]
         if self._timer is not None:
-            if self._timer.when() <= due:
+            # the due time is kept by us: uvloop returns a plain Handle (no when()) for past times
+            if self._timer_due <= due:
                 return
             self._timer.cancel()
+        self._timer_due = due
         self._timer = self._loop.call_at(due, self._tick_pinned)
 
     def _tick_pinned(self) -> None:

@@ -189,3 +189,11 @@ def test_core_never_imports_textual() -> None:
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
     assert p.returncode == 0 and p.stdout.strip() == "ok", p.stderr
+
+
+def test_many_streams_against_the_uvloop_simulator_all_succeed(sim_url: str) -> None:
+    # the simulator subprocess runs on uvloop; its pinned scheduler once failed under load there
+    p = run(["run", sim_url, "-c", "16", "-n", "128", "--max-tokens", "64", "--ignore-eos", "--json"])
+    assert p.returncode == 0, p.stderr
+    out = orjson.loads(p.stdout)
+    assert out["ok"] == 128 and out["errors"] == {}
