@@ -1,0 +1,415 @@
+"""The Textual app: the live dashboard over one ``Session`` (or a fixed ``StaticSource``).
+
+How data reaches the screen:
+
+* Continuous state is *pulled*: a 4 Hz timer samples ``source.snapshot()``, ``runner_state()`` and
+  ``state_label()`` into the app's reactives, and the panels receive them through ``data_bind``. The
+  engine never calls into the UI per token or per request, so a busy screen cannot slow the load.
+* Discrete happenings are *pushed*: the session's listener turns each call into a Textual message
+  (``messages.py``) that the app handles between frames (new crash -> alert, level done -> table row).
+* Controls call the runner's methods directly; the runner and session write every change into the
+  record as an ``event`` line, so the UI adds nothing of its own to the record.
+
+``create_app`` is the one factory used by the CLI (``run_app``), the Pilot tests and the snapshot
+tests, so all three run the same app.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.css.query import NoMatches
+from textual.reactive import var
+from textual.widgets import Footer
+from textual.worker import Worker
+
+from specload.config import RunConfig
+from specload.engine.runner import RunnerState
+from specload.session import EXIT_CRASHED, EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, Session, SessionResult
+from specload.stats.live import StatsSnapshot
+from specload.ui.layout import Dashboard, DetailGrid, PanelTabs, TopRow
+from specload.ui.messages import (
+    ClientSaturated,
+    CrashReported,
+    LevelFinished,
+    PhaseChanged,
+    RunEventPosted,
+    SessionEnded,
+    SessionNotice,
+    TargetFound,
+    WaitingForServer,
+    to_message,
+)
+from specload.ui.screens import ConcurrencyScreen, CrashScreen, HelpScreen, MarkerScreen
+from specload.ui.source import DataSource
+from specload.ui.themes import DEFAULT_THEME, FALLBACK_DARK, VARIABLE_DEFAULTS, load_themes
+from specload.ui.widgets.crashes import CrashTable
+from specload.ui.widgets.header import RunHeader
+from specload.ui.widgets.levels import KneeChart, LevelTable
+from specload.ui.widgets.load import LoadPanel
+from specload.ui.widgets.logtail import LogTail
+from specload.ui.widgets.metrics import LatencyPanel, ThroughputPanel
+from specload.ui.widgets.server import ErrorsPanel, ServerPanel
+
+REFRESH_S = 0.25  # the sampling period: 4 Hz is smooth for people and negligible for the engine
+# The log tail is pulled every 4th sample (1 Hz): a growing log changes its virtual size, which
+# re-runs the whole screen's layout, the most expensive thing the UI does (measured with cProfile).
+LOG_EVERY = 4
+QUIT_GRACE_S = 20.0  # after 'q', leave even if the session's teardown hangs
+
+
+class SpecloadApp(App[int]):
+    TITLE = "specload"
+    DEFAULT_CSS = """
+    Screen { background: $background; }
+    #crash-hint { color: $text-muted; height: 1; padding: 0 1; }
+    """
+    BINDINGS = [
+        Binding("q", "quit_run", "Quit"),
+        Binding("space", "pause", "Pause"),
+        # the footer has 80 columns at worst: one entry per pair of keys, the partner hidden
+        Binding("up,plus", "conc(1)", "C±1", key_display="↑↓"),
+        Binding("down,minus", "conc(-1)", "C-1", show=False),
+        Binding("right_square_bracket", "scale(2.0)", "×2/½", key_display="]["),
+        Binding("left_square_bracket", "scale(0.5)", "½", show=False),
+        Binding("c", "set_concurrency", "Set C"),
+        Binding("n", "next_level", "Next"),
+        Binding("h", "hold", "Hold"),
+        Binding("m", "marker", "Mark"),
+        Binding("e", "crashes", "Crashes", show=False),
+        Binding("question_mark", "help", "Keys", key_display="?"),
+        Binding("right", "panel(1)", "Panel", show=False),
+        Binding("left", "panel(-1)", "Panel", show=False),
+    ]
+
+    snapshot: var[StatsSnapshot | None] = var(None)
+    runner_state: var[RunnerState | None] = var(None)
+    state_label: var[str] = var("starting")
+    target_info: var[tuple[str, str, str]] = var(("", "", ""))
+
+    def __init__(
+        self,
+        cfg: RunConfig | None = None,
+        *,
+        source: DataSource | None = None,
+        theme: str | None = None,
+        theme_dirs: list[Path] | None = None,
+        refresh_s: float = REFRESH_S,
+    ) -> None:
+        super().__init__()
+        if source is None:
+            if cfg is None:
+                raise ValueError("SpecloadApp needs a RunConfig or a data source")
+            # stay_open: when the ramp ends the dashboard stays, and the user may set a concurrency
+            source = Session(cfg, listener=self.listen, stay_open=True, on_crash=cfg.watch.on_crash)
+        self.source = source
+        self.session: Session | None = source if isinstance(source, Session) else None
+        self.refresh_s = refresh_s
+        self.result: SessionResult | None = None
+        self._quitting = False
+        self._ticks = 0
+        self._saturated_levels: set[int] = set()
+        self._startup_notices: list[tuple[str, str]] = []
+        self._register_themes(theme, theme_dirs)
+
+    # ------------------------------------------------------------------ themes
+
+    def get_theme_variable_defaults(self) -> dict[str, str]:
+        return dict(VARIABLE_DEFAULTS)
+
+    def _register_themes(self, wanted: str | None, dirs: list[Path] | None) -> None:
+        found = load_themes(dirs)
+        if DEFAULT_THEME not in found.themes:
+            found.themes[DEFAULT_THEME] = FALLBACK_DARK
+        for t in found.themes.values():
+            self.register_theme(t)
+        for problem in found.problems:
+            self._startup_notices.append((problem, "warning"))
+        name = wanted or DEFAULT_THEME
+        if name not in self.available_themes:
+            self._startup_notices.append((f"unknown theme {name!r}: using {DEFAULT_THEME}", "warning"))
+            name = DEFAULT_THEME
+        try:
+            self.theme = name
+        except Exception as e:  # noqa: BLE001 - a theme must never stop a load test
+            self._startup_notices.append((f"theme {name!r} failed ({e}): using {DEFAULT_THEME}", "warning"))
+            self.theme = DEFAULT_THEME
+
+    # ------------------------------------------------------------------ layout
+
+    def compose(self) -> ComposeResult:
+        App = SpecloadApp  # noqa: N806 - the reactives to bind live on the class
+        yield RunHeader().data_bind(App.snapshot, App.state_label, App.target_info)
+        with Dashboard():
+            with TopRow():
+                load = LoadPanel(classes="top-panel").data_bind(App.runner_state)
+                load.border_title = "load"
+                yield load
+                tp = ThroughputPanel(classes="top-panel").data_bind(App.snapshot)
+                tp.border_title = "throughput"
+                yield tp
+                lat = LatencyPanel(classes="top-panel").data_bind(App.snapshot)
+                lat.border_title = "latency (rolling 10 s)"
+                yield lat
+            yield PanelTabs()
+            with DetailGrid():
+                levels = LevelTable(id="p-levels", classes="detail-panel").data_bind(App.snapshot)
+                levels.border_title = "levels"
+                yield levels
+                chart = KneeChart(id="p-chart", classes="detail-panel").data_bind(App.snapshot)
+                chart.border_title = "throughput vs concurrency"
+                yield chart
+                server = ServerPanel(id="p-server", classes="detail-panel").data_bind(App.snapshot)
+                server.border_title = "server"
+                yield server
+                crashes = CrashTable(id="p-crashes", classes="detail-panel").data_bind(App.snapshot)
+                crashes.border_title = "crashes (e: excerpt)"
+                yield crashes
+                errors = ErrorsPanel(id="p-errors", classes="detail-panel").data_bind(App.snapshot)
+                errors.border_title = "errors"
+                yield errors
+                log = LogTail(id="p-log", classes="detail-panel")
+                log.border_title = "server log"
+                yield log
+        yield Footer(compact=True)
+
+    def on_mount(self) -> None:
+        self.query_one(CrashTable).t0_ns = self.source.t0_ns
+        for text, severity in self._startup_notices:
+            self.notify(text, severity=severity, timeout=8)  # type: ignore[arg-type]
+        self.sample()
+        self.set_interval(self.refresh_s, self.sample)
+        if self.session is not None:
+            self.run_worker(self._run_session(), name="session", exit_on_error=False)
+
+    async def _run_session(self) -> None:
+        assert self.session is not None
+        try:
+            result = await self.session.run()
+        except Exception as e:  # noqa: BLE001 - one place for programming errors in the engine
+            result = SessionResult("error", EXIT_ERROR, (), f"internal error: {type(e).__name__}: {e}")
+            self.post_message(SessionEnded(result))
+
+    def sample(self) -> None:
+        """One refresh: pull the source's state into the reactives and tail the log."""
+        src = self.source
+        self.snapshot = src.snapshot()
+        self.runner_state = src.runner_state()
+        self.state_label = src.state_label()
+        self.target_info = (src.url or "", src.model or "", src.api or "")
+        if self._ticks % LOG_EVERY == 0:
+            try:
+                self.query_one(LogTail).pull(src.log_lines)
+            except NoMatches:  # a last tick while the app is being torn down
+                return
+        self._ticks += 1
+
+    # ------------------------------------------------------------------ pushed events
+
+    def listen(self, kind: str, payload: object) -> None:
+        """The session's listener: called synchronously in this loop; becomes a message."""
+        msg = to_message(kind, payload)
+        if msg is not None:
+            self.post_message(msg)
+
+    def on_session_notice(self, msg: SessionNotice) -> None:
+        self.notify(msg.text, timeout=6)
+
+    def on_phase_changed(self, msg: PhaseChanged) -> None:
+        self.state_label = self.source.state_label()
+
+    def on_target_found(self, msg: TargetFound) -> None:
+        self.target_info = (msg.url, msg.model, msg.api)
+
+    def on_run_event_posted(self, msg: RunEventPosted) -> None:
+        ev = msg.event
+        if ev.kind == "marker":
+            self.notify(f"marker{': ' + str(ev.value) if ev.value else ''}", title="marker", timeout=3)
+        elif ev.kind == "server_exit":
+            self.notify(f"server {ev.value}", title="server", severity="error", timeout=10)
+        elif ev.kind in ("pause", "resume", "hold", "next", "concurrency"):
+            self.runner_state = self.source.runner_state()  # show the change now, not at the next tick
+
+    def on_level_finished(self, msg: LevelFinished) -> None:
+        self.query_one(LevelTable).show_level(msg.summary)
+        chart = self.query_one(KneeChart)
+        chart.set_levels(self.source.snapshot().levels)
+
+    def on_crash_reported(self, msg: CrashReported) -> None:
+        c = msg.crash
+        table = self.query_one(CrashTable)
+        table.show_crash(c)
+        table.add_class("-has-crashes")
+        if not c.new:
+            return
+        paused = " · load paused" if self.session is not None and self.session.on_crash == "pause" else ""
+        self.notify(f"{c.exception_type}: {c.message}{paused}\npress e for the excerpt",
+                    title="✖ SERVER CRASH", severity="error", timeout=15)
+        self.bell()
+        table.flash()
+        dash = self.query_one(Dashboard)
+        if dash.compact:
+            dash.show_panel("crashes")
+
+    def on_client_saturated(self, msg: ClientSaturated) -> None:
+        if msg.level in self._saturated_levels:
+            return
+        self._saturated_levels.add(msg.level)
+        self.notify(
+            f"cpu {msg.cpu_pct:.0f}% · loop lag {msg.loop_lag_ms:.0f} ms at C={msg.level}: latencies are client-bound",
+            title="⚠ client saturated", severity="warning", timeout=8,
+        )
+
+    def on_waiting_for_server(self, msg: WaitingForServer) -> None:
+        line = f": {msg.last_line}" if msg.last_line else ""
+        self.notify(f"waiting for the server ({msg.elapsed_s:.0f} s){line}", timeout=4)
+
+    def on_session_ended(self, msg: SessionEnded) -> None:
+        result = msg.result
+        if not isinstance(result, SessionResult):
+            return
+        self.result = result
+        self.sample()
+        if self._quitting:
+            self.exit(self.exit_code)
+            return
+        if result.reason == "error":
+            self.notify(result.message or "the run failed", title="error", severity="error", timeout=30)
+        else:
+            self.notify(f"run ended: {result.reason} (q to quit)", timeout=10)
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        # a quit requested while the session was still starting: leave once the worker is done
+        if event.worker.name == "session" and event.worker.is_finished and self._quitting:
+            self.exit(self.exit_code)
+
+    @property
+    def exit_code(self) -> int:
+        """The process exit status: quitting with 'q' is a normal end unless a crash or error happened."""
+        r = self.result
+        if r is None:
+            return EXIT_OK
+        if r.reason == "interrupted":
+            crashed = self.snapshot is not None and bool(self.snapshot.crashes)
+            return EXIT_CRASHED if crashed else EXIT_OK
+        return r.exit_code if r.exit_code != EXIT_INTERRUPTED else EXIT_OK
+
+    # ------------------------------------------------------------------ controls
+
+    def _runner(self):
+        runner = getattr(self.source, "runner", None)
+        if runner is None:
+            self.notify("the load has not started yet", severity="warning", timeout=3)
+            return None
+        if self.result is not None:
+            self.notify("the run has ended", severity="warning", timeout=3)
+            return None
+        return runner
+
+    def action_conc(self, delta: int) -> None:
+        if (r := self._runner()) is not None:
+            r.change_target(delta)
+            self.runner_state = self.source.runner_state()
+
+    def action_scale(self, factor: float) -> None:
+        if (r := self._runner()) is not None:
+            r.scale_target(factor)
+            self.runner_state = self.source.runner_state()
+
+    def action_set_concurrency(self) -> None:
+        if self._runner() is None:
+            return
+        rs = self.source.runner_state()
+
+        def apply(n: int | None) -> None:
+            if n is not None and (r := self._runner()) is not None:
+                r.set_target(n)
+                self.notify(f"concurrency → {n} (held)", timeout=3)
+
+        self.push_screen(ConcurrencyScreen(rs.target if rs else None), apply)
+
+    def action_pause(self) -> None:
+        if (r := self._runner()) is not None:
+            r.toggle_pause()
+            self.state_label = self.source.state_label()
+
+    def action_next_level(self) -> None:
+        if (r := self._runner()) is not None:
+            r.next_level()
+
+    def action_hold(self) -> None:
+        if (r := self._runner()) is not None:
+            r.toggle_hold()
+            self.notify("holding this level" if r.held else "ramp resumed", timeout=3)
+
+    def action_marker(self) -> None:
+        if self.session is None or self._runner() is None:
+            return
+
+        def apply(note: str | None) -> None:
+            if note is not None and self.session is not None and self.result is None:
+                self.session.marker(note)
+
+        self.push_screen(MarkerScreen(), apply)
+
+    def action_crashes(self) -> None:
+        crashes = list(self.query_one(CrashTable).crashes.values())
+        if not crashes:
+            self.notify("no server crash seen", timeout=3)
+            return
+        self.push_screen(CrashScreen(crashes, self.source.t0_ns))
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen())
+
+    def action_panel(self, delta: int) -> None:
+        self.query_one(Dashboard).step_panel(delta)
+
+    def on_click(self, event) -> None:  # noqa: ANN001 - any click
+        # clicking the crash table opens the excerpts (the table never takes focus)
+        widget = getattr(event, "widget", None)
+        if isinstance(widget, CrashTable) and widget.crashes:
+            self.action_crashes()
+
+    async def action_quit(self) -> None:
+        self.action_quit_run()
+
+    def action_quit_run(self) -> None:
+        """Quit cleanly: stop sending, record in-flight requests as cancelled, close the record, exit."""
+        if self.session is None or self.result is not None:
+            self.exit(self.exit_code)
+            return
+        if self._quitting:
+            return
+        self._quitting = True
+        self.notify("quitting: cancelling in-flight requests and closing the record", timeout=5)
+        self.session.interrupt("interrupted")
+        self.set_timer(QUIT_GRACE_S, lambda: self.exit(self.exit_code))
+
+
+def create_app(
+    cfg: RunConfig | None = None,
+    *,
+    theme: str | None = None,
+    source: DataSource | None = None,
+    theme_dirs: list[Path] | None = None,
+) -> SpecloadApp:
+    """The app for a run (``cfg``) or for fixed data (``source``): used by the CLI and the tests."""
+    return SpecloadApp(cfg, source=source, theme=theme, theme_dirs=theme_dirs)
+
+
+def run_app(cfg: RunConfig, theme: str | None = None) -> int:
+    """``specload tui``: run the dashboard until the user quits; the process exit status."""
+    from specload.headless import _install_loop
+
+    _install_loop()
+    app = create_app(cfg, theme=theme)
+    code = app.run()
+    result = app.result
+    if result is not None and result.message:
+        import sys
+
+        sys.stderr.write(f"specload: error: {result.message}\n")
+    return code if isinstance(code, int) else app.exit_code

@@ -1,0 +1,115 @@
+"""The dashboard's layout, and how it changes with the terminal's size.
+
+One widget tree serves every size; only CSS changes. On a large terminal (at least ``WIDE_COLS`` x
+``TALL_ROWS``) the load, throughput and latency panels sit in a bordered row and every detail panel
+(levels, chart, server, crashes, errors, log) is visible at once in a grid. Below that the dashboard
+is "compact": the top panels stack without borders, and the detail panels share the remaining rows,
+one at a time, chosen with a tab strip (or the left/right keys). Moving panels with CSS instead of
+composing two layouts keeps a single set of widgets to update.
+"""
+
+from __future__ import annotations
+
+from textual import events
+from textual.containers import Container, Grid, Horizontal
+from textual.widgets import Tab, Tabs
+
+WIDE_COLS = 120
+TALL_ROWS = 34
+
+DETAIL_PANELS = ("levels", "chart", "server", "crashes", "errors", "log")
+
+
+class TopRow(Horizontal):
+    DEFAULT_CSS = """
+    TopRow { height: auto; }
+    TopRow > .top-panel {
+        width: 1fr; height: 5;
+        border: round $primary 40%; border-title-color: $text-muted;
+    }
+    """
+
+
+class DetailGrid(Grid):
+    DEFAULT_CSS = """
+    DetailGrid {
+        height: 1fr;
+        grid-size: 3 3;
+        grid-columns: 1fr 1fr 1fr;
+        grid-rows: 1fr 1fr 1fr;
+    }
+    DetailGrid > .detail-panel {
+        height: 1fr; border: round $primary 40%; border-title-color: $text-muted;
+    }
+    DetailGrid > #p-levels { column-span: 2; }
+    DetailGrid > #p-log { column-span: 3; }
+    DetailGrid > #p-crashes.-has-crashes { border: round $error; border-title-color: $error; }
+    """
+
+
+class PanelTabs(Tabs):
+    DEFAULT_CSS = """
+    PanelTabs { display: none; }
+    """
+
+    def __init__(self) -> None:
+        super().__init__(*[Tab(name, id=f"tab-{name}") for name in DETAIL_PANELS], id="panel-tabs")
+        # left/right are app bindings; a focused tab strip would also swallow them
+        self.can_focus = False
+
+
+class Dashboard(Container):
+    DEFAULT_CSS = """
+    Dashboard { height: 1fr; layout: vertical; }
+    Dashboard.-compact TopRow { layout: vertical; }
+    Dashboard.-compact TopRow > .top-panel { height: auto; border: none; width: 1fr; }
+    Dashboard.-compact PanelTabs { display: block; }
+    Dashboard.-compact DetailGrid { layout: vertical; }
+    Dashboard.-compact DetailGrid > .detail-panel { display: none; border: none; height: 1fr; }
+    Dashboard.-compact.-show-levels #p-levels { display: block; }
+    Dashboard.-compact.-show-chart #p-chart { display: block; }
+    Dashboard.-compact.-show-server #p-server { display: block; }
+    Dashboard.-compact.-show-crashes #p-crashes { display: block; }
+    Dashboard.-compact.-show-errors #p-errors { display: block; }
+    Dashboard.-compact.-show-log #p-log { display: block; }
+    """
+
+    def on_mount(self) -> None:
+        self.add_class("-show-levels")
+        self._fit(self.app.size.width, self.app.size.height)
+
+    def on_resize(self, event: events.Resize) -> None:
+        self._fit(self.app.size.width, self.app.size.height)
+
+    def _fit(self, cols: int, rows: int) -> None:
+        self.set_class(cols < WIDE_COLS or rows < TALL_ROWS, "-compact")
+
+    @property
+    def compact(self) -> bool:
+        return self.has_class("-compact")
+
+    def show_panel(self, name: str) -> None:
+        """Which detail panel a compact dashboard shows (all are shown when wide)."""
+        if name not in DETAIL_PANELS:
+            return
+        for other in DETAIL_PANELS:
+            self.set_class(other == name, f"-show-{other}")
+        tabs = self.query_one(PanelTabs)
+        if tabs.active != f"tab-{name}":
+            tabs.active = f"tab-{name}"
+
+    @property
+    def shown_panel(self) -> str:
+        for name in DETAIL_PANELS:
+            if self.has_class(f"-show-{name}"):
+                return name
+        return DETAIL_PANELS[0]
+
+    def step_panel(self, delta: int) -> None:
+        i = DETAIL_PANELS.index(self.shown_panel)
+        self.show_panel(DETAIL_PANELS[(i + delta) % len(DETAIL_PANELS)])
+
+    def on_tabs_tab_activated(self, event: Tabs.TabActivated) -> None:
+        if event.tab is not None and event.tab.id:
+            self.show_panel(event.tab.id.removeprefix("tab-"))
+

@@ -1,0 +1,182 @@
+"""Modal screens: typing an exact concurrency, a marker note, the key help and a crash's full excerpt.
+
+Each modal returns its answer through ``dismiss`` and the app applies it, so the screens know nothing
+of the session. Bad input (a concurrency that is not a positive whole number) keeps the modal open with
+a notice; nothing typed can raise.
+"""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Input, Label, OptionList, Static
+from textual.widgets.option_list import Option
+
+from specload.engine.runner import MAX_CONCURRENCY
+from specload.records import CrashEvent
+from specload.ui.widgets.numbers import clock
+
+_MODAL_CSS = """
+{name} {{ align: center middle; background: $background 60%; }}
+{name} > Vertical {{
+    width: 60; max-width: 95%; height: auto; max-height: 90%;
+    border: thick $primary; background: $panel; padding: 1 2;
+}}
+{name} .modal-title {{ text-style: bold; margin: 0 0 1 0; }}
+{name} .modal-hint {{ color: $text-muted; margin: 1 0 0 0; }}
+{name} .modal-error {{ color: $error; text-style: bold; }}
+"""
+
+
+def parse_concurrency(text: str) -> int | None:
+    """A positive whole number within the runner's limit, or None."""
+    text = text.strip()
+    if not text.isdigit():
+        return None
+    n = int(text)
+    return n if 1 <= n <= MAX_CONCURRENCY else None
+
+
+class ConcurrencyScreen(ModalScreen[int | None]):
+    DEFAULT_CSS = _MODAL_CSS.format(name="ConcurrencyScreen")
+    BINDINGS = [Binding("escape", "cancel", "Cancel")]
+
+    def __init__(self, current: int | None) -> None:
+        super().__init__()
+        self.current = current
+
+    def compose(self) -> ComposeResult:
+        with Vertical():
+            yield Label("Set concurrency", classes="modal-title")
+            yield Input(
+                value="" if self.current is None else str(self.current),
+                placeholder="a positive whole number",
+                id="conc-input",
+            )
+            yield Label("", id="conc-error", classes="modal-error")
+            yield Label("enter: apply · escape: cancel", classes="modal-hint")
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        event.stop()
+        n = parse_concurrency(event.value)
+        if n is None:
+            msg = f"{event.value.strip()!r} is not a concurrency: type a whole number from 1 to {MAX_CONCURRENCY}"
+            self.query_one("#conc-error", Label).update(msg)
+            self.notify(msg, severity="warning", title="concurrency")
+            return
+        self.dismiss(n)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+
+class MarkerScreen(ModalScreen[str | None]):
+    DEFAULT_CSS = _MODAL_CSS.format(name="MarkerScreen")
+    BINDINGS = [Binding("escape", "cancel", "Cancel")]
+
+    def compose(self) -> ComposeResult:
+        with Vertical():
+            yield Label("Marker", classes="modal-title")
+            yield Input(placeholder="optional note (what you just changed on the server)", id="marker-input")
+            yield Label("enter: add the marker to the record · escape: cancel", classes="modal-hint")
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        event.stop()
+        self.dismiss(event.value.strip())  # an empty note is a valid marker
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+
+KEYS_HELP = (
+    ("↑ / +", "concurrency +1 (a held manual level)"),
+    ("↓ / -", "concurrency -1"),
+    ("]  /  [", "double / halve the concurrency"),
+    ("c", "type an exact concurrency"),
+    ("space", "pause / resume sending"),
+    ("n", "next level of the ramp"),
+    ("h", "hold the current level / resume the ramp"),
+    ("m", "marker with an optional note (into the record)"),
+    ("e", "crash excerpts"),
+    ("← / →", "switch panel (small terminals)"),
+    ("ctrl+p", "command palette (themes: 'Change theme')"),
+    ("?", "this help"),
+    ("q", "quit: in-flight requests are recorded as cancelled"),
+)
+
+
+class HelpScreen(ModalScreen[None]):
+    DEFAULT_CSS = _MODAL_CSS.format(name="HelpScreen") + """
+    HelpScreen .key { width: 10; text-style: bold; color: $accent; }
+    HelpScreen Horizontal { height: 1; }
+    """
+    BINDINGS = [Binding("escape,question_mark,q", "close", "Close")]
+
+    def compose(self) -> ComposeResult:
+        with Vertical():
+            yield Label("Keys", classes="modal-title")
+            with VerticalScroll():
+                for key, what in KEYS_HELP:
+                    with Horizontal():
+                        yield Label(key, classes="key")
+                        yield Label(what)
+            yield Label("escape or ?: close", classes="modal-hint")
+
+    def action_close(self) -> None:
+        self.dismiss(None)
+
+
+class CrashScreen(ModalScreen[None]):
+    """Every crash signature on the left; the highlighted one's full excerpt on the right."""
+
+    DEFAULT_CSS = """
+    CrashScreen { align: center middle; background: $background 60%; }
+    CrashScreen > Vertical { width: 95%; height: 90%; border: thick $error; background: $panel; padding: 0 1; }
+    CrashScreen .modal-title { text-style: bold; color: $error; }
+    CrashScreen Horizontal { height: 1fr; }
+    CrashScreen OptionList { width: 40; max-width: 40%; height: 1fr; }
+    CrashScreen VerticalScroll { width: 1fr; height: 1fr; background: $surface; }
+    CrashScreen #crash-excerpt { width: auto; }
+    CrashScreen .modal-hint { color: $text-muted; }
+    """
+    BINDINGS = [Binding("escape,q,e", "close", "Close")]
+
+    def __init__(self, crashes: list[CrashEvent], t0_ns: int) -> None:
+        super().__init__()
+        self.crashes = crashes
+        self.t0_ns = t0_ns
+
+    def compose(self) -> ComposeResult:
+        with Vertical():
+            yield Label(f"✖ Server crashes ({len(self.crashes)} signatures)", classes="modal-title")
+            with Horizontal():
+                yield OptionList(
+                    *[
+                        Option(f"{c.exception_type} ×{c.count} (+{clock((c.first_seen_ns - self.t0_ns) / 1e9)})", id=str(i))
+                        for i, c in enumerate(self.crashes)
+                    ]
+                )
+                with VerticalScroll():
+                    yield Static("", id="crash-excerpt", markup=False)
+            yield Label("↑/↓: choose · escape: close", classes="modal-hint")
+
+    def on_mount(self) -> None:
+        if self.crashes:
+            self.query_one(OptionList).highlighted = len(self.crashes) - 1
+            self.show(len(self.crashes) - 1)
+
+    def on_option_list_option_highlighted(self, event: OptionList.OptionHighlighted) -> None:
+        if event.option_index is not None:
+            self.show(event.option_index)
+
+    def show(self, i: int) -> None:
+        c = self.crashes[i]
+        where = f"\nat {c.innermost_frame}" if c.innermost_frame else ""
+        procs = f"\nprocesses: {', '.join(c.processes)}" if c.processes else ""
+        head = f"{c.exception_type}: {c.message}{where}{procs}\nseen {c.count}× · signature {c.signature}\n\n"
+        self.query_one("#crash-excerpt", Static).update(head + c.excerpt)
+
+    def action_close(self) -> None:
+        self.dismiss(None)

@@ -1,0 +1,78 @@
+"""The load panel: the concurrency asked for against what is really in flight, and the ramp's progress.
+
+The gap between target and in-flight is the first thing to look at when a server stalls, so both
+numbers sit side by side. The level's progress is a ProgressBar in the level's own unit (requests or
+seconds); a held or manual level has no end, so the bar is left empty rather than made indeterminate
+(an indeterminate bar animates, i.e. redraws continuously, which the UI must not do).
+"""
+
+from __future__ import annotations
+
+from textual import events
+from textual.app import ComposeResult
+from textual.containers import Horizontal
+from textual.reactive import var
+from textual.widget import Widget
+from textual.widgets import ProgressBar
+
+from specload.engine.runner import RunnerState
+from specload.ui.widgets.value import ValueLabel
+
+
+class LoadPanel(Widget):
+    DEFAULT_CSS = """
+    LoadPanel {
+        height: auto;
+        layout: vertical;
+        padding: 0 1;
+    }
+    LoadPanel > Horizontal { height: auto; }
+    LoadPanel #load-conc { width: 38; height: 1; }
+    LoadPanel #load-level { width: 1fr; height: 1; color: $text-muted; }
+    LoadPanel.-stacked #load-conc { width: 1fr; }
+    /* in a narrow top panel (the wide layout's bordered column) the two lines stack */
+    LoadPanel.-stacked > Horizontal { layout: vertical; }
+    LoadPanel ProgressBar { width: 1fr; }
+    LoadPanel ProgressBar Bar { width: 1fr; }
+    LoadPanel ProgressBar Bar > .bar--bar { color: $specload-throughput; }
+    LoadPanel ProgressBar Bar > .bar--complete { color: $specload-good; }
+    """
+
+    runner_state: var[RunnerState | None] = var(None)
+
+    def compose(self) -> ComposeResult:
+        with Horizontal():
+            yield ValueLabel("concurrency  target –  in flight –", id="load-conc")
+            yield ValueLabel("level –", id="load-level")
+        yield ProgressBar(total=1, show_eta=False, id="load-progress")
+
+    def on_resize(self, event: events.Resize) -> None:
+        self.set_class(event.size.width < 70, "-stacked")
+
+    def watch_runner_state(self, rs: RunnerState | None) -> None:
+        conc = self.query_one("#load-conc", ValueLabel)
+        level = self.query_one("#load-level", ValueLabel)
+        bar = self.query_one(ProgressBar)
+        if rs is None:
+            conc.show("concurrency  target –  in flight –")
+            level.show("level – (not started)")
+            bar.update(total=1, progress=0)
+            return
+        conc.show(f"concurrency  target [b]{rs.target}[/]  in flight [b]{rs.in_flight}[/]")
+        if rs.level_index < 0:
+            where = "warm-up"
+        elif rs.level_number == 0:
+            where = f"manual level C={rs.target}"
+        else:
+            where = f"level {rs.level_number}/{rs.level_count} C={rs.level_concurrency}"
+        if rs.held:
+            where += " · held"
+        if rs.level_total:
+            unit = rs.level_unit
+            done = f"{rs.level_done:.0f}" if unit == "requests" else f"{rs.level_done:.1f}"
+            total = f"{rs.level_total:.0f}" if unit == "requests" else f"{rs.level_total:g}"
+            where += f" · {done}/{total} {unit}"
+            bar.update(total=rs.level_total, progress=min(rs.level_done, rs.level_total))
+        else:
+            bar.update(total=1, progress=0)
+        level.show(where)

@@ -1,0 +1,53 @@
+"""The server log's tail: the last lines the session read, crash lines highlighted.
+
+The session keeps a bounded deque of ``(seq, line)``; on each refresh only lines with a higher
+sequence number than the last one shown are written. A log flood is cut to its last ``MAX_PER_PULL``
+lines per refresh: a person cannot read faster than that and the UI must stay cheap.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+from rich.style import Style
+from rich.text import Text
+from textual.widgets import RichLog
+
+# Lines that belong to a crash report, shown in the crash colour (and bold: colour is never alone).
+CRASH_LINE = re.compile(
+    r"Traceback \(most recent call last\)|^\s+File \"|\b\w*(Error|Exception)\b:|\bFATAL\b|\bCRITICAL\b|"
+    r"Segmentation fault|core dumped|terminate called|what\(\):|CUDA error|\bpanicked\b"
+)
+
+
+class LogTail(RichLog):
+    DEFAULT_CSS = """
+    LogTail { height: 1fr; background: $surface; color: $text-muted; scrollbar-size-vertical: 1; }
+    """
+    MAX_PER_PULL = 200
+
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__(max_lines=1000, wrap=False, markup=False, highlight=False, **kwargs)  # type: ignore[arg-type]
+        self.can_focus = False
+        self.last_seq = 0
+
+    def pull(self, lines: Iterable[tuple[int, str]]) -> int:
+        """Write the lines newer than the last one shown; returns how many were written."""
+        last = self.last_seq
+        # the deque is ordered by seq: walk back from its end to the first unseen line
+        fresh: list[tuple[int, str]] = []
+        for seq, line in reversed(lines):  # type: ignore[call-overload]
+            if seq <= last:
+                break
+            fresh.append((seq, line))
+            if len(fresh) >= self.MAX_PER_PULL:
+                break
+        if not fresh:
+            return 0
+        fresh.reverse()
+        crash_style = Style(color=self.app.theme_variables.get("specload-crash-line"), bold=True)
+        for _, line in fresh:
+            self.write(Text(line, style=crash_style) if CRASH_LINE.search(line) else Text(line))
+        self.last_seq = fresh[-1][0]
+        return len(fresh)
