@@ -1,0 +1,166 @@
+"""Does the TUI disturb the measurement? The same load headless and with the dashboard running.
+
+Starts the built-in simulator once (fixed TTFT and ITL, no speculative decoding, so the server side is
+identical for both runs), then runs a fixed load twice, each in its own process:
+
+* headless: ``specload run URL -c 64 -n 640 --max-tokens 100 --ignore-eos --record ...``
+* TUI: this script re-invoked with ``--tui-child``: the real ``SpecloadApp`` driven by Textual's
+  headless test driver at 160x48 (rendering and compositing happen; only the terminal write is skipped),
+  quitting with 'q' once the load is done.
+
+It prints TTFT p50, TPOT p50 and throughput from the two records (through the same report code as
+``specload report``), their ratios, and each process's CPU seconds per wall second. Numbers only: no
+asserts, since the figures depend on the machine.
+
+    python benchmarks/tui_vs_headless.py [--concurrency 64] [--requests 640] [--max-tokens 100]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import re
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+RUN_TIMEOUT_S = 90  # a hung run is killed rather than waited for
+LISTENING = re.compile(r"listening on (http://127\.0\.0\.1:\d+)")
+
+
+def start_sim() -> tuple[subprocess.Popen, str]:
+    cmd = [sys.executable, "-m", "specload.sim", "--port", "0", "--itl-ms", "20", "--ttft-ms", "50",
+           "--spec-tokens", "0", "--max-batch", "256", "--quiet"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    m = LISTENING.search(line)
+    if not m:
+        proc.kill()
+        raise SystemExit(f"simulator did not start: {line!r}")
+    return proc, m.group(1)
+
+
+def load_args(url: str, record: str, a: argparse.Namespace) -> list[str]:
+    return [url, "-c", str(a.concurrency), "-n", str(a.requests), "--max-requests", str(a.requests),
+            "--max-tokens", str(a.max_tokens), "--ignore-eos", "--record", record]
+
+
+def timed_child(cmd: list[str]) -> tuple[float, float, int]:
+    """Run a child to completion: (wall s, CPU s of the child, exit code)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=RUN_TIMEOUT_S)
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    if proc.returncode not in (0, 130):
+        sys.stderr.write(proc.stderr[-2000:])
+    return wall, cpu, proc.returncode
+
+
+def summarize(record: str) -> dict:
+    from specload.record.reader import read_record
+    from specload.record.report import summaries_from_record
+
+    data = read_record(record)
+    levels, _ = summaries_from_record(data)
+    lv = levels[0]
+    lags = [c.get("loop_lag_ms") for c in data.clients if c.get("loop_lag_ms") is not None]
+    return {
+        "requests": lv.requests,
+        "ok": lv.ok,
+        "ttft_p50_ms": lv.ttft_ms_p50,
+        "tpot_p50_ms": lv.tpot_ms_p50,
+        "throughput_tok_s": lv.throughput_tok_s,
+        "loop_lag_max_ms": max(lags) if lags else None,
+        "loop_lag_mean_ms": sum(lags) / len(lags) if lags else None,
+    }
+
+
+# ---------------------------------------------------------------------------------- the TUI child
+
+
+async def drive_tui(argv: list[str]) -> None:
+    from specload.cli_run import build_config, tui_command
+    from specload.ui.app import create_app
+
+    params = dict(tui_command.make_context("tui", argv).params)
+    params.pop("headless", None)
+    params.pop("theme", None)
+    cfg = build_config(params, ui=True)
+    app = create_app(cfg)
+    async with app.run_test(size=(160, 48)) as pilot:
+        deadline = time.monotonic() + RUN_TIMEOUT_S - 10
+        # the TUI's session stays open after the plan (the user may set a concurrency), so the load is
+        # done when the runner reports the plan finished with nothing in flight
+        while app.result is None and time.monotonic() < deadline:
+            rs = app.source.runner_state()
+            if rs is not None and rs.state == "finished" and rs.in_flight == 0:
+                break
+            await pilot.pause(0.25)
+        await pilot.press("q")
+        while app.is_running and time.monotonic() < deadline + 5:
+            await pilot.pause(0.1)
+
+
+def tui_child(argv: list[str]) -> None:
+    from specload.headless import _install_loop
+
+    _install_loop()  # as run_app does: the same event loop as the headless run
+    asyncio.run(drive_tui(argv))
+
+
+# ---------------------------------------------------------------------------------- main
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--tui-child":
+        tui_child(sys.argv[2:])
+        return
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--concurrency", type=int, default=64)
+    ap.add_argument("--requests", type=int, default=640)
+    ap.add_argument("--max-tokens", type=int, default=100)
+    a = ap.parse_args()
+
+    sim, url = start_sim()
+    tmp = Path(tempfile.mkdtemp(prefix="specload-bench-"))
+    try:
+        head_rec, tui_rec = str(tmp / "headless.jsonl"), str(tmp / "tui.jsonl")
+        specload = [sys.executable, "-c", "from specload.cli import main; main()"]
+        print(f"simulator {url}: ttft 50 ms, itl 20 ms, no speculation; load C={a.concurrency}, "
+              f"{a.requests} requests x {a.max_tokens} tokens")
+        h_wall, h_cpu, h_rc = timed_child([*specload, "run", *load_args(url, head_rec, a)])
+        t_wall, t_cpu, t_rc = timed_child([sys.executable, __file__, "--tui-child", *load_args(url, tui_rec, a)])
+        h, t = summarize(head_rec), summarize(tui_rec)
+    finally:
+        sim.terminate()
+        try:
+            sim.wait(5)
+        except subprocess.TimeoutExpired:
+            sim.kill()
+
+    def row(name: str, key: str, fmt: str = "{:.2f}") -> None:
+        hv, tv = h[key], t[key]
+        ratio = f"{tv / hv:.3f}" if hv and tv is not None else "-"
+        print(f"{name:<22}{fmt.format(hv):>12}{fmt.format(tv):>12}{ratio:>10}")
+
+    print(f"{'':<22}{'headless':>12}{'tui':>12}{'tui/head':>10}")
+    row("requests ok", "ok", "{:d}")
+    row("TTFT p50 ms", "ttft_p50_ms")
+    row("TPOT p50 ms", "tpot_p50_ms")
+    row("throughput tok/s", "throughput_tok_s", "{:.1f}")
+    row("loop lag max ms", "loop_lag_max_ms", "{:.1f}")
+    row("loop lag mean ms", "loop_lag_mean_ms", "{:.1f}")
+    print(f"{'wall s':<22}{h_wall:>12.1f}{t_wall:>12.1f}")
+    print(f"{'CPU s (process)':<22}{h_cpu:>12.2f}{t_cpu:>12.2f}{t_cpu / h_cpu if h_cpu else 0:>10.2f}")
+    print(f"{'CPU share of a core':<22}{h_cpu / h_wall:>11.1%}{t_cpu / t_wall:>12.1%}")
+    print(f"exit codes: headless {h_rc}, tui {t_rc}; records in {tmp}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,37 @@
+"""UI test helpers: a config built from the CLI's own option names, bounded waits, no user themes.
+
+Every UI test runs with ``XDG_CONFIG_HOME`` pointing at an empty folder, so a theme file in the
+developer's ``~/.config/specload/themes`` can never change a snapshot or a notice.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import pytest
+
+from specload.cli_run import build_config, tui_command
+from specload.config import RunConfig
+
+
+@pytest.fixture(autouse=True)
+def _no_user_themes(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.mktemp("xdg")))
+
+
+def tui_config(*args: str) -> RunConfig:
+    """The RunConfig ``specload tui ARGS`` would build."""
+    params = dict(tui_command.make_context("tui", list(args)).params)
+    params.pop("headless", None)
+    params.pop("theme", None)
+    return build_config(params, ui=True)
+
+
+async def wait_for(pilot, cond: Callable[[], object], what: str, timeout: float = 10.0) -> None:
+    """Let the app run until ``cond()`` holds; fail (not hang) after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+        await pilot.pause(0.05)

@@ -1,0 +1,141 @@
+"""The real app against the real simulator: keys change the engine, widgets fill, the record has it all.
+
+Each test starts a simulator on 127.0.0.1 (the ``sim`` fixture), builds the config the CLI would,
+and drives ``SpecloadApp`` with Pilot. Every wait is bounded (``wait_for``); nothing sleeps blindly.
+"""
+
+from __future__ import annotations
+
+from textual.widgets import Input, Sparkline
+
+from specload.record.reader import read_record
+from specload.ui.app import create_app
+from specload.ui.screens import ConcurrencyScreen, HelpScreen, MarkerScreen
+from specload.ui.widgets.header import RunHeader
+from specload.ui.widgets.levels import LevelTable
+from specload.ui.widgets.value import ValueLabel
+from tests.ui.conftest import tui_config, wait_for
+
+
+async def test_levels_fill_the_table_and_sparklines_fill(sim, tmp_path) -> None:
+    server = await sim(ttft_ms=5, itl_ms=5, spec_tokens=0)
+    record = tmp_path / "run.jsonl"
+    cfg = tui_config(server.url, "-c", "1,2", "-n", "4", "--max-tokens", "8", "--record", str(record))
+    app = create_app(cfg)
+    async with app.run_test(size=(160, 48)) as pilot:
+        table = app.query_one(LevelTable)
+        await wait_for(pilot, lambda: table.row_count == 2, "two finished levels in the table")
+        assert [str(k.value) for k in table.rows] == ["level-0", "level-1"]  # stable keys, in order
+        assert table.get_row("level-1")[0] == "2"  # the C column
+        # the ramp is over; the TUI stays open (the user may set a concurrency)
+        state = app.query_one(RunHeader).query_one("#h-state", ValueLabel)
+        await wait_for(pilot, lambda: "finished" in str(state.render()), "the finished state in the header")
+        # per-second series need a completed second: bounded wait for the sparklines
+        sparks = list(app.query(Sparkline))
+        await wait_for(pilot, lambda: bool(app.query_one("#tp-tok").query_one(Sparkline).data),
+                       "throughput sparkline data", timeout=5)
+        await wait_for(pilot, lambda: bool(app.query_one("#lat-ttft").query_one(Sparkline).data),
+                       "TTFT sparkline data", timeout=5)
+        assert len(sparks) >= 5
+        assert app.snapshot is not None and app.snapshot.tokens_total >= 8 * 8
+        await pilot.press("q")
+        await wait_for(pilot, lambda: app.return_code is not None, "the app to exit after q")
+    assert app.return_code == 0
+    data = read_record(str(record))
+    assert data.end is not None and len(data.levels) == 2
+
+
+async def test_keys_drive_the_engine_and_land_in_the_record(sim, tmp_path) -> None:
+    # a slow stream keeps the process mostly idle: Pilot waits for idle (up to 1 s) after each key
+    server = await sim(ttft_ms=5, itl_ms=100, spec_tokens=0)
+    record = tmp_path / "keys.jsonl"
+    # long duration levels: the run is still on its first level while keys are pressed
+    cfg = tui_config(server.url, "-c", "2,4,8", "-d", "60", "--max-tokens", "8", "--record", str(record))
+    app = create_app(cfg)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for(pilot, lambda: app.source.runner is not None and app.source.runner_state().in_flight > 0,
+                       "the load to start")
+        runner = app.source.runner
+
+        await pilot.press("up")
+        assert runner.target == 3 or runner._manual == 3
+        await wait_for(pilot, lambda: runner.target == 3, "C=3 after up")
+        await pilot.press("plus")
+        await wait_for(pilot, lambda: runner.target == 4, "C=4 after +")
+        await pilot.press("down")
+        await wait_for(pilot, lambda: runner.target == 3, "C=3 after down")
+        await pilot.press("minus")
+        await wait_for(pilot, lambda: runner.target == 2, "C=2 after -")
+        await pilot.press("right_square_bracket")
+        await wait_for(pilot, lambda: runner.target == 4, "C=4 after ]")
+        await pilot.press("left_square_bracket")
+        await wait_for(pilot, lambda: runner.target == 2, "C=2 after [")
+        assert runner.held  # a user-set concurrency is a held manual level
+
+        # c: an exact concurrency; bad input keeps the modal open with a notice
+        await pilot.press("c")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConcurrencyScreen), "the concurrency modal")
+        app.screen.query_one(Input).value = ""
+        await pilot.press("a", "b", "enter")
+        await pilot.pause()
+        assert isinstance(app.screen, ConcurrencyScreen)
+        assert any("not a concurrency" in n.message for n in app._notifications)
+        app.screen.query_one(Input).value = ""
+        await pilot.press("0", "enter")
+        assert isinstance(app.screen, ConcurrencyScreen)  # zero is not a concurrency either
+        app.screen.query_one(Input).value = ""
+        await pilot.press("5", "enter")
+        await wait_for(pilot, lambda: not isinstance(app.screen, ConcurrencyScreen), "the modal to close")
+        await wait_for(pilot, lambda: runner.target == 5, "C=5 typed")
+
+        # space pauses and resumes
+        await pilot.press("space")
+        assert runner.paused
+        await wait_for(pilot, lambda: "paused" in str(app.query_one("#h-state", ValueLabel).render()),
+                       "the paused state in the header")
+        await pilot.press("space")
+        assert not runner.paused
+
+        # h releases the hold of the manual level: the plan resumes with its next level
+        await pilot.press("h")
+        assert not runner.held
+        await wait_for(pilot, lambda: runner.snapshot().level_number >= 1, "the plan to resume")
+        before = runner.snapshot().level_index
+        # n: next level
+        await pilot.press("n")
+        await wait_for(pilot, lambda: runner.snapshot().level_index > before, "the next level")
+        # h again holds the planned level
+        await pilot.press("h")
+        assert runner.held
+
+        # m: a marker with a note, and one with an empty note
+        await pilot.press("m")
+        await wait_for(pilot, lambda: isinstance(app.screen, MarkerScreen), "the marker modal")
+        await pilot.press("n", "o", "t", "e", "enter")  # 'n' is typed, not 'next level'
+        await wait_for(pilot, lambda: not isinstance(app.screen, MarkerScreen), "the marker modal to close")
+        await pilot.press("m")
+        await wait_for(pilot, lambda: isinstance(app.screen, MarkerScreen), "the marker modal")
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: not isinstance(app.screen, MarkerScreen), "the marker modal to close")
+
+        # ? shows the keys
+        await pilot.press("question_mark")
+        await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen), "the help screen")
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: not isinstance(app.screen, HelpScreen), "the help screen to close")
+
+        await pilot.press("q")
+        await wait_for(pilot, lambda: app.return_code is not None, "the app to exit after q")
+
+    data = read_record(str(record))
+    assert data.end is not None and data.end["reason"] == "interrupted"
+    kinds = [e["kind"] for e in data.events]
+    conc = [e["value"] for e in data.events if e["kind"] == "concurrency"]
+    assert conc[:7] == [3, 4, 3, 2, 4, 2, 5]
+    for kind in ("pause", "resume", "hold", "next", "marker"):
+        assert kind in kinds, kind
+    assert [e["value"] for e in data.events if e["kind"] == "marker"] == ["note", ""]
+    holds = [e["value"] for e in data.events if e["kind"] == "hold"]
+    assert holds == [False, True]
+    # the quit recorded in-flight requests as cancelled rather than dropping them
+    assert any((r.get("error") or {}).get("kind") == "cancelled" for r in data.requests)
