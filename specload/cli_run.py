@@ -86,6 +86,8 @@ def load_options(f: Callable) -> Callable:
         click.option("--expect-log", multiple=True, help="Regex of a line the server must print (repeatable)."),
         click.option("--metrics-url", help="Prometheus /metrics URL (default: the server's, if it answers; 'off')."),
         click.option("--no-health", is_flag=True, help="Do not poll the health endpoint."),
+        click.option("--down-timeout", type=float, default=30.0, show_default=True,
+                     help="Headless: stop when the server has been down this long (the load pauses meanwhile)."),
         click.option("--on-crash", type=click.Choice(["pause", "stop", "continue"]),
                      help="What a detected server crash does (TUI: pause, headless: stop)."),
         click.option("--sim-args", help="Options for the built-in simulator (used when no URL is given)."),
@@ -104,7 +106,7 @@ def build_config(p: dict, *, ui: bool) -> RunConfig:
     url = check_url(p["url"]) if p.get("url") else None
     if p.get("launch") and url is None:
         raise ConfigError("--launch needs the server's URL as well (e.g. http://127.0.0.1:8000)")
-    for name in ("stall_timeout", "request_timeout", "ready_timeout"):
+    for name in ("stall_timeout", "request_timeout", "ready_timeout", "down_timeout"):
         if p[name] is not None and p[name] < 0:
             raise ConfigError(f"--{name.replace('_', '-')} must not be negative")
     if p["max_tokens"] < 1:
@@ -184,6 +186,7 @@ def build_config(p: dict, *, ui: bool) -> RunConfig:
             metrics_url=p.get("metrics_url"),
             health=not p["no_health"],
             on_crash=p.get("on_crash") or ("pause" if ui else "stop"),
+            down_timeout_s=p["down_timeout"],
         ),
         record=RecordConfig(path=p.get("record_path"), with_chunks=p["record_chunks"]),
         sim_args=sim_args,

@@ -57,6 +57,7 @@ class WatchConfig:
     metrics_url: str | None = None  # None: the server's /metrics if it answers; "off" to disable
     health: bool = True
     on_crash: str = "stop"  # pause, stop, continue
+    down_timeout_s: float = 30.0  # headless: stop after the server has been down this long
 
 
 @dataclass(frozen=True, slots=True)

@@ -67,7 +67,7 @@ class Session:
         stay_open: bool = False,
         on_crash: str | None = None,
         handle_signals: bool = False,
-        down_timeout_s: float = 30.0,
+        down_timeout_s: float | None = None,
     ) -> None:
         self.cfg = cfg
         self.clock = clock
@@ -75,7 +75,7 @@ class Session:
         self.stay_open = stay_open
         self.on_crash = on_crash or cfg.watch.on_crash
         self.handle_signals = handle_signals
-        self.down_timeout_s = down_timeout_s
+        self.down_timeout_s = cfg.watch.down_timeout_s if down_timeout_s is None else down_timeout_s
         self.stats = LiveStats(clock)
         self.t0_ns = self.stats.t0
         self.runner: Runner | None = None
@@ -105,6 +105,7 @@ class Session:
         self._url_found: asyncio.Future[str] | None = None
         self._end_reason: str | None = None
         self._interrupted = False
+        self._stash: list[tuple[str, object]] = []  # record lines from before the record was opened
 
     # ------------------------------------------------------------------ public
 
@@ -140,25 +141,29 @@ class Session:
                     loop.add_signal_handler(sig, self.interrupt)
                 except (NotImplementedError, RuntimeError):
                     pass
+        outcome: tuple[str, int, str | None]
         try:
             await self._start_server()
             if self._interrupted:
-                return self._finish("interrupted", EXIT_INTERRUPTED)
-            await self._build()
-            self.phase = "running"
-            self.listener("phase", self.phase)
-            reason = await self._run_load()
+                outcome = ("interrupted", EXIT_INTERRUPTED, None)
+            else:
+                await self._build()
+                self.phase = "running"
+                self.listener("phase", self.phase)
+                reason = await self._run_load()
+                code = {
+                    "completed": EXIT_OK,
+                    "crashed": EXIT_CRASHED,
+                    "server down": EXIT_SERVER_DOWN,
+                    "interrupted": EXIT_INTERRUPTED,
+                }.get(reason, EXIT_OK)
+                outcome = (reason, code, None)
         except (TargetError, RecordError, PromptError, SessionError) as e:
-            return self._finish("error", EXIT_ERROR, str(e))
+            outcome = ("error", EXIT_ERROR, str(e))
         finally:
+            # torn down before the record is closed: crashes the detector still holds get recorded
             await self._teardown()
-        code = {
-            "completed": EXIT_OK,
-            "crashed": EXIT_CRASHED,
-            "server down": EXIT_SERVER_DOWN,
-            "interrupted": EXIT_INTERRUPTED,
-        }.get(reason, EXIT_OK)
-        return self._finish(reason, code)
+        return self._finish(*outcome)
 
     # ------------------------------------------------------------------ phases
 
@@ -337,12 +342,29 @@ class Session:
             stay_open=self.stay_open,
             seed=cfg.seed,
         )
-        if cfg.record.path:
-            self.recorder = Recorder(cfg.record.path, clock=self.clock, t0_ns=self.t0_ns, with_chunks=cfg.record.with_chunks)
-            header = cfg.describe()
-            header.update({"target": self.url, "model": self.model, "api": self.api, "builtin_sim": self.builtin_sim})
-            self.recorder.open(header)
+        self._open_recorder()
         await self._start_watchers()
+
+    def _open_recorder(self) -> None:
+        """Open the record and write what happened before it could be opened (expect-log results,
+        crashes and server lines seen while the server started)."""
+        if not self.cfg.record.path or self.recorder is not None:
+            return
+        self.recorder = Recorder(
+            self.cfg.record.path, clock=self.clock, t0_ns=self.t0_ns, with_chunks=self.cfg.record.with_chunks
+        )
+        header = self.cfg.describe()
+        header.update({"target": self.url, "model": self.model, "api": self.api, "builtin_sim": self.builtin_sim})
+        self.recorder.open(header)
+        stash, self._stash = self._stash, []
+        for method, payload in stash:
+            getattr(self.recorder, method)(payload)
+
+    def _to_record(self, method: str, payload: object) -> None:
+        if self.recorder is not None:
+            getattr(self.recorder, method)(payload)
+        elif self.cfg.record.path:
+            self._stash.append((method, payload))
 
     async def _start_watchers(self) -> None:
         w = self.cfg.watch
@@ -393,15 +415,26 @@ class Session:
         if self.client is not None:
             await self.client.close()
         if self._launched is not None:
-            ex = await self._launched.stop()
+            # shielded: a cancelled teardown must not leave the server running
+            ex = await asyncio.shield(self._launched.stop())
             if ex is not None:
                 self._notice(f"launched server {ex.description}")
         self.phase = "finished"
 
     def _finish(self, reason: str, code: int, message: str | None = None) -> SessionResult:
+        if self.recorder is None and self.cfg.record.path and reason == "error":
+            # the run never started (server died while starting, target unreachable): still leave a
+            # record of what was seen, with the crash the server printed
+            try:
+                self._open_recorder()
+                if message and self.recorder is not None:
+                    self.recorder.event(RunEvent(self.clock.now_ns(), "error", message))
+            except RecordError:
+                pass
         if self.recorder is not None and not self.recorder.closed:
             try:
-                self.recorder.close(reason if reason != "server down" else "stopped")
+                end = {"server down": "stopped", "error": "crashed" if self.stats.snapshot().crashes else "stopped"}
+                self.recorder.close(end.get(reason, reason))
             except RecordError as e:
                 message = message or str(e)
                 code = code or EXIT_ERROR
@@ -420,8 +453,7 @@ class Session:
 
     def _event(self, ev: RunEvent) -> None:
         self.stats.on_event(ev)
-        if self.recorder is not None:
-            self.recorder.event(ev)
+        self._to_record("event", ev)
         self.listener("event", ev)
 
     def _level(self, summary: LevelSummary) -> None:
@@ -432,13 +464,11 @@ class Session:
 
     def _server(self, sample: ServerSample) -> None:
         self.stats.on_server(sample)
-        if self.recorder is not None:
-            self.recorder.server(sample)
+        self._to_record("server", sample)
 
     def _crash(self, ev: CrashEvent) -> None:
         self.stats.on_crash(ev)
-        if self.recorder is not None:
-            self.recorder.crash(ev)
+        self._to_record("crash", ev)
         self.listener("crash", ev)
         if not ev.new or self.runner is None:
             return

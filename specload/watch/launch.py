@@ -89,6 +89,7 @@ class LaunchedServer:
         self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._stop_requested = False
+        self._starting: asyncio.Future[None] | None = None
 
     # -- state -------------------------------------------------------------------------------
 
@@ -127,8 +128,13 @@ class LaunchedServer:
     # -- life cycle --------------------------------------------------------------------------
 
     async def start(self) -> None:
-        if self._proc is not None:
-            return
+        # start() is awaited by lines() and by the session: a second caller arriving while the
+        # first is still spawning must wait for that process, not spawn another server
+        if self._starting is None:
+            self._starting = asyncio.ensure_future(self._spawn())
+        await asyncio.shield(self._starting)
+
+    async def _spawn(self) -> None:
         self._proc = await spawn_shell(self.cmd, env=self.env, cwd=self.cwd)
         self.notices(f"started server (pid {self._proc.pid}): {self.cmd}")
         self._tasks = [

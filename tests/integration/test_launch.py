@@ -295,3 +295,18 @@ async def test_real_llama_server_launch_metrics_and_stats_lines() -> None:
     assert ex is not None and ex.requested
     kinds = [s.extra.get("kind") for ln in server.last_lines() if (s := parse_stats_line(ln, 0))]
     assert kinds.count("eval") == 2 and kinds.count("prompt_eval") == 2
+
+
+async def test_concurrent_starts_spawn_one_server(tmp_path: Path) -> None:
+    # lines() starts the server too; a session awaiting start() at the same moment once spawned two
+    marker = tmp_path / "starts"
+    server = LaunchedServer(f"echo started >> {marker}; sleep 30", None, grace=1)
+    try:
+        await asyncio.wait_for(asyncio.gather(server.start(), server.start(), server.start()), 10)
+        deadline = time.monotonic() + 10
+        while not marker.exists():
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.01)
+    finally:
+        await server.stop()
+    assert marker.read_text().count("started") == 1

@@ -1,0 +1,161 @@
+"""The session's server watch end to end: crashes from a log file, a log command and a launched
+server reach the run within a second and act on it; health, /metrics and log stats are recorded."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import sys
+import time
+from pathlib import Path
+
+from specload.config import RecordConfig, RequestConfig, RunConfig, TargetConfig, WatchConfig
+from specload.engine.load import build_plan
+from specload.record.reader import read_record
+from specload.records import CrashEvent
+from specload.session import EXIT_CRASHED, EXIT_SERVER_DOWN, Session
+
+
+def cfg(url: str | None, record: Path, *, watch: WatchConfig, levels=(4,), n=10_000, duration=None,
+        max_tokens=20, sim_args=()) -> RunConfig:
+    return RunConfig(
+        target=TargetConfig(url=url, api="chat", stall_timeout_s=5),
+        plan=build_plan(levels, requests_per_level=None if duration else n, duration_per_level=duration,
+                        drain=True, max_duration_s=60),
+        request=RequestConfig(max_tokens=max_tokens, ignore_eos=True),
+        watch=watch,
+        record=RecordConfig(path=str(record)),
+        sim_args=tuple(sim_args),
+    )
+
+
+def free_port() -> int:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+async def wait_until(cond, timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.01)
+
+
+async def test_crash_in_a_followed_log_file_stops_the_run_within_a_second(sim, tmp_path) -> None:
+    log = tmp_path / "server.log"
+    server = await sim(ttft_ms=5, itl_ms=5, spec_tokens=0, crash_after=25, log_file=str(log), log_interval=0.2)
+    rec = tmp_path / "run.jsonl"
+    crashes: list[tuple[float, CrashEvent]] = []
+
+    def listener(kind: str, payload: object) -> None:
+        if kind == "crash":
+            crashes.append((time.monotonic(), payload))  # type: ignore[arg-type]
+
+    session = Session(cfg(server.url, rec, watch=WatchConfig(server_log=str(log), on_crash="stop",
+                                                              metrics_url="off")), listener=listener)
+    task = asyncio.ensure_future(session.run())
+    await asyncio.wait_for(server.crashed.wait(), 30)
+    crashed_at = time.monotonic()
+    result = await asyncio.wait_for(task, 30)
+    assert result.reason == "crashed" and result.exit_code == EXIT_CRASHED
+    types = {c.exception_type for _, c in crashes}
+    assert {"AttributeError", "server_fatal"} <= types
+    attr = next(c for _, c in crashes if c.exception_type == "AttributeError")
+    assert "EAGLEWorkerV2" in attr.message and attr.processes == ("TP0",)
+    assert min(t for t, _ in crashes) - crashed_at < 1.0  # seen within a second of being written
+    data = read_record(str(rec))
+    assert {c["exception_type"] for c in data.crashes} >= {"AttributeError", "server_fatal"}
+    assert data.end["reason"] == "crashed"
+    # the followed log also fed the server stats (SGLang-style Decode batch lines)
+    assert any(s["source"].startswith("log:sglang") for s in data.servers)
+
+
+async def test_crash_pauses_the_load_when_asked(sim, tmp_path) -> None:
+    log = tmp_path / "server.log"
+    server = await sim(ttft_ms=5, itl_ms=5, spec_tokens=0, crash_after=10, log_file=str(log))
+    session = Session(cfg(server.url, tmp_path / "r.jsonl",
+                          watch=WatchConfig(server_log=str(log), on_crash="pause", metrics_url="off")),
+                      stay_open=True)
+    task = asyncio.ensure_future(session.run())
+    try:
+        await wait_until(lambda: session.runner is not None and session.runner.paused and session.stats.snapshot().crashes)
+        assert session.state_label() in ("paused", "server down")
+    finally:
+        session.interrupt()
+        result = await asyncio.wait_for(task, 30)
+    assert result.reason == "interrupted"
+
+
+async def test_crash_read_through_a_log_command(sim, tmp_path) -> None:
+    log = tmp_path / "server.log"
+    log.write_text("")
+    server = await sim(ttft_ms=5, itl_ms=5, spec_tokens=0, crash_after=15, log_file=str(log))
+    rec = tmp_path / "run.jsonl"
+    session = Session(cfg(server.url, rec, watch=WatchConfig(server_log_cmd=f"tail -n 0 -F {log}",
+                                                              on_crash="stop", metrics_url="off")))
+    result = await asyncio.wait_for(session.run(), 40)
+    assert result.reason == "crashed"
+    assert any(c["exception_type"] == "AttributeError" for c in read_record(str(rec)).crashes)
+
+
+async def test_launched_server_expect_log_metrics_and_death(tmp_path) -> None:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    cmd = (f"{sys.executable} -m specload.sim --port {port} --ttft-ms 5 --itl-ms 10 --spec-tokens 3 "
+           f"--accept-rate 0.6 --log-interval 0.2")
+    rec = tmp_path / "run.jsonl"
+    watch = WatchConfig(launch=cmd, ready_timeout_s=30, stop_grace_s=2,
+                        expect_log=("listening on", "Spec v2 is enabled"), expect_timeout_s=0.5,
+                        on_crash="stop", down_timeout_s=1.0)
+    session = Session(cfg(url, rec, watch=watch, max_tokens=200))
+    task = asyncio.ensure_future(session.run())
+    await wait_until(lambda: session.runner is not None and session.runner.started >= 8)
+    await wait_until(lambda: session.stats.snapshot().server is not None)
+    pid = session._launched.pid
+    await asyncio.sleep(0.3)  # let a few /metrics scrapes see speculative counters move
+    os.kill(pid, signal.SIGKILL)  # the server dies without a word
+    result = await asyncio.wait_for(task, 30)
+    assert result.reason == "server down" and result.exit_code == EXIT_SERVER_DOWN
+    data = read_record(str(rec))
+    expects = {e["value"]["pattern"]: e["value"]["seen"] for e in data.events if e["kind"] == "expect"}
+    assert expects == {"listening on": True, "Spec v2 is enabled": False}
+    health = [e["value"] for e in data.events if e["kind"] == "health"]
+    assert health[0] == "up" and "down" in health
+    kinds = {(r["error"] or {}).get("kind") for r in data.requests if not r["ok"]}
+    assert kinds & {"disconnect", "connect", "cancelled"}
+    metrics = [s for s in data.servers if s["source"] == "metrics"]
+    assert metrics and any(0 < s.get("accept_rate", 0) <= 1 for s in metrics)
+    assert any(s.get("accept_len", 0) > 1 for s in metrics)
+    assert data.end["reason"] == "stopped"
+
+
+async def test_server_dying_while_starting_is_reported_with_its_crash(tmp_path) -> None:
+    script = tmp_path / "bad_server.py"
+    script.write_text(
+        "import sys\n"
+        "print('INFO loading model', flush=True)\n"
+        "print('Traceback (most recent call last):')\n"
+        "print('  File \"/srv/model_runner.py\", line 88, in load_weights')\n"
+        "print('    raise ValueError(bad)')\n"
+        "print('ValueError: checkpoint shard 3 of 8 is missing', flush=True)\n"
+        "sys.exit(3)\n"
+    )
+    rec = tmp_path / "run.jsonl"
+    url = f"http://127.0.0.1:{free_port()}"
+    heard: list[tuple[str, object]] = []
+    session = Session(cfg(url, rec, watch=WatchConfig(launch=f"{sys.executable} {script}", ready_timeout_s=20)),
+                      listener=lambda k, p: heard.append((k, p)))
+    result = await asyncio.wait_for(session.run(), 30)
+    assert result.reason == "error" and result.exit_code == 1
+    assert "exited with code 3" in result.message and "\n" not in result.message
+    crashes = [p for k, p in heard if k == "crash"]
+    assert [c.exception_type for c in crashes] == ["ValueError"]
+    assert crashes[0].innermost_frame == "model_runner.py:88 in load_weights"
+    data = read_record(str(rec))
+    assert data.crashes[0]["message"].startswith("checkpoint shard")
+    assert data.end["reason"] == "crashed"
