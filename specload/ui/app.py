@@ -74,7 +74,7 @@ class SpecloadApp(App[int]):
         Binding("down,minus", "conc(-1)", "C-1", show=False),
         Binding("right_square_bracket", "scale(2.0)", "×2/½", key_display="]["),
         Binding("left_square_bracket", "scale(0.5)", "½", show=False),
-        Binding("c", "set_concurrency", "Set C"),
+        Binding("c", "set_concurrency", "Set"),
         Binding("n", "next_level", "Next"),
         Binding("h", "hold", "Hold"),
         Binding("m", "marker", "Mark"),

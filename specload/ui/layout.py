@@ -14,7 +14,7 @@ from textual import events
 from textual.containers import Container, Grid, Horizontal
 from textual.widgets import Tab, Tabs
 
-WIDE_COLS = 120
+WIDE_COLS = 130
 TALL_ROWS = 34
 
 DETAIL_PANELS = ("levels", "chart", "server", "crashes", "errors", "log")
@@ -27,6 +27,8 @@ class TopRow(Horizontal):
         width: 1fr; height: 5;
         border: round $primary 40%; border-title-color: $text-muted;
     }
+    /* the load panel's text is short: the sparklines get the width */
+    TopRow > LoadPanel.top-panel { width: 44; }
     """
 
 
@@ -63,6 +65,7 @@ class Dashboard(Container):
     Dashboard { height: 1fr; layout: vertical; }
     Dashboard.-compact TopRow { layout: vertical; }
     Dashboard.-compact TopRow > .top-panel { height: auto; border: none; width: 1fr; }
+    Dashboard.-compact TopRow > LoadPanel.top-panel { width: 1fr; }
     Dashboard.-compact PanelTabs { display: block; }
     Dashboard.-compact DetailGrid { layout: vertical; }
     Dashboard.-compact DetailGrid > .detail-panel { display: none; border: none; height: 1fr; }

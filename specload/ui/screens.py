@@ -103,12 +103,13 @@ KEYS_HELP = (
     ("← / →", "switch panel (small terminals)"),
     ("ctrl+p", "command palette (themes: 'Change theme')"),
     ("?", "this help"),
-    ("q", "quit: in-flight requests are recorded as cancelled"),
+    ("q", "quit (in-flight requests recorded as cancelled)"),
 )
 
 
 class HelpScreen(ModalScreen[None]):
     DEFAULT_CSS = _MODAL_CSS.format(name="HelpScreen") + """
+    HelpScreen > Vertical { width: 72; }
     HelpScreen .key { width: 10; text-style: bold; color: $accent; }
     HelpScreen Horizontal { height: 1; }
     """

@@ -45,10 +45,10 @@ class RunHeader(Widget):
         color: $foreground;
     }
     RunHeader Horizontal { height: 1; }
-    RunHeader #h-title { width: 1fr; text-style: bold; padding: 0 1; }
-    RunHeader #h-state { width: 24; content-align: right middle; padding: 0 1; text-style: bold; }
-    RunHeader #h-elapsed { width: 10; content-align: right middle; padding: 0 1; }
-    RunHeader #h-client { width: 1fr; padding: 0 1; color: $specload-muted; }
+    RunHeader #h-title { width: 1fr; text-style: bold; padding: 0 1; text-wrap: nowrap; text-overflow: ellipsis; }
+    RunHeader #h-state { width: 22; content-align: right middle; padding: 0 1; text-style: bold; }
+    RunHeader #h-elapsed { width: 9; content-align: right middle; padding: 0 1; }
+    RunHeader #h-client { width: 1fr; padding: 0 1; color: $specload-muted; text-wrap: nowrap; text-overflow: ellipsis; }
     RunHeader #h-saturated { width: auto; padding: 0 1; display: none;
         background: $warning; color: $background; text-style: bold; }
     RunHeader #h-saturated.-on { display: block; }
@@ -67,6 +67,8 @@ class RunHeader(Widget):
     state_label: var[str] = var("starting")
     target_info: var[tuple[str, str, str]] = var(("", "", ""))
 
+    _api = ""
+
     def compose(self) -> ComposeResult:
         with Horizontal():
             yield ValueLabel("specload", id="h-title")
@@ -78,9 +80,13 @@ class RunHeader(Widget):
             yield Label("⚠ CLIENT SATURATED", id="h-saturated")
 
     def watch_target_info(self, info: tuple[str, str, str]) -> None:
-        url, model, api = info
-        parts = [p for p in (url, model, api) if p]
-        self.query_one("#h-title", ValueLabel).show("specload · " + " · ".join(parts) if parts else "specload")
+        url, model, _api = info
+        # the API flavour goes on the second line: the first must keep the URL and model at 80 columns
+        parts = [p for p in (url, model) if p]
+        self.query_one("#h-title", ValueLabel).show(" · ".join(parts) if parts else "specload")
+        self._api = _api
+        if self.snapshot is not None:
+            self.watch_snapshot(self.snapshot)
 
     def watch_state_label(self, label: str) -> None:
         text, mod = state_text(label)
@@ -93,8 +99,9 @@ class RunHeader(Widget):
         if snap is None:
             return
         self.query_one("#h-elapsed", ValueLabel).show(clock(snap.elapsed_s))
+        api = f"api {self._api} · " if self._api else ""
         self.query_one("#h-client", ValueLabel).show(
-            f"client cpu {num(snap.client_cpu_pct, '{:.0f}')}% · loop lag {num(snap.loop_lag_ms, '{:.1f}')} ms"
+            f"{api}client cpu {num(snap.client_cpu_pct, '{:.0f}')}% · loop lag {num(snap.loop_lag_ms, '{:.1f}')} ms"
         )
         self.query_one("#h-saturated", Label).set_class(snap.client_saturated, "-on")
         crashes = self.query_one("#h-crashes", ValueLabel)

@@ -73,6 +73,8 @@ class LoadPanel(Widget):
             total = f"{rs.level_total:.0f}" if unit == "requests" else f"{rs.level_total:g}"
             where += f" · {done}/{total} {unit}"
             bar.update(total=rs.level_total, progress=min(rs.level_done, rs.level_total))
+        elif rs.state == "finished":
+            bar.update(total=1, progress=1)  # the plan is done
         else:
             bar.update(total=1, progress=0)
         level.show(where)

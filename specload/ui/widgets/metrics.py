@@ -28,7 +28,7 @@ class MetricRow(Horizontal):
     MetricRow { height: 1; }
     MetricRow > .metric-name { width: 7; color: $text-muted; }
     MetricRow > Sparkline { width: 1fr; min-width: 8; margin: 0 1 0 0; }
-    MetricRow > .metric-value { width: 30; height: 1; }
+    MetricRow > .metric-value { width: 25; height: 1; }
     MetricRow.-tok > Sparkline > .sparkline--max-color { color: $specload-throughput; }
     MetricRow.-tok > Sparkline > .sparkline--min-color { color: $specload-throughput 40%; }
     MetricRow.-lat > Sparkline > .sparkline--max-color { color: $specload-p99; }
@@ -72,7 +72,7 @@ class ThroughputPanel(Widget):
         if snap is None:
             return
         self.query_one("#tp-tok", MetricRow).show(
-            snap.tok_s_series, f"[b]{snap.tok_s:8.1f}[/] tok/s (10s {snap.tok_s_avg10:.0f})"
+            snap.tok_s_series, f"[b]{snap.tok_s:7.1f}[/] tok/s · 10s {snap.tok_s_avg10:.0f}"
         )
         failed = f" · ✖ {snap.requests_failed} failed" if snap.requests_failed else ""
         self.query_one("#tp-totals", ValueLabel).show(
@@ -82,7 +82,7 @@ class ThroughputPanel(Widget):
 
 
 def latency_text(view: LatencyView) -> str:
-    return f"p50 [b]{ms(view.p50):>8}[/] p99 {ms(view.p99):>8}"
+    return f"p50 [b]{ms(view.p50):>7}[/] p99 {ms(view.p99):>7}"
 
 
 class LatencyPanel(Widget):

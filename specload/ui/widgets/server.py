@@ -57,7 +57,7 @@ class ServerPanel(Widget):
             kv = f"{s.token_usage * 100:.0f}%" if s.token_usage is not None else "–"
             text = f"running {num(s.running, '{:.0f}')} · queued {num(s.queued, '{:.0f}')} · KV {kv} · {s.source}"
         else:
-            text = "running – · queued – · KV – (no server stats yet)"
+            text = "running – · queued – · KV –"
         self.query_one("#srv-queue", ValueLabel).show(text)
         health, cls = HEALTH.get(snap.health, (snap.health, "-muted"))
         label = self.query_one("#srv-health", ValueLabel)

@@ -1,0 +1,129 @@
+"""Themes as data (shipped, user, broken, unknown, live switch) and the dashboard's reactions to events
+(a new crash alerts and opens in a modal; keys before the load starts only notify), on fixed data."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from specload.ui.app import create_app
+from specload.ui.messages import CrashReported, to_message
+from specload.ui.screens import CrashScreen, parse_concurrency
+from specload.ui.themes import DEFAULT_THEME, load_themes, shipped_themes_dir, user_themes_dir
+from specload.ui.widgets.crashes import CrashTable
+from specload.ui.widgets.levels import LevelTable
+from tests.ui.conftest import wait_for
+from tests.ui.fixed_data import CRASH, idle_source, mid_run_source
+
+REPO_THEMES = Path(__file__).resolve().parents[2] / "themes"
+
+
+def test_shipped_themes_load_with_their_variables() -> None:
+    assert shipped_themes_dir() is not None
+    found = load_themes([REPO_THEMES])
+    assert found.problems == []
+    assert {"specload-dark", "specload-light", "specload-contrast"} <= set(found.themes)
+    assert found.themes["specload-light"].dark is False
+    contrast = found.themes["specload-contrast"]
+    # good/bad are blue/orange there, not green/red
+    assert contrast.variables["specload-good"] != contrast.variables["specload-bad"]
+    assert contrast.success == contrast.variables["specload-good"]
+
+
+def test_user_themes_override_and_broken_files_are_reported(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    d = user_themes_dir()
+    assert d == tmp_path / "specload" / "themes"
+    d.mkdir(parents=True)
+    (d / "mine.toml").write_text('name = "mine"\nprimary = "#123456"\ndark = false\n')
+    (d / "bad-colour.toml").write_text('name = "bad"\nprimary = "not-a-colour"\n')
+    (d / "bad-toml.toml").write_text("name = \n")
+    found = load_themes()
+    assert "mine" in found.themes and "specload-dark" in found.themes
+    assert len(found.problems) == 2
+    assert any("not a colour" in p for p in found.problems)
+
+
+async def test_unknown_theme_falls_back_with_a_notice() -> None:
+    app = create_app(source=idle_source(), theme="no-such-theme")
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.pause()
+        assert app.theme == DEFAULT_THEME
+        assert any("unknown theme" in n.message for n in app._notifications)
+
+
+async def test_broken_user_theme_does_not_stop_the_app(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    d = tmp_path / "specload" / "themes"
+    d.mkdir(parents=True)
+    (d / "broken.toml").write_text('name = "broken"\nprimary = 12\n')
+    app = create_app(source=mid_run_source(), theme="broken")
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.pause()
+        assert app.theme == DEFAULT_THEME
+        messages = " ".join(n.message for n in app._notifications)
+        assert "broken.toml" in messages and "unknown theme 'broken'" in messages
+
+
+async def test_theme_switches_live_including_builtin_ones() -> None:
+    app = create_app(source=mid_run_source(), theme="specload-light")
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.pause()
+        assert app.current_theme.dark is False
+        app.theme = "specload-contrast"
+        await pilot.pause()
+        assert app.get_css_variables()["specload-bad"].upper() == "#FF7A00"
+        app.theme = "textual-dark"  # knows nothing of specload-*: the defaults fill in
+        await pilot.pause()
+        assert "specload-throughput" in app.get_css_variables()
+
+
+async def test_new_crash_alerts_and_opens_its_excerpt() -> None:
+    app = create_app(source=mid_run_source(with_crash=False))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        table = app.query_one(CrashTable)
+        assert table.row_count == 0
+        app.post_message(CrashReported(CRASH))
+        await wait_for(pilot, lambda: table.row_count == 1, "the crash row")
+        assert table.has_class("-alert")  # the flash
+        assert any("SERVER CRASH" in (n.title or "") for n in app._notifications)
+        # at 80x24 the crashes panel is brought to the front
+        assert app.query_one("Dashboard").shown_panel == "crashes"
+        assert table.get_row(CRASH.signature)[0] == "✖ AttributeError"
+        assert table.get_row(CRASH.signature)[4] == "+01:35"  # first seen, relative to the run's start
+        await pilot.press("e")
+        await wait_for(pilot, lambda: isinstance(app.screen, CrashScreen), "the crash excerpt")
+        excerpt = str(app.screen.query_one("#crash-excerpt").render())
+        assert "Traceback" in excerpt and "draft_tokens" in excerpt
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: not isinstance(app.screen, CrashScreen), "the excerpt to close")
+
+
+async def test_keys_without_a_running_load_only_notify() -> None:
+    app = create_app(source=idle_source())
+    async with app.run_test(size=(80, 24)) as pilot:
+        for key in ("up", "space", "n", "h", "c", "m", "right_square_bracket"):
+            await pilot.press(key)
+        assert app.screen.is_current and type(app.screen).__name__ == "Screen"
+        assert any("not started" in n.message for n in app._notifications)
+        await pilot.press("q")
+        await wait_for(pilot, lambda: app.return_code is not None, "q to exit without a session")
+
+
+async def test_static_levels_fill_the_table_with_stable_keys() -> None:
+    app = create_app(source=mid_run_source())
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.pause()
+        table = app.query_one(LevelTable)
+        assert table.row_count == 5
+        # the same level reported again (message after sample) updates in place
+        table.show_level(app.source.snapshot().levels[-1])
+        assert table.row_count == 5
+
+
+def test_parse_concurrency_and_messages() -> None:
+    assert parse_concurrency(" 12 ") == 12
+    for bad in ("", "0", "-3", "2.5", "abc", "100001"):
+        assert parse_concurrency(bad) is None
+    assert to_message("unknown-kind", None) is None
+    assert to_message("crash", CRASH).crash is CRASH  # type: ignore[union-attr]
