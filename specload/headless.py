@@ -12,7 +12,7 @@ import sys
 
 from specload.config import RunConfig
 from specload.records import CrashEvent, RunEvent
-from specload.session import EXIT_ERROR, Session, SessionResult
+from specload.session import EXIT_ALL_FAILED, EXIT_ERROR, Session, SessionResult
 from specload.stats.levels import LevelSummary
 
 
@@ -83,6 +83,10 @@ def run_headless(cfg: RunConfig, *, as_json: bool) -> int:
     if result.reason == "error":
         return result.exit_code or EXIT_ERROR
     print_summary(session, result, as_json=as_json, saturated=printer.saturated_levels)
+    snap = session.stats.snapshot()
+    if result.exit_code == 0 and snap.requests_total > 0 and snap.requests_ok == 0:
+        _err("specload: every request failed")
+        return EXIT_ALL_FAILED
     return result.exit_code
 
 

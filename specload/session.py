@@ -40,6 +40,7 @@ EXIT_OK = 0
 EXIT_ERROR = 1
 EXIT_CRASHED = 3
 EXIT_SERVER_DOWN = 4
+EXIT_ALL_FAILED = 5  # headless: the run completed but not one request succeeded
 EXIT_INTERRUPTED = 130
 
 _LISTENING = re.compile(r"listening on (https?://\S+)")
@@ -397,6 +398,13 @@ class Session:
         if self.runner is not None and self.runner._tasks:
             self.runner.cancel_in_flight()
             await asyncio.gather(*list(self.runner._tasks), return_exceptions=True)
+        if self._metrics is not None and self.phase == "running":
+            # the last interval's counters, read before the server may be stopped
+            try:
+                await asyncio.wait_for(self._metrics.scrape_now(), 3)
+            except (TimeoutError, OSError):
+                pass
+        await self._drain_logs()
         for t in self._tasks:
             t.cancel()
         if self._tasks:
@@ -420,6 +428,29 @@ class Session:
             if ex is not None:
                 self._notice(f"launched server {ex.description}")
         self.phase = "finished"
+
+    async def _drain_logs(self) -> None:
+        """Read the server's last lines before the log readers are cancelled: the final requests'
+        log lines (llama.cpp prints them as each response ends) and a crash printed at the very
+        end. Files get a last read; other sources get until their output is quiet (bounded)."""
+        if not self._sources:
+            return
+        for src in self._sources:
+            if src is not self._launched:
+                try:
+                    await src.stop()
+                except Exception:  # noqa: BLE001 - teardown goes on whatever a source does
+                    pass
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 1.0
+        seq = self.log_seq
+        quiet_since = loop.time()
+        while loop.time() < deadline:
+            await asyncio.sleep(0.05)
+            if self.log_seq != seq:
+                seq, quiet_since = self.log_seq, loop.time()
+            elif loop.time() - quiet_since >= 0.2:
+                break
 
     def _finish(self, reason: str, code: int, message: str | None = None) -> SessionResult:
         if self.recorder is None and self.cfg.record.path and reason == "error":
@@ -457,6 +488,9 @@ class Session:
         self.listener("event", ev)
 
     def _level(self, summary: LevelSummary) -> None:
+        if self._metrics is not None:
+            # per-level server figures: the counters as the level ends, not up to a second later
+            self._tasks.append(asyncio.ensure_future(self._metrics.scrape_now()))
         self.stats.on_level(summary)
         if self.recorder is not None:
             self.recorder.level(summary)

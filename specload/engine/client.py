@@ -35,7 +35,7 @@ from specload.records import ErrorKind, RequestRecord
 # before any response byte; such a request never reached the server's handler and is sent again.
 MAX_STALE_RETRIES = 2
 
-TokenCallback = Callable[[int, int], None]
+TokenCallback = Callable[[int, float], None]
 
 # per flavour: the bytes that start a non-empty text field, and the bytes of an empty one
 _FAST_KEYS: dict[str, tuple[bytes, bytes]] = {
@@ -80,6 +80,8 @@ class StreamingClient:
         self.request_timeout_s = request_timeout_s
         self._keepalive = keepalive
         self._session: aiohttp.ClientSession | None = None
+        self._fresh_session: aiohttp.ClientSession | None = None
+        self._tokens_per_chunk = 1.0  # running mean over finished requests, for the live counter
         self.on_tokens: TokenCallback = on_tokens or _noop_tokens
         # a cancelled request cannot return its record, so it is handed here before cancelling on
         self.on_cancelled: Callable[[RequestRecord], None] = on_cancelled or (lambda rec: None)
@@ -92,10 +94,22 @@ class StreamingClient:
                 connector=connector, timeout=self._timeout, auto_decompress=False, skip_auto_headers=("User-Agent",)
             )
 
+    async def _fresh(self) -> aiohttp.ClientSession:
+        """A session that opens a new connection per request, for retries after a stale one."""
+        if self._fresh_session is None:
+            self._fresh_session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=0, force_close=True),
+                timeout=self._timeout, auto_decompress=False, skip_auto_headers=("User-Agent",),
+            )
+        return self._fresh_session
+
     async def close(self) -> None:
         if self._session is not None:
             await self._session.close()
             self._session = None
+        if self._fresh_session is not None:
+            await self._fresh_session.close()
+            self._fresh_session = None
 
     async def __aenter__(self) -> StreamingClient:
         await self.start()
@@ -119,7 +133,7 @@ class StreamingClient:
         offsets: list[int] = []
         ktoks: list[int] = []
         per_chunk_known = True
-        streamed = 0
+        streamed = 0.0
         reader = ChunkReader(self.flavour)
         retries = 0
         status: int | None = None
@@ -127,14 +141,18 @@ class StreamingClient:
         got_done = False
         start = clock_ns()
         try:
+            session = self._session
             while True:
                 try:
-                    resp_cm = self._session.post(self.url, data=payload, headers=self._headers)
+                    resp_cm = session.post(self.url, data=payload, headers=self._headers)
                     resp = await resp_cm.__aenter__()
                 except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as e:
                     if isinstance(e, aiohttp.ClientConnectorError) or retries >= MAX_STALE_RETRIES:
                         raise
                     retries += 1
+                    # The pool may hold several dead connections (one per finished stream of a
+                    # server that closes after each): the retry goes on a connection of its own.
+                    session = await self._fresh()
                     start = clock_ns()  # the request is sent anew: time it from the retry
                     continue
                 break
@@ -173,6 +191,7 @@ class StreamingClient:
                             now = clock_ns()
                             events = feed(data)
                         batch = 0
+                        unknown = 0
                         for name, ev in events:
                             # Fast path: a compact plain delta chunk (no usage, no finish, no error)
                             # is classified by byte search, without a JSON parse. Servers serialise
@@ -188,7 +207,7 @@ class StreamingClient:
                                 if text_key in ev and empty_text not in ev:
                                     offsets.append(now - start)
                                     per_chunk_known = False
-                                    batch += 1
+                                    unknown += 1
                                 continue
                             if ev == DONE:
                                 got_done = True
@@ -209,13 +228,16 @@ class StreamingClient:
                                 k = reader.tokens
                                 if k is None:
                                     per_chunk_known = False
-                                    k = 1
+                                    unknown += 1
                                 else:
                                     ktoks.append(k)
-                                batch += k
-                        if batch:
-                            streamed += batch
-                            on_tokens(now, batch)
+                                    batch += k
+                        if batch or unknown:
+                            # chunks of unknown size count as the recent tokens-per-chunk, so the
+                            # live rate is right under speculative decoding, not settled in a lump
+                            add = batch + unknown * self._tokens_per_chunk
+                            streamed += add
+                            on_tokens(now, add)
                         if error is not None or not data:
                             break
                     if error is None and not got_done and reader.finish_reason is None:
@@ -267,7 +289,7 @@ class StreamingClient:
         retries: int,
         status: int | None,
         error: tuple[ErrorKind, str] | None,
-        streamed: int,
+        streamed: float,
     ) -> RequestRecord:
         chunks = len(offsets)
         if reader.completion_tokens is not None:
@@ -275,8 +297,10 @@ class StreamingClient:
         else:
             out_tokens, estimated = (sum(ktoks) if per_chunk_known and ktoks else chunks), True
         if out_tokens != streamed and chunks:
-            # the live counter saw one token per chunk; settle it with the server's count
+            # the live counter estimated; settle it with the server's count
             self.on_tokens(end, out_tokens - streamed)
+        if error is None and not estimated and chunks > 1 and not per_chunk_known:
+            self._tokens_per_chunk = 0.8 * self._tokens_per_chunk + 0.2 * (out_tokens / chunks)
         kind, detail = (error if error is not None else (None, None))
         if detail is not None and self._secrets:
             detail = self._redact(detail)

@@ -68,7 +68,11 @@ async def discover(
                 async with s.post(base_url + PATHS[flavour], data=orjson.dumps(body),
                                   headers={**hdrs, "Content-Type": "application/json"}) as r:
                     await r.read()
-                    if 200 <= r.status < 300:
+                    if r.status in (401, 403):
+                        raise TargetError(f"{base_url} refused the request: HTTP {r.status} (check the API key)")
+                    # 404/405/501: not this flavour. Any other answer (even 400 or 500) means the
+                    # endpoint exists; the load will show what it does with real requests.
+                    if r.status not in (404, 405, 501):
                         return flavour, found_model
                     tried.append(f"{PATHS[flavour]} HTTP {r.status}")
             except (aiohttp.ClientError, TimeoutError) as e:

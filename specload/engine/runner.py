@@ -247,7 +247,8 @@ class Runner:
                 # stop() without cancel: let in-flight requests finish (bounded by their timeouts)
                 await asyncio.gather(*list(self._tasks), return_exceptions=True)
             for summary in self.book.flush():
-                self._on_level(summary)
+                if summary.level_index >= 0:
+                    self._on_level(summary)
             self.state = "finished" if self.end_reason == "completed" else "stopped"
         return self.end_reason or "completed"
 
@@ -278,8 +279,8 @@ class Runner:
             if plan.max_requests is not None and self.started >= plan.max_requests:
                 self.stop("completed")
                 break
-            if plan.max_duration_s is not None and self.clock.now_ns() - self._t0 >= plan.max_duration_s * 1e9:
-                self.stop("completed")
+            if self._run_time_left_s() == 0.0:
+                self._end_by_max_duration()
                 break
             if self.paused or self.in_flight >= self.target:
                 await self._sleep_until_woken(self._time_left_s(spec))
@@ -289,7 +290,8 @@ class Runner:
                 if arrival_at is None:
                     arrival_at = now + int(self._arrivals.next_gap_s() * 1e9)
                 if now < arrival_at:
-                    await self._sleep_until_woken(min((arrival_at - now) / 1e9, self._time_left_s(spec) or 1e9))
+                    left = self._time_left_s(spec)
+                    await self._sleep_until_woken(min((arrival_at - now) / 1e9, 1e9 if left is None else left))
                     continue
                 arrival_at += int(self._arrivals.next_gap_s() * 1e9)
             self._launch(index, spec.concurrency, warmup)
@@ -297,15 +299,33 @@ class Runner:
         if (warmup or plan.drain_between_levels) and not self._stop:
             self.state = "draining"
             while self.book.in_flight(index) > 0 and not self._stop:
-                await self._sleep_until_woken(None)
-        summary = self.book.close(index)
-        if summary is not None and not warmup:
-            self._on_level(summary)
+                if self._run_time_left_s() == 0.0:
+                    self._end_by_max_duration()
+                    break
+                await self._sleep_until_woken(self._run_time_left_s())
+        for summary in self.book.close(index):
+            if summary.level_index >= 0:
+                self._on_level(summary)
 
     def _time_left_s(self, spec: LevelSpec) -> float | None:
+        """How long the dispatcher may sleep: until the level's time is up or the run's bound."""
+        run_left = self._run_time_left_s()
         if spec.duration_s is None or self.held or self.paused:
+            return run_left
+        level_left = max(0.0, spec.duration_s - self._active_ns() / 1e9) + 0.001
+        return level_left if run_left is None else min(level_left, run_left)
+
+    def _run_time_left_s(self) -> float | None:
+        """Seconds left of --max-duration (None: no bound). Pauses count: it bounds the wall time."""
+        if self.plan.max_duration_s is None:
             return None
-        return max(0.0, spec.duration_s - self._active_ns() / 1e9) + 0.001
+        left = self.plan.max_duration_s - (self.clock.now_ns() - self._t0) / 1e9
+        return max(0.0, left)
+
+    def _end_by_max_duration(self) -> None:
+        # the bound is on the whole run: requests still in flight (stalled ones too) are cancelled
+        self.stop("completed")
+        self.cancel_in_flight()
 
     async def _sleep_until_woken(self, timeout: float | None) -> None:
         self._wake.clear()
@@ -339,7 +359,7 @@ class Runner:
     def _finished(self, rec: RequestRecord) -> None:
         self.in_flight -= 1
         self._on_record(rec)
-        summary = self.book.add(rec)
-        if summary is not None and not rec.warmup:
-            self._on_level(summary)
+        for summary in self.book.add(rec):
+            if summary.level_index >= 0:  # the warm-up (-1) is never a level of the table
+                self._on_level(summary)
         self._wake.set()

@@ -255,6 +255,7 @@ class SimServer:
         self._live: set[Sequence] = set()
         self._ticker: asyncio.Task[None] | None = None
         self._is_crashed = False
+        self._closing: set[asyncio.BaseTransport] = set()  # close_after_stream: connections being closed
         self._finished_requests = 0
         self._finish_reasons: dict[str, int] = {}
         # stats
@@ -360,7 +361,17 @@ class SimServer:
     async def _crash_gate(self, request: web.Request, handler: Any) -> web.StreamResponse:
         if self._is_crashed:
             await self._hang()
+        transport = request.transport
+        if transport is not None and (transport in self._closing or transport.is_closing()):
+            # close_after_stream: this connection is done (llama-server never reads a second
+            # request on it); the client that reused it sees it drop before any response byte
+            transport.close()
+            raise asyncio.CancelledError
         return await handler(request)
+
+    def _close_stale(self, transport: asyncio.BaseTransport) -> None:
+        self._closing.discard(transport)
+        transport.close()
 
     def _request_ended(self) -> None:
         self._finished_requests += 1
@@ -643,7 +654,9 @@ class SimServer:
                     # complete, and a moment later the server closes the socket. A pooling client
                     # that already sent its next request on it sees the connection drop before
                     # any response byte: the stale-connection failure real servers cause.
-                    asyncio.get_running_loop().call_later(_STALE_CLOSE_S, request.transport.close)
+                    transport = request.transport
+                    self._closing.add(transport)
+                    asyncio.get_running_loop().call_later(_STALE_CLOSE_S, self._close_stale, transport)
                 return seq.finish_reason, resp
             await self._write(resp, buf, fmt)
             if cfg.max_speed:

@@ -229,14 +229,15 @@ class LevelBook:
 
     A level's statistics cover the requests it started, including those that end after the ramp
     moved on (no-drain mode). A level is complete when it is closed (no more starts) and none of
-    its requests is still in flight; its summary is produced exactly once, then.
+    its requests is still in flight. Summaries are released in level order: a level that
+    completes before an earlier one waits for it, so tables and records list levels in order.
     """
 
     def __init__(self) -> None:
         self._cols: dict[int, LevelColumns] = {}
         self._in_flight: dict[int, int] = {}
         self._closed: set[int] = set()
-        self._done: set[int] = set()
+        self._released: set[int] = set()
 
     def open(self, level_index: int, concurrency: int) -> None:
         self._cols[level_index] = LevelColumns(level_index, concurrency)
@@ -248,34 +249,40 @@ class LevelBook:
     def in_flight(self, level_index: int) -> int:
         return self._in_flight.get(level_index, 0)
 
-    def add(self, rec: RequestRecord) -> LevelSummary | None:
+    def add(self, rec: RequestRecord) -> list[LevelSummary]:
         idx = rec.level_index
         cols = self._cols.get(idx)
         if cols is None:
-            return None
+            return []
         cols.add(rec)
         self._in_flight[idx] -= 1
-        return self._maybe_done(idx)
+        return self._release()
 
-    def close(self, level_index: int) -> LevelSummary | None:
+    def close(self, level_index: int) -> list[LevelSummary]:
         self._closed.add(level_index)
-        return self._maybe_done(level_index)
+        return self._release()
 
-    def _maybe_done(self, idx: int) -> LevelSummary | None:
-        if idx in self._closed and idx not in self._done and self._in_flight.get(idx, 0) <= 0:
-            self._done.add(idx)
-            cols = self._cols[idx]
-            if cols.requests == 0:
-                return None
-            return cols.summary()
-        return None
+    def _complete(self, idx: int) -> bool:
+        return idx in self._closed and self._in_flight.get(idx, 0) <= 0
 
-    def flush(self) -> list[LevelSummary]:
-        """At the end of a run: the summaries of levels not yet reported (cut short by a stop)."""
+    def _release(self) -> list[LevelSummary]:
         out = []
         for idx in sorted(self._cols):
-            if idx not in self._done:
-                self._done.add(idx)
+            if idx in self._released:
+                continue
+            if not self._complete(idx):
+                break
+            self._released.add(idx)
+            if self._cols[idx].requests:
+                out.append(self._cols[idx].summary())
+        return out
+
+    def flush(self) -> list[LevelSummary]:
+        """At the end of a run: the summaries of levels not yet released (cut short by a stop)."""
+        out = []
+        for idx in sorted(self._cols):
+            if idx not in self._released:
+                self._released.add(idx)
                 if self._cols[idx].requests:
                     out.append(self._cols[idx].summary())
         return out

@@ -105,12 +105,12 @@ class LiveStats:
         self.window_ns = int(window_s * NS)
         # per-second buckets: the open second and closed history
         self._sec = 0
-        self._sec_tokens = 0
+        self._sec_tokens = 0.0
         self._sec_requests = 0
         self._tok_hist: deque[float] = deque(maxlen=history_s)
         self._req_hist: deque[float] = deque(maxlen=history_s)
         self._lat_hist = {k: (deque(maxlen=history_s), deque(maxlen=history_s)) for k in ("ttft", "tpot", "e2e")}
-        self.tokens_total = 0
+        self.tokens_total = 0.0
         self.requests_total = 0
         self.requests_ok = 0
         self.requests_failed = 0
@@ -142,7 +142,7 @@ class LiveStats:
     def _close_second(self) -> None:
         self._tok_hist.append(float(self._sec_tokens))
         self._req_hist.append(float(self._sec_requests))
-        self._sec_tokens = 0
+        self._sec_tokens = 0.0
         self._sec_requests = 0
         end = self.t0 + (self._sec + 1) * NS
         for key, ring in self._rings.items():
@@ -156,7 +156,7 @@ class LiveStats:
                 p50s.append(float("nan"))
                 p99s.append(float("nan"))
 
-    def on_tokens(self, now_ns: int, n: int) -> None:
+    def on_tokens(self, now_ns: int, n: float) -> None:
         if (now_ns - self.t0) // NS != self._sec:
             self._roll(now_ns)
         self._sec_tokens += n
@@ -221,7 +221,7 @@ class LiveStats:
             tok_s_avg10=sum(last10) / len(last10) if last10 else 0.0,
             req_s_series=req,
             req_s=req[-1] if req else 0.0,
-            tokens_total=self.tokens_total,
+            tokens_total=round(self.tokens_total),
             requests_total=self.requests_total,
             requests_ok=self.requests_ok,
             requests_failed=self.requests_failed,

@@ -319,6 +319,13 @@ class MetricsScraper:
             self._on_sample(sample)
         return sample
 
+    async def scrape_now(self) -> ServerSample | None:
+        """One scrape outside the timer: at a level boundary and at the end of a run, so the last
+        interval's counters are not lost when the server is stopped right after the load."""
+        connector = aiohttp.TCPConnector(force_close=True)
+        async with aiohttp.ClientSession(connector=connector) as session:
+            return await self.scrape_once(session)
+
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
         # A new connection per scrape: at one per second the cost is nil, and a restarted server

@@ -169,7 +169,9 @@ class FileTail:
         waiting_noticed = False
         gone_noticed = False
         try:
-            while not self._stop.is_set():
+            while True:
+                if fd is None and self._stop.is_set():
+                    return
                 if fd is None:
                     try:
                         fd, st = self._open()
@@ -210,11 +212,12 @@ class FileTail:
                     pos += len(data)
                     for line in split.feed(data):
                         yield line
-                    if self._stop.is_set():
-                        return
                 if n_read == CHUNKS_PER_POLL:
                     await asyncio.sleep(0)  # more is waiting: let others run, then read on
                     continue
+                if self._stop.is_set():
+                    # stopped: everything written before the stop has now been read
+                    return
 
                 # At the end of what was written: check for truncation and rotation.
                 if regular and os.fstat(fd).st_size < pos:

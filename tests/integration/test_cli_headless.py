@@ -197,3 +197,9 @@ def test_many_streams_against_the_uvloop_simulator_all_succeed(sim_url: str) -> 
     assert p.returncode == 0, p.stderr
     out = orjson.loads(p.stdout)
     assert out["ok"] == 128 and out["errors"] == {}
+
+
+def test_a_run_where_every_request_fails_exits_5(tmp_path: Path) -> None:
+    p = run(["run", "-c", "2", "-n", "4", "--sim-args", "--fail-rate 1 --quiet --ttft-ms 1 --itl-ms 1"])
+    assert p.returncode == 5, p.stderr
+    assert "every request failed" in p.stderr

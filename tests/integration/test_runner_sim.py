@@ -182,3 +182,53 @@ async def test_open_loop_rate_is_roughly_honoured(sim) -> None:
         await runner.client.close()
     n = len(sink.records)
     assert 20 <= n <= 65, n  # Poisson with mean 40 over 1 s
+
+
+async def test_max_duration_bounds_a_run_whose_requests_stall(sim) -> None:
+    # every stream stalls and the stall timeout is long: only --max-duration can end the run
+    server = await sim(ttft_ms=5, itl_ms=5, spec_tokens=0, stall_rate=1.0)
+    plan = build_plan((3,), requests_per_level=100, duration_per_level=None, drain=True, max_duration_s=1.0)
+    sink = Sink()
+    client = StreamingClient(server.url, CHAT, RequestOptions(model=None, max_tokens=50, ignore_eos=True),
+                             stall_timeout_s=60)
+    runner = Runner(client, PromptSource(["x"]), plan, on_record=sink.records.append, on_level=sink.levels.append)
+    await client.start()
+    t0 = time.monotonic()
+    try:
+        reason = await asyncio.wait_for(runner.run(), 20)
+    finally:
+        await client.close()
+    assert time.monotonic() - t0 < 3.0
+    assert reason == "completed"
+    assert [r.error_kind for r in sink.records] == [ErrorKind.CANCELLED] * 3
+
+
+async def test_max_duration_bounds_a_paused_run(sim) -> None:
+    server = await sim(ttft_ms=5, itl_ms=5, spec_tokens=0)
+    plan = build_plan((2,), requests_per_level=10_000, duration_per_level=None, drain=False, max_duration_s=0.8)
+    runner, sink = make_runner(server.url, plan)
+    await runner.client.start()
+    t0 = time.monotonic()
+    try:
+        task = asyncio.ensure_future(runner.run())
+        await wait_for(lambda: runner.started >= 2)
+        runner.pause()
+        await asyncio.wait_for(task, 20)
+    finally:
+        await runner.client.close()
+    assert time.monotonic() - t0 < 3.0
+
+
+async def test_many_stale_connections_never_fail_a_request(sim) -> None:
+    # a server closing after every stream leaves up to C dead connections in the pool at once
+    server = await sim(ttft_ms=1, itl_ms=1, spec_tokens=0, close_after_stream=True)
+    plan = build_plan((16,), requests_per_level=480, duration_per_level=None)
+    runner, sink = make_runner(server.url, plan, max_tokens=3)
+    await runner.client.start()
+    try:
+        await asyncio.wait_for(runner.run(), 60)
+    finally:
+        await runner.client.close()
+    failed = [r.error_detail for r in sink.records if not r.ok]
+    assert not failed, failed[:3]
+    assert server.stats.requests == 480  # retries are not new requests

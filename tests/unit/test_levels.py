@@ -1,0 +1,70 @@
+"""Level summaries: the formulas, and the order in which completed levels are released."""
+
+from __future__ import annotations
+
+import pytest
+
+from specload.records import ErrorKind, RequestRecord
+from specload.stats.histogram import LogHistogram
+from specload.stats.levels import LevelBook, LevelColumns
+
+MS = 1_000_000
+
+
+def rec(idx: int, start_ms: float, ttft_ms: float, e2e_ms: float, tokens: int, *, ok: bool = True,
+        chunks: int | None = None) -> RequestRecord:
+    chunks = tokens if chunks is None else chunks
+    offs = tuple(int((ttft_ms + (e2e_ms - ttft_ms) * i / max(1, chunks - 1)) * MS) for i in range(chunks))
+    return RequestRecord(
+        request_id=0, level=4, level_index=idx, warmup=False, start_ns=int(start_ms * MS),
+        end_ns=int((start_ms + e2e_ms) * MS), ttft_ns=int(ttft_ms * MS) if ok else None,
+        e2e_ns=int(e2e_ms * MS) if ok else None, output_tokens=tokens if ok else 0, tokens_estimated=False,
+        prompt_tokens=10, chunks=chunks if ok else 0, chunk_offsets_ns=offs if ok else (),
+        error_kind=None if ok else ErrorKind.HTTP, error_detail=None if ok else "HTTP 500",
+    )
+
+
+def test_formulas_of_a_level() -> None:
+    cols = LevelColumns(0, 2)
+    # two requests side by side over 1 s, 101 tokens each; one failure
+    cols.add(rec(0, 0, 100, 1000, 101))
+    cols.add(rec(0, 0, 100, 1000, 101))
+    cols.add(rec(0, 500, 0, 10, 0, ok=False))
+    s = cols.summary()
+    assert s.requests == 3 and s.ok == 2 and s.errors == (("http", 1),)
+    assert s.wall_s == pytest.approx(1.0)
+    assert s.throughput_tok_s == pytest.approx(202.0)  # ok tokens / level wall time
+    assert s.per_request_tok_s == pytest.approx(101.0)  # mean of tokens / E2E
+    assert s.ttft_ms_p50 == pytest.approx(100.0)
+    assert s.tpot_ms_p50 == pytest.approx(9.0)  # (1000 - 100) / (101 - 1)
+    assert s.itl_ms_p50 == pytest.approx(9.0, rel=0.01)  # histogram bin width
+    assert s.e2e_s_avg == pytest.approx(1.0)
+
+
+def test_itl_divides_multi_token_chunks() -> None:
+    # 101 tokens in 26 chunks: ~4 tokens per chunk after the first, so per-token ITL ~ gap / 4
+    r = rec(0, 0, 100, 1000, 101, chunks=26)
+    gaps = r.chunk_gaps_ns()
+    itl = r.itl_per_token_ns()
+    assert gaps[0] / itl[0] == pytest.approx(100 / 25)
+
+
+def test_summaries_are_released_in_level_order() -> None:
+    book = LevelBook()
+    book.open(0, 1)
+    book.started(0)
+    book.close(0)  # level 0 closed with one request still in flight
+    book.open(1, 2)
+    book.started(1)
+    assert book.close(1) == []
+    assert book.add(rec(1, 0, 1, 2, 2)) == []  # level 1 is complete but waits for level 0
+    released = book.add(rec(0, 0, 1, 2, 2))
+    assert [s.level_index for s in released] == [0, 1]
+    assert book.flush() == []
+
+
+def test_histogram_percentiles_within_bin_width() -> None:
+    h = LogHistogram()
+    h.add_many([i * 1000.0 for i in range(1, 10001)])  # 1 us .. 10 ms
+    assert h.percentile(50) == pytest.approx(5_000_000 / 1000 * 1000, rel=0.01)
+    assert h.percentile(99) == pytest.approx(9_900_000, rel=0.01)
