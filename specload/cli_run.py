@@ -27,6 +27,7 @@ from specload.config import (
 from specload.engine.load import PlanError, build_plan, parse_levels
 from specload.engine.prompts import PromptError
 
+TUI_LEVEL_SECONDS = 20.0
 DEFAULT_DEMO_SIM = ("--spec-tokens", "3", "--accept-rate", "0.7", "--max-batch", "32")
 
 
@@ -44,8 +45,10 @@ def load_options(f: Callable) -> Callable:
         click.option("--model", help="Model name to send (default: the first of /v1/models)."),
         click.option("--concurrency", "-c", default="1,2,4,8,16", show_default=True,
                      help="Concurrency levels of the ramp, comma-separated."),
-        click.option("--requests-per-level", "-n", type=int, help="Requests started per level (default 5 x C)."),
-        click.option("--duration-per-level", "-d", type=float, help="Seconds per level (instead of a request count)."),
+        click.option("--requests-per-level", "-n", type=int,
+                     help="Requests started per level (headless default: 4 x C, at least 10)."),
+        click.option("--duration-per-level", "-d", type=float,
+                     help="Seconds per level instead of a request count (TUI default: 20)."),
         click.option("--warmup-requests", type=int, default=0, show_default=True,
                      help="Requests sent first and not counted."),
         click.option("--drain/--no-drain", default=None,
@@ -128,10 +131,15 @@ def build_config(p: dict, *, ui: bool) -> RunConfig:
         extra = tuple(obj.items())
     headers = tuple(parse_header(h) for h in p.get("headers") or ())
     drain = p["drain"] if p["drain"] is not None else not ui
+    duration = p["duration_per_level"]
+    if ui and duration is None and p["requests_per_level"] is None:
+        # the dashboard ramps in real time: a level every 20 s reads well; a request count
+        # would make low levels of long generations last minutes
+        duration = TUI_LEVEL_SECONDS
     plan = build_plan(
         parse_levels(p["concurrency"]),
         requests_per_level=p["requests_per_level"],
-        duration_per_level=p["duration_per_level"],
+        duration_per_level=duration,
         warmup_requests=p["warmup_requests"],
         drain=drain,
         rate=p["rate"],

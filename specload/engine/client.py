@@ -81,7 +81,11 @@ class StreamingClient:
         self._keepalive = keepalive
         self._session: aiohttp.ClientSession | None = None
         self._fresh_session: aiohttp.ClientSession | None = None
-        self._tokens_per_chunk = 1.0  # running mean over finished requests, for the live counter
+        # tokens per chunk over the finished requests (speculative decoding: often 2-4), for the
+        # live counter of chunks whose size the server does not tell
+        self._tokens_per_chunk = 1.0
+        self._ratio_tokens = 0
+        self._ratio_chunks = 0
         self.on_tokens: TokenCallback = on_tokens or _noop_tokens
         # a cancelled request cannot return its record, so it is handed here before cancelling on
         self.on_cancelled: Callable[[RequestRecord], None] = on_cancelled or (lambda rec: None)
@@ -300,7 +304,9 @@ class StreamingClient:
             # the live counter estimated; settle it with the server's count
             self.on_tokens(end, out_tokens - streamed)
         if error is None and not estimated and chunks > 1 and not per_chunk_known:
-            self._tokens_per_chunk = 0.8 * self._tokens_per_chunk + 0.2 * (out_tokens / chunks)
+            self._ratio_tokens += out_tokens
+            self._ratio_chunks += chunks
+            self._tokens_per_chunk = self._ratio_tokens / self._ratio_chunks
         kind, detail = (error if error is not None else (None, None))
         if detail is not None and self._secrets:
             detail = self._redact(detail)

@@ -65,15 +65,18 @@ def build_plan(
         raise PlanError("--requests-per-level must be at least 1")
     if duration_per_level is not None and duration_per_level <= 0:
         raise PlanError("--duration-per-level must be positive")
-    if requests_per_level is None and duration_per_level is None:
-        requests_per_level = 5 * max(levels) if max(levels) > 1 else 10
+    auto_count = requests_per_level is None and duration_per_level is None
     if warmup_requests < 0:
         raise PlanError("--warmup-requests must not be negative")
     if rate is not None and rate <= 0:
         raise PlanError("--rate must be positive")
     if burstiness <= 0:
         raise PlanError("--burstiness must be positive")
-    specs = tuple(LevelSpec(c, requests_per_level, duration_per_level) for c in levels)
+    # default: every level runs about four rounds of C requests (at least 10 requests), so each
+    # level takes a similar time and has enough requests for its percentiles
+    specs = tuple(
+        LevelSpec(c, max(10, 4 * c) if auto_count else requests_per_level, duration_per_level) for c in levels
+    )
     return LoadPlan(
         levels=specs,
         warmup_requests=warmup_requests,
