@@ -31,8 +31,9 @@ RUN_TIMEOUT_S = 90  # a hung run is killed rather than waited for
 LISTENING = re.compile(r"listening on (http://127\.0\.0\.1:\d+)")
 
 
-def start_sim() -> tuple[subprocess.Popen, str]:
-    cmd = [sys.executable, "-m", "specload.sim", "--port", "0", "--itl-ms", "20", "--ttft-ms", "50",
+def start_sim(max_speed: bool = False) -> tuple[subprocess.Popen, str]:
+    timing = ["--max-speed"] if max_speed else ["--itl-ms", "20", "--ttft-ms", "50"]
+    cmd = [sys.executable, "-m", "specload.sim", "--port", "0", *timing,
            "--spec-tokens", "0", "--max-batch", "256", "--quiet"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None
@@ -125,14 +126,17 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, default=64)
     ap.add_argument("--requests", type=int, default=640)
     ap.add_argument("--max-tokens", type=int, default=100)
+    ap.add_argument("--max-speed", action="store_true",
+                    help="the ceiling: a max-speed simulator (use with --requests 1000 --max-tokens 500)")
     a = ap.parse_args()
 
-    sim, url = start_sim()
+    sim, url = start_sim(a.max_speed)
     tmp = Path(tempfile.mkdtemp(prefix="specload-bench-"))
     try:
         head_rec, tui_rec = str(tmp / "headless.jsonl"), str(tmp / "tui.jsonl")
         specload = [sys.executable, "-c", "from specload.cli import main; main()"]
-        print(f"simulator {url}: ttft 50 ms, itl 20 ms, no speculation; load C={a.concurrency}, "
+        timing = "max speed" if a.max_speed else "ttft 50 ms, itl 20 ms"
+        print(f"simulator {url}: {timing}, no speculation; load C={a.concurrency}, "
               f"{a.requests} requests x {a.max_tokens} tokens")
         h_wall, h_cpu, h_rc = timed_child([*specload, "run", *load_args(url, head_rec, a)])
         t_wall, t_cpu, t_rc = timed_child([sys.executable, __file__, "--tui-child", *load_args(url, tui_rec, a)])
