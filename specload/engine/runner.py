@@ -231,7 +231,7 @@ class Runner:
                     self._cursor += 1
                 elif self.stay_open:
                     # the ramp is over; the TUI stays and waits for the user to set a concurrency
-                    self.state = "finished"
+                    self.state = "finished" if self.in_flight == 0 else "draining"
                     self._level_spec = None
                     self._wake.clear()
                     await self._wake.wait()
