@@ -4,6 +4,13 @@
 event loop; ``specload sim`` (cli.py) runs it as a process. The timing model is model.py, the
 continuous-batching scheduler scheduler.py, the log formats serverlog.py.
 
+Two flavours (``SimConfig.flavor`` / ``--flavor``): ``vllm`` (default) speaks vLLM's OpenAI SSE and
+/metrics with SGLang-style log lines and SGLang's ``/generate``; ``llamacpp`` plays llama.cpp's
+llama-server as observed on the real binary (llamacpp.py: one chunk per token, ``timings``,
+``llamacpp:*`` /metrics; serverlog.py: its slot log lines; llama.cpp error bodies, ``--max-batch`` slots
+with the context split over them, connections closed after each stream). ``--hang-on-sigterm`` (any
+flavour) reproduces the SIGTERM hang of real servers under load.
+
 Exports are lazy so that ``specload sim --help`` does not import aiohttp.
 """
 

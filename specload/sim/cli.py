@@ -1,8 +1,9 @@
 """``specload sim``: run the simulated LLM server from the command line.
 
 Owns the flag names, turning flags into a ``SimConfig``, the process lifecycle (uvloop when present,
-SIGTERM/SIGINT -> clean shutdown, ``--crash-exit`` -> exit code 1) and the first stdout line, which
-scripts and tests read to learn the port:
+SIGTERM/SIGINT -> clean shutdown, or with ``--hang-on-sigterm`` the hang real servers show under load:
+listener closed, open streams silent until their clients leave, then exit 0; ``--crash-exit`` -> exit
+code 1) and the first stdout line, which scripts and tests read to learn the port:
 
     specload sim listening on http://127.0.0.1:PORT
 """
@@ -23,6 +24,15 @@ def _prob(name: str):
 
 
 @click.command("sim", context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--flavor",
+    type=click.Choice(["vllm", "llamacpp"]),
+    default="vllm",
+    show_default=True,
+    help="Which real server to play: vLLM's wire format and /metrics, or llama.cpp's llama-server "
+    "(one chunk per token, timings, llamacpp:* metrics, slot log lines, --max-batch slots = -np, "
+    "context split over the slots, connection closed after each stream).",
+)
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option(
     "--port",
@@ -124,7 +134,13 @@ def _prob(name: str):
 @click.option(
     "--usage-in-last-chunk",
     is_flag=True,
-    help="Last content chunk carries finish_reason + usage + timings (llama.cpp style).",
+    help="Last content chunk carries finish_reason + usage + timings (vllm flavour only).",
+)
+@click.option(
+    "--hang-on-sigterm",
+    is_flag=True,
+    help="On SIGTERM close the listener and keep open streams silent until their clients leave, "
+    "then exit 0 (how llama-server and vLLM hang under load).",
 )
 @click.option(
     "--log-file",
@@ -171,9 +187,10 @@ async def _serve(config: SimConfig) -> int:
         return 1
     print(f"specload sim listening on {url}", flush=True)
     stop = asyncio.Event()
+    interrupted = asyncio.Event()  # SIGINT: a person at a terminal, who never wants the hang
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    loop.add_signal_handler(signal.SIGINT, lambda: (interrupted.set(), stop.set()))
     crashed = asyncio.ensure_future(server.crashed.wait())
     stopped = asyncio.ensure_future(stop.wait())
     try:
@@ -186,5 +203,15 @@ async def _serve(config: SimConfig) -> int:
         # SGLang's parent kills the process tree after the child's sigquit: no graceful shutdown
         sys.stdout.flush()
         return 1
+    if config.hang_on_sigterm and stop.is_set() and not interrupted.is_set():
+        # further SIGTERMs change nothing, as with the real hung servers: only the clients leaving,
+        # SIGINT or SIGKILL end it
+        drain = asyncio.ensure_future(server.drain_silently())
+        intr = asyncio.ensure_future(interrupted.wait())
+        try:
+            await asyncio.wait({drain, intr}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            drain.cancel()
+            intr.cancel()
     await server.stop()
     return 0

@@ -4,6 +4,13 @@ The CLI (``cli.py``), the Python API (``SimServer``) and the test fixture all bu
 rest of the simulator trusts it. Validation lives here, not in the CLI, so that a bad value passed from
 Python fails the same way as a bad flag (``ValueError`` with a one-line message the CLI turns into a
 click usage error).
+
+``flavor`` picks which real server the simulator plays: ``vllm`` (the default: vLLM's OpenAI wire
+format, vLLM /metrics, SGLang-style log lines) or ``llamacpp`` (llama.cpp's llama-server: its SSE shapes
+and ``timings``, ``llamacpp:*`` /metrics, its slot log lines and error bodies; ``max_batch`` plays the
+role of ``-np``, each slot gets ``context_size / max_batch`` tokens of context, and streams close their
+connection as ``close_after_stream`` does). The flavour changes what the server *looks like*; the timing
+model and the scheduler are the same.
 """
 
 from __future__ import annotations
@@ -14,6 +21,8 @@ from dataclasses import dataclass, fields
 
 @dataclass(frozen=True)
 class SimConfig:
+    flavor: str = "vllm"  # "vllm" | "llamacpp": the real server whose wire format, metrics and logs are copied
+
     # --- network ------------------------------------------------------------------------------
     host: str = "127.0.0.1"
     port: int = 0  # 0: the OS picks a free port; SimServer.port / url tell which
@@ -54,7 +63,10 @@ class SimConfig:
 
     # --- real-server quirks ---------------------------------------------------------------------
     close_after_stream: bool = False  # llama-server: close TCP after each stream, still say Keep-Alive
-    usage_in_last_chunk: bool = False  # llama.cpp: last content chunk carries finish_reason + usage
+    usage_in_last_chunk: bool = False  # vllm flavour only: last content chunk carries finish_reason + usage
+    # SIGTERM (CLI): close the listener, keep open streams silent until their clients leave, then exit 0
+    # (llama-server and vLLM under load hang like this; specload's stall and server-down paths need it)
+    hang_on_sigterm: bool = False
 
     # --- logging / reproducibility --------------------------------------------------------------
     log_file: str | None = None  # None: stdout
@@ -71,6 +83,21 @@ class SimConfig:
     def pinned(self) -> bool:
         return self.ttft_ms is not None or self.itl_ms is not None
 
+    @property
+    def llamacpp(self) -> bool:
+        return self.flavor == "llamacpp"
+
+    @property
+    def closes_after_stream(self) -> bool:
+        # a property rather than rewriting the field in __post_init__: dataclasses.replace() of a
+        # llamacpp config back to vllm must not keep a quirk the user never asked for
+        return self.close_after_stream or self.llamacpp
+
+    @property
+    def slot_context(self) -> int:
+        """Context of one request: llama-server splits ``-c`` over its ``-np`` slots; vLLM does not."""
+        return self.context_size // self.max_batch if self.llamacpp else self.context_size
+
     @classmethod
     def field_names(cls) -> tuple[str, ...]:
         return tuple(f.name for f in fields(cls))
@@ -80,7 +107,12 @@ def _finite(x: float) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
+FLAVORS = ("vllm", "llamacpp")
+
+
 def _problems(c: SimConfig):
+    if c.flavor not in FLAVORS:
+        yield f"flavor must be one of {', '.join(FLAVORS)}, got {c.flavor!r}"
     if not (0 <= c.port <= 65535):
         yield f"port must be in 0..65535, got {c.port}"
     if not c.model_name:
@@ -109,6 +141,10 @@ def _problems(c: SimConfig):
         yield f"default max tokens must be at least 1, got {c.default_max_tokens}"
     if c.context_size < 2:
         yield f"context size must be at least 2, got {c.context_size}"
+    if c.flavor == "llamacpp" and c.context_size // max(c.max_batch, 1) < 2:
+        yield (
+            f"context size {c.context_size} split over {c.max_batch} slots leaves under 2 tokens per slot"
+        )
     if c.burst < 1:
         yield f"burst must be at least 1, got {c.burst}"
     if c.crash_after is not None and c.crash_after < 0:

@@ -16,6 +16,9 @@ Two timing regimes share the bookkeeping:
   FIFO queue still applies: a queued request is admitted at the instant a slot frees.
 
 ``freeze`` stops the timers for good: the simulated crash, where in-flight streams simply stop.
+
+``on_admit`` (optional) is called the moment a sequence leaves the queue for a batch slot: llama.cpp's
+``launch_slot_`` log line and its ``prompt_ms``, which counts from there and not from arrival, need it.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import itertools
 import random
 import time
 from collections import deque
+from collections.abc import Callable
 
 from specload.sim.config import SimConfig
 from specload.sim.model import StepDraw, decode_step_s, draw_step, prefill_s
@@ -46,6 +50,10 @@ class Counters:
         "accepted_tokens",
         "accepted_per_pos",
         "verify_steps",
+        "prompt_eval_tokens",
+        "prompt_eval_s",
+        "decode_calls",
+        "busy_slot_steps",
     )
 
     def __init__(self, spec_tokens: int) -> None:
@@ -56,6 +64,12 @@ class Counters:
         self.accepted_tokens = 0
         self.accepted_per_pos = [0] * spec_tokens
         self.verify_steps = 0  # decode steps, all sequences; the denominator of accept length
+        # llama.cpp's view: prompts count when their processing ends (first token), not on arrival,
+        # and time is the slot's processing time, queueing excluded
+        self.prompt_eval_tokens = 0
+        self.prompt_eval_s = 0.0
+        self.decode_calls = 0  # model passes (llamacpp:n_decode_total)
+        self.busy_slot_steps = 0  # sequences advanced, summed over passes (n_busy_slots_per_decode)
 
     def count(self, d: StepDraw, first: bool, spec_tokens: int) -> None:
         self.generation_tokens += d.tokens
@@ -81,6 +95,9 @@ class Sequence:
         "ignore_eos",
         "rng",
         "arrival",
+        "admitted_at",
+        "slot",
+        "task",
         "first_token_at",
         "last_token_at",
         "completion_tokens",
@@ -110,6 +127,9 @@ class Sequence:
         # measurement times are time.perf_counter(): uvloop's loop.time() only has ms resolution.
         # Scheduling deadlines (call_at) stay on loop.time().
         self.arrival = arrival  # when the request was accepted
+        self.admitted_at: float | None = None  # when it left the queue for a batch slot
+        self.slot = -1  # llamacpp flavour: the slot id shown in its log lines
+        self.task = -1  # llamacpp flavour: the task id
         self.first_token_at: float | None = None
         self.last_token_at: float | None = None
         self.completion_tokens = 0
@@ -137,6 +157,8 @@ class Sequence:
         )
         if first:
             self.first_token_at = now
+            counters.prompt_eval_tokens += self.prompt_tokens
+            counters.prompt_eval_s += now - (self.arrival if self.admitted_at is None else self.admitted_at)
         elif cfg.spec_tokens:
             # SGLang's spec_verify_ct: 0 when speculation is off
             self.verify_steps += 1
@@ -177,6 +199,7 @@ class Scheduler:
         self._heap: list[tuple[float, int, Sequence]] = []
         self._tie = itertools.count()
         self.extra_running = 0  # max-speed sequences, which bypass the scheduler
+        self.on_admit: Callable[[Sequence], None] | None = None
 
     # --- gauges -------------------------------------------------------------------------------
 
@@ -251,8 +274,10 @@ class Scheduler:
         if admitted:
             # one batched prefill pass for everything admitted at this boundary
             dur += prefill_s(cfg, sum(s.prompt_tokens for s in admitted))
+        now = time.perf_counter()
         for s in admitted:
             self._running[id(s)] = s
+            self._admitted(s, now)
         self._step = (decoding, admitted)
         self._timer = self._loop.call_at(self._loop.time() + dur, self._end_step)
 
@@ -264,10 +289,12 @@ class Scheduler:
         now = time.perf_counter()
         decoding, admitted = step
         cfg, counters = self.cfg, self.counters
+        counters.decode_calls += 1
         for group in (decoding, admitted):
             for s in group:
                 if s.cancelled:
                     continue
+                counters.busy_slot_steps += 1
                 self._deliver(s, s.advance(cfg, now, counters))
                 if s.finish_reason is not None:
                     self._running.pop(id(s), None)
@@ -275,8 +302,14 @@ class Scheduler:
 
     # --- pinned -------------------------------------------------------------------------------
 
+    def _admitted(self, seq: Sequence, now: float) -> None:
+        seq.admitted_at = now
+        if self.on_admit is not None:
+            self.on_admit(seq)
+
     def _admit_pinned(self, seq: Sequence, t0: float) -> None:
         self._running[id(seq)] = seq
+        self._admitted(seq, time.perf_counter())
         seq.due = t0 + prefill_s(self.cfg, seq.prompt_tokens)
         heapq.heappush(self._heap, (seq.due, next(self._tie), seq))
 
@@ -311,10 +344,13 @@ class Scheduler:
         now_loop = self._loop.time()
         now = time.perf_counter()
         cfg, counters, heap = self.cfg, self.counters, self._heap
+        # one tick is one model pass over the sequences due in it
+        advanced = 0
         while heap and heap[0][0] <= now_loop + _DUE_SLACK_S:
             due, _, s = heapq.heappop(heap)
             if s.cancelled:
                 continue
+            advanced += 1
             self._deliver(s, s.advance(cfg, now, counters))
             if s.finish_reason is not None:
                 self._running.pop(id(s), None)
@@ -323,6 +359,9 @@ class Scheduler:
             else:
                 s.due = due + decode_step_s(cfg, len(self._running))
                 heapq.heappush(heap, (s.due, next(self._tie), s))
+        if advanced:
+            counters.decode_calls += 1
+            counters.busy_slot_steps += advanced
         self._arm_pinned()
 
     # --- delivery -----------------------------------------------------------------------------

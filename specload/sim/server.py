@@ -17,6 +17,11 @@ Wire decisions, each copied from a real server (see shared/real-server/REPORT.md
   response said ``Keep-Alive: timeout=5, max=100`` (llama-server), so pooling clients meet stale
   connections.
 - ``/generate``: every chunk carries the cumulative text and ``meta_info`` (SGLang).
+- ``flavor="llamacpp"``: llama-server as a whole (llamacpp.py has its shapes, serverlog.py its log
+  lines): one chunk per token, ``timings``, ``llamacpp:*`` /metrics, slot log lines, llama.cpp error
+  bodies, ``max_tokens`` -1 or huge capped at the slot's context, no ``/generate``, close after stream.
+- ``drain_silently`` (``--hang-on-sigterm``): the listener closes, open streams go silent but stay
+  open, and it returns once their clients have left: the SIGTERM hang of real servers under load.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import asyncio
 import itertools
 import random
 import time
+from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,10 +39,18 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
+from specload.sim import llamacpp
 from specload.sim.config import SimConfig
 from specload.sim.model import StepDraw, estimate_chat_tokens, estimate_prompt_tokens, estimate_text_tokens
 from specload.sim.scheduler import Counters, Scheduler, Sequence
-from specload.sim.serverlog import ServerLog, crash_lines, decode_batch_line, finish_line
+from specload.sim.serverlog import (
+    LlamaLog,
+    ServerLog,
+    crash_lines,
+    decode_batch_line,
+    finish_line,
+    llama_crash_lines,
+)
 
 _DONE = b"data: [DONE]\n\n"
 # how long after a complete stream the connection is closed in close_after_stream mode
@@ -258,6 +272,17 @@ class SimServer:
         self._closing: set[asyncio.BaseTransport] = set()  # close_after_stream: connections being closed
         self._finished_requests = 0
         self._finish_reasons: dict[str, int] = {}
+        # llamacpp flavour: ids, tasks, slots (least recently used first) and request-level metrics
+        self._llama_log = LlamaLog()
+        self._llama_metrics = llamacpp.LlamaMetrics(self._counters)
+        self._id_rng = random.Random(seed ^ 0x11A3A)
+        self._tasks = itertools.count(0)
+        self._free_slots: deque[int] = deque(range(self.config.max_batch - 1, -1, -1))
+        self._n_slots = self.config.max_batch
+        self._slot_last_us: dict[int, int] = {}
+        # drain_silently: no new work, and a wake-up when the last open request goes
+        self._draining = False
+        self._idle = asyncio.Event()
         # stats
         self._requests = 0
         self._ok = 0
@@ -274,7 +299,11 @@ class SimServer:
         app = web.Application(middlewares=[self._crash_gate], client_max_size=64 * 1024 * 1024)
         app.router.add_post("/v1/completions", self._completions)
         app.router.add_post("/v1/chat/completions", self._chat)
-        app.router.add_post("/generate", self._generate)
+        if not self.config.llamacpp:
+            app.router.add_post("/generate", self._generate)  # SGLang's; llama-server has none
+        else:
+            self._scheduler.on_admit = self._launch_slot
+            app.on_response_prepare.append(_llama_headers)
         app.router.add_get("/v1/models", self._models)
         app.router.add_get("/health", self._health)
         app.router.add_get("/metrics", self._metrics)
@@ -285,7 +314,8 @@ class SimServer:
         await site.start()
         self.port = self._runner.addresses[0][1]
         self.url = f"http://{self.config.host}:{self.port}"
-        self._ticker = asyncio.get_running_loop().create_task(self._decode_log_loop())
+        if not self.config.llamacpp:  # llama-server logs per request only, no periodic line
+            self._ticker = asyncio.get_running_loop().create_task(self._decode_log_loop())
         if self.config.crash_after == 0:
             self._crash()
         return self.url
@@ -305,7 +335,33 @@ class SimServer:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+            if self.config.llamacpp:
+                self._log.line(self._llama_log.exiting())
         self._log.close()
+
+    async def drain_silently(self) -> None:
+        """What llama-server and vLLM do on SIGTERM under load: close the listener (new connections
+        are refused), stop generating without closing anything, so open streams go silent, and return
+        once every open generation request's client has left. Returns at once when none is open.
+        ``stop()`` still has to be called afterwards."""
+        self._draining = True
+        if self._ticker is not None:
+            self._ticker.cancel()
+            self._ticker = None
+        if self._scheduler is not None:
+            self._scheduler.freeze()
+        for seq in self._live:
+            # tokens drawn but not yet written stay unwritten: the streams go silent at once
+            seq.pending.clear()
+        if self._runner is not None:
+            for site in list(self._runner.sites):
+                # asyncio.Server.close() closes the listening sockets only; accepted connections stay
+                server = site._server  # noqa: SLF001 - BaseSite.stop() would also unregister the site
+                if server is not None:
+                    server.close()
+        while self._live:
+            self._idle.clear()
+            await self._idle.wait()
 
     async def __aenter__(self) -> SimServer:
         await self.start()
@@ -345,7 +401,7 @@ class SimServer:
         if self._ticker is not None:
             self._ticker.cancel()
             self._ticker = None
-        self._log.lines(crash_lines())
+        self._log.lines(llama_crash_lines() if self.config.llamacpp else crash_lines())
         self.crashed.set()
 
     async def _hang(self) -> None:
@@ -362,6 +418,10 @@ class SimServer:
         if self._is_crashed:
             await self._hang()
         transport = request.transport
+        if self._draining and transport is not None:
+            # shutting down: a request on an already open connection gets the connection dropped
+            transport.close()
+            raise asyncio.CancelledError
         if transport is not None and (transport in self._closing or transport.is_closing()):
             # close_after_stream: this connection is done (llama-server never reads a second
             # request on it); the client that reused it sees it drop before any response byte
@@ -385,6 +445,8 @@ class SimServer:
         return _json({"status": "ok"})
 
     async def _models(self, request: web.Request) -> web.Response:
+        if self.config.llamacpp:
+            return _json(llamacpp.models_body(self.config.model_name, self.config.slot_context))
         return _json(
             {
                 "object": "list",
@@ -401,6 +463,11 @@ class SimServer:
         )
 
     async def _metrics(self, request: web.Request) -> web.Response:
+        if self.config.llamacpp:
+            sched = self._scheduler
+            assert sched is not None
+            text = self._llama_metrics.text(sched.running, sched.waiting, self._counters.accepted_per_pos)
+            return web.Response(body=text, headers={"Content-Type": "text/plain; version=0.0.4"})
         registry = CollectorRegistry(auto_describe=False)
         registry.register(_MetricsCollector(self))
         return web.Response(body=generate_latest(registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
@@ -416,8 +483,65 @@ class SimServer:
     async def _generate(self, request: web.Request) -> web.StreamResponse:
         return await self._serve(request, "generate")
 
+    def _parse_llama(self, kind: str, body: Any) -> _Req:
+        """llama-server's request rules: ``max_tokens`` from -1 (no limit) to 2^31-1, anything too long
+        stops when the slot's context is full; a prompt that does not fit the slot is refused."""
+        cfg = self.config
+        if not isinstance(body, dict):
+            raise _BadRequest("request body must be a JSON object")
+        if kind == "chat":
+            messages = body.get("messages")
+            if not isinstance(messages, list) or not messages:
+                raise _BadRequest("'messages' is required")
+            prompt_tokens = estimate_chat_tokens(messages)
+        else:
+            if "prompt" not in body:
+                raise _BadRequest("\"prompt\" must be provided")
+            prompt_tokens = estimate_prompt_tokens(body["prompt"])
+        name = "max_completion_tokens" if kind == "chat" and "max_completion_tokens" in body else "max_tokens"
+        raw = body.get(name)
+        if raw is None:
+            raw = cfg.default_max_tokens  # the server's -n
+        if isinstance(raw, bool) or not isinstance(raw, (int, float)):
+            kind_name = "string" if isinstance(raw, str) else type(raw).__name__
+            raise _BadRequest(
+                f"Field '{name}': [json.exception.type_error.302] type must be number, but is {kind_name}"
+            )
+        raw = int(raw)
+        if not (-1 <= raw <= llamacpp.MAX_TOKENS_LIMIT):
+            raise _BadRequest(
+                f"Field '{name}': Value must be between -1 <= value <= {llamacpp.MAX_TOKENS_LIMIT}, but got {raw}"
+            )
+        n_ctx = cfg.slot_context
+        if prompt_tokens >= n_ctx:
+            raise _BadRequest(
+                f"request ({prompt_tokens} tokens) exceeds the available context size "
+                f"({n_ctx} tokens), try increasing it",
+                type_="exceed_context_size_error",
+                n_prompt_tokens=prompt_tokens,
+                n_ctx=n_ctx,
+            )
+        room = n_ctx - prompt_tokens
+        # -1: until the context is full; 0 still yields one token here (the scheduler's unit)
+        max_tokens = room if raw == -1 else max(1, min(raw, room))
+        so = body.get("stream_options") or {}
+        if not isinstance(so, dict):
+            raise _BadRequest("stream_options must be an object")
+        return _Req(
+            kind,
+            llamacpp.new_id(self._id_rng),
+            prompt_tokens,
+            max_tokens,
+            bool(body.get("ignore_eos", False)),
+            bool(body.get("stream", False)),
+            bool(so.get("include_usage", False)),
+            False,  # no continuous usage stats in llama-server
+        )
+
     def _parse(self, kind: str, body: Any) -> _Req:
         cfg = self.config
+        if cfg.llamacpp:
+            return self._parse_llama(kind, body)
         if not isinstance(body, dict):
             raise _BadRequest("request body must be a JSON object")
         n = next(self._ids)
@@ -475,6 +599,8 @@ class SimServer:
 
     def _reject(self, status: int, message: str, type_: str, rid: str = "-", **extra: Any) -> web.Response:
         self._failed += 1
+        if self.config.llamacpp:
+            return self._reject_llama(status, message, type_, **extra)
         self._log.line(
             finish_line(
                 rid=rid,
@@ -493,11 +619,32 @@ class SimServer:
             body=_error_body(status, message, type_, **extra), status=status, content_type="application/json"
         )
 
+    def _reject_llama(self, status: int, message: str, type_: str, **extra: Any) -> web.Response:
+        extra.pop("param", None)  # llama.cpp names the field in the message instead
+        if type_ == "BadRequestError":
+            type_ = "invalid_request_error"
+        body = llamacpp.error_body(status, message, type_, **extra)
+        if message.startswith("[json.exception.parse_error"):
+            # the HTTP layer's exception handler, not a task
+            self._log.line(self._llama_log.got_exception(body.decode()))
+        elif type_ != "invalid_request_error":
+            # errors of a task (context overflow, the injected 500) are logged; validation is not
+            self._log.line(self._llama_log.send_error(next(self._tasks), message))
+        self._request_ended()
+        return web.Response(
+            body=body,
+            status=status,
+            content_type="application/json",
+            charset="utf-8",
+        )
+
     async def _serve(self, request: web.Request, kind: str) -> web.StreamResponse:
         self._requests += 1
         try:
             body = orjson.loads(await request.read())
         except orjson.JSONDecodeError as e:
+            if self.config.llamacpp:  # llama-server answers a body it cannot parse with a 500
+                return self._reject(500, f"[json.exception.parse_error.101] parse error: {e}", "server_error")
             return self._reject(400, f"malformed JSON body: {e}", "BadRequestError")
         try:
             req = self._parse(kind, body)
@@ -537,12 +684,22 @@ class SimServer:
         sched = self._scheduler
         assert sched is not None
         self._live.add(seq)
+        fmt: Any
+        if cfg.llamacpp:
+            seq.task = next(self._tasks)
+            fmt = llamacpp.LlamaFormatter(
+                req.kind, req.rid, cfg.model_name, seq, cfg.spec_tokens, req.include_usage
+            )
+        else:
+            fmt = _Formatter(req, cfg.model_name, cfg.usage_in_last_chunk)
         if cfg.max_speed:
             self._counters.prompt_tokens += seq.prompt_tokens
             sched.extra_running += 1
+            seq.admitted_at = seq.arrival  # no queue in max-speed mode
+            if cfg.llamacpp:
+                self._launch_slot(seq)
         else:
             sched.submit(seq)
-        fmt = _Formatter(req, cfg.model_name, cfg.usage_in_last_chunk)
         outcome = "client_gone"
         try:
             if req.stream:
@@ -551,6 +708,8 @@ class SimServer:
             return await self._whole(request, req, seq, fmt, fault)
         finally:
             self._live.discard(seq)
+            if not self._live:
+                self._idle.set()
             if cfg.max_speed:
                 sched.extra_running -= 1
             else:
@@ -558,6 +717,52 @@ class SimServer:
             # a stream cut by stop() after a crash is not a request outcome worth a line
             if not fmt.accounted and not self._is_crashed:
                 self._account(seq, fmt, 200, outcome, time.perf_counter())
+            if seq.slot >= 0:
+                self._slot_last_us[seq.slot] = int((time.perf_counter() - self._llama_log.t0) * 1e6)
+                self._free_slots.append(seq.slot)
+                seq.slot = -1
+
+    def _launch_slot(self, seq: Sequence) -> None:
+        """llamacpp flavour: the request leaves the queue for a slot (the least recently used)."""
+        if self._free_slots:
+            seq.slot = self._free_slots.popleft()
+        else:  # max-speed mode admits beyond max_batch: give it a slot of its own
+            seq.slot = self._n_slots
+            self._n_slots += 1
+        last = self._slot_last_us.get(seq.slot, -1)
+        self._log.lines(self._llama_log.launch(seq.slot, seq.task, last))
+
+    def _account_llama(self, seq: Sequence, fmt: Any, outcome: str) -> None:
+        ll = self._llama_log
+        n, p = seq.completion_tokens, seq.prompt_tokens
+        n_tokens = p + max(0, n - 1)  # the last token is sampled but not yet in the KV cache
+        if outcome in ("stop", "length"):
+            self._llama_metrics.finished(seq)
+            t = llamacpp.timings(seq, self.config.spec_tokens)
+            self._log.lines(
+                ll.finished(
+                    seq.slot,
+                    seq.task,
+                    prompt_ms=t["prompt_ms"],
+                    prompt_n=p,
+                    predicted_ms=t["predicted_ms"],
+                    predicted_n=n,
+                    steps=seq.verify_steps if self.config.spec_tokens else max(0, n - 1),
+                    drafted=t.get("draft_n", 0),
+                    accepted=t.get("draft_n_accepted", 0),
+                    drafts=seq.verify_steps,
+                    n_tokens=n_tokens,
+                    # the slot's context filled up before max_tokens (or -1) was reached
+                    truncated=outcome == "length" and p + n >= self.config.slot_context,
+                )
+            )
+        elif outcome != "injected_stall":
+            # the client is gone (or the injected drop looked like it): llama-server cancels the task
+            self._llama_metrics.seen(seq)
+            lines = [ll.cancel(seq.task)]
+            if seq.slot >= 0:
+                lines.append(ll.release(seq.slot, seq.task, n_tokens, False))
+            self._log.lines(lines)
 
     def _account(self, seq: Sequence, fmt: _Formatter, status: int, outcome: str, now: float) -> None:
         fmt.accounted = True
@@ -570,6 +775,11 @@ class SimServer:
             self._stalls += 1
         else:
             self._client_gone += 1
+        if self.config.llamacpp:
+            self._account_llama(seq, fmt, outcome)
+            if outcome != "injected_stall":
+                self._request_ended()
+            return
         ttft = None if seq.first_token_at is None else seq.first_token_at - seq.arrival
         tpot = None
         if seq.first_token_at is not None and seq.last_token_at is not None and seq.completion_tokens > 1:
@@ -594,7 +804,7 @@ class SimServer:
         """The next steps of a sequence: from the scheduler, or drawn at once in max-speed mode."""
         if not self.config.max_speed:
             return await seq.next_steps()
-        if self._is_crashed:
+        if self._is_crashed or self._draining:
             await self._hang()
         cfg, counters = self.config, self._counters
         now = time.perf_counter()
@@ -603,6 +813,8 @@ class SimServer:
             out.append(seq.advance(cfg, now, counters))
             if seq.finish_reason is not None:
                 break
+        counters.decode_calls += len(out)
+        counters.busy_slot_steps += len(out)
         return out
 
     def _timings(self, seq: Sequence) -> dict | None:
@@ -630,8 +842,10 @@ class SimServer:
     ) -> tuple[str, web.StreamResponse]:
         cfg = self.config
         headers = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
-        if cfg.close_after_stream:
+        if cfg.closes_after_stream:
             headers["Keep-Alive"] = "timeout=5, max=100"
+        if cfg.llamacpp:
+            headers["X-Accel-Buffering"] = "no"
         resp = web.StreamResponse(status=200, headers=headers)
         await resp.prepare(request)
         buf = bytearray(fmt.head())
@@ -649,7 +863,7 @@ class SimServer:
                 buf += fmt.tail(seq.finish_reason)
                 await self._write(resp, buf, fmt)
                 await resp.write_eof()
-                if cfg.close_after_stream and request.transport is not None:
+                if cfg.closes_after_stream and request.transport is not None:
                     # llama-server's quirk: the headers promised keep-alive, the response is
                     # complete, and a moment later the server closes the socket. A pooling client
                     # that already sent its next request on it sees the connection drop before
@@ -715,8 +929,13 @@ class SimServer:
                 await asyncio.sleep(0)
         text = "".join(parts)
         finish = seq.finish_reason
-        usage = fmt._usage()
         model = self.config.model_name
+        if self.config.llamacpp:
+            self._tokens_sent += fmt.sent
+            fmt.flushed = fmt.sent
+            self._account(seq, fmt, 200, finish or "length", time.perf_counter())
+            return _json(fmt.whole(text, finish or "length"))
+        usage = fmt._usage()
         if req.kind == "generate":
             meta = fmt.meta_info(seq, finish)
             meta["e2e_latency"] = time.perf_counter() - seq.arrival
@@ -794,6 +1013,10 @@ class SimServer:
                     queued=sched.waiting,
                 )
             )
+
+
+async def _llama_headers(request: web.Request, response: web.StreamResponse) -> None:
+    response.headers["Server"] = "llama.cpp"
 
 
 class _MetricsCollector:

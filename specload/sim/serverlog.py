@@ -12,10 +12,26 @@ watcher can tail the simulator exactly as it tails SGLang. Formats:
   accept len: 2.41, gen throughput (token/s): 512.33, #queue-req: 0``
 - the crash: SGLang's scheduler traceback (first line prefixed ``[... TP0]``, frames unprefixed), a
   blank line, then the parent's ``Received sigquit from a child process`` line.
+
+``--flavor llamacpp`` writes llama-server's lines instead (``--log-timestamps --log-prefix``: time since
+start as ``M.SS.mmm.uuu``, a level letter, a 4-wide component, a 12-wide function name), per request:
+
+    0.03.071.525 I slot get_availabl: id  7 | task -1 | selected slot by LRU, t_last = -1
+    0.03.071.683 I slot launch_slot_: id  7 | task 0 | processing task, is_child = 0
+    0.03.526.081 I slot print_timing: id  7 | task 0 | prompt eval time =       6.05 ms /    17 tokens (...)
+    0.03.526.090 I slot print_timing: id  7 | task 0 |        eval time =     448.16 ms /     5 tokens (...)
+    0.03.526.092 I slot print_timing: id  7 | task 0 |       total time =     454.22 ms /    22 tokens
+    0.03.526.333 I slot      release: id  7 | task 0 | stop processing: n_tokens = 21, truncated = 0
+
+plus ``draft acceptance = 1.00000 (  213 accepted /   213 generated), mean len = 54.25`` with
+speculation, ``W srv          stop: cancel task, id_task = T`` when the client leaves, ``E srv
+send_error: ...`` for a prompt over the slot's context, and no periodic line at all (llama-server has
+none). The crash is a C assertion aborting the process, as llama.cpp's sampler asserts do.
 """
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 from typing import TextIO
@@ -101,6 +117,104 @@ def crash_lines() -> list[str]:
     lines.append("")
     lines.append(f"{stamp()} {SIGQUIT_MESSAGE}")
     return lines
+
+
+# --- llama.cpp (llama-server) ------------------------------------------------------------------------
+
+
+class LlamaLog:
+    """llama-server's line format; times count from the server's start, as its log does."""
+
+    def __init__(self) -> None:
+        self.t0 = time.perf_counter()
+
+    def stamp(self) -> str:
+        us = max(0, int((time.perf_counter() - self.t0) * 1e6))
+        return f"{us // 60_000_000}.{us // 1_000_000 % 60:02d}.{us // 1000 % 1000:03d}.{us % 1000:03d}"
+
+    def line(self, level: str, component: str, func: str, text: str) -> str:
+        return f"{self.stamp()} {level} {component:<4} {func[:12]:>12}: {text}"
+
+    def slot(self, slot: int, task: int, func: str, text: str, level: str = "I") -> str:
+        return self.line(level, "slot", func, f"id {slot:2d} | task {task} | {text}")
+
+    def launch(self, slot: int, task: int, t_last_us: int) -> list[str]:
+        return [
+            self.slot(slot, -1, "get_availabl", f"selected slot by LRU, t_last = {t_last_us}"),
+            self.slot(slot, task, "launch_slot_", "processing task, is_child = 0"),
+        ]
+
+    def finished(
+        self,
+        slot: int,
+        task: int,
+        *,
+        prompt_ms: float,
+        prompt_n: int,
+        predicted_ms: float,
+        predicted_n: int,
+        steps: int,
+        drafted: int,
+        accepted: int,
+        drafts: int,
+        n_tokens: int,
+        truncated: bool,
+    ) -> list[str]:
+        """print_timing's lines and the release line of a request that ran to its end."""
+
+        def per(a: float, b: float) -> float:
+            # printf of a C double division: x/0 is inf, 0/0 is nan
+            return a / b if b else (math.nan if a == 0 else math.inf)
+
+        # the generation figures divide by n - 1: the first token came out of prompt processing
+        gen = predicted_n - 1
+        t = "print_timing"
+        out = [
+            self.slot(slot, task, t, f"prompt eval time = {prompt_ms:10.2f} ms / {prompt_n:5d} tokens "
+                      f"({per(prompt_ms, prompt_n):8.2f} ms per token, "
+                      f"{per(1e3 * prompt_n, prompt_ms):8.2f} tokens per second)"),
+            self.slot(slot, task, t, f"       eval time = {predicted_ms:10.2f} ms / {predicted_n:5d} tokens "
+                      f"({per(predicted_ms, gen):8.2f} ms per token, "
+                      f"{per(1e3 * gen, predicted_ms):8.2f} tokens per second)"),
+            self.slot(slot, task, t, f"      total time = {prompt_ms + predicted_ms:10.2f} ms / "
+                      f"{prompt_n + predicted_n:5d} tokens"),
+            self.slot(slot, task, t, f"   graphs reused = {max(0, steps - 1):10d}"),
+        ]
+        if drafted:
+            # mean len: tokens per verify step including the bonus token (1 + accepted / drafts)
+            out.append(self.slot(slot, task, t, f"draft acceptance = {accepted / drafted:.5f} "
+                                 f"({accepted:5d} accepted / {drafted:5d} generated), "
+                                 f"mean len = {1 + accepted / drafts if drafts else 0:.2f}"))
+        out.append(self.release(slot, task, n_tokens, truncated))
+        return out
+
+    def release(self, slot: int, task: int, n_tokens: int, truncated: bool) -> str:
+        return self.slot(slot, task, "     release",
+                         f"stop processing: n_tokens = {n_tokens}, truncated = {int(truncated)}")
+
+    def cancel(self, task: int) -> str:
+        return self.line("W", "srv", "stop", f"cancel task, id_task = {task}")
+
+    def send_error(self, task: int, message: str) -> str:
+        return self.line("E", "srv", "send_error", f"task id = {task}, error: {message}")
+
+    def got_exception(self, body: str) -> str:
+        return self.line("W", "srv", "operator()", f"got exception: {body}")
+
+    def exiting(self) -> str:
+        return self.line("I", "srv", "operator()", "operator(): cleaning up before exit...")
+
+
+# A sampler assertion aborting llama-server (see fixture 039): the line a C assert prints, then the
+# shell's report of the abort, which is all a log shows before it stops.
+LLAMA_CRASH_LINE = (
+    "llama-server: /build/llama.cpp/src/llama-sampler.cpp:1094: void llama_sampler_dist_apply("
+    "llama_sampler*, llama_token_data_array*): Assertion `found' failed."
+)
+
+
+def llama_crash_lines() -> list[str]:
+    return [LLAMA_CRASH_LINE]
 
 
 class ServerLog:
