@@ -116,6 +116,7 @@ class Runner:
         if not self.paused:
             self.paused = True
             self._pause_clock()
+            self._refresh_state()
             self._emit("pause", self.target)
             self._wake.set()
 
@@ -123,6 +124,7 @@ class Runner:
         if self.paused:
             self.paused = False
             self._level_resumed_at = self.clock.now_ns()
+            self._refresh_state()
             self._emit("resume", self.target)
             self._wake.set()
 
@@ -133,6 +135,7 @@ class Runner:
         if held == self.held:
             return
         self.held = held
+        self._refresh_state()
         self._emit("hold", held)
         if not held and self._level_number == 0 and self._level_spec is not None:
             # releasing the hold of a manual level hands control back to the plan
@@ -197,6 +200,11 @@ class Runner:
             self.state = "holding"
         else:
             self.state = "ramping"
+
+    def _refresh_state(self) -> None:
+        # a control takes effect on the state at once, not when the dispatcher next wakes
+        if self.state in ("ramping", "holding", "paused", "warmup"):
+            self._set_state()
 
     def _emit(self, kind: str, value: object) -> None:
         self._on_event(RunEvent(self.clock.now_ns(), kind, value))

@@ -30,7 +30,6 @@ import asyncio
 import itertools
 import random
 import time
-from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
@@ -272,13 +271,11 @@ class SimServer:
         self._closing: set[asyncio.BaseTransport] = set()  # close_after_stream: connections being closed
         self._finished_requests = 0
         self._finish_reasons: dict[str, int] = {}
-        # llamacpp flavour: ids, tasks, slots (least recently used first) and request-level metrics
+        # llamacpp flavour: ids, tasks, slots' last use and request-level metrics
         self._llama_log = LlamaLog()
         self._llama_metrics = llamacpp.LlamaMetrics(self._counters)
         self._id_rng = random.Random(seed ^ 0x11A3A)
         self._tasks = itertools.count(0)
-        self._free_slots: deque[int] = deque(range(self.config.max_batch - 1, -1, -1))
-        self._n_slots = self.config.max_batch
         self._slot_last_us: dict[int, int] = {}
         # drain_silently: no new work, and a wake-up when the last open request goes
         self._draining = False
@@ -719,16 +716,18 @@ class SimServer:
                 self._account(seq, fmt, 200, outcome, time.perf_counter())
             if seq.slot >= 0:
                 self._slot_last_us[seq.slot] = int((time.perf_counter() - self._llama_log.t0) * 1e6)
-                self._free_slots.append(seq.slot)
-                seq.slot = -1
 
     def _launch_slot(self, seq: Sequence) -> None:
         """llamacpp flavour: the request leaves the queue for a slot (the least recently used)."""
-        if self._free_slots:
-            seq.slot = self._free_slots.popleft()
+        # Busy slots are read from the live sequences, not kept in a free list: the scheduler admits
+        # the next request the instant a sequence finishes, before that handler has run its cleanup.
+        busy = {s.slot for s in self._live if s.slot >= 0 and s.finish_reason is None and not s.cancelled}
+        free = [i for i in range(self.config.max_batch) if i not in busy]
+        if free:
+            # least recently used; among never-used slots the highest id, as llama-server picks 7, 6, ...
+            seq.slot = min(free, key=lambda i: (self._slot_last_us.get(i, -1), -i))
         else:  # max-speed mode admits beyond max_batch: give it a slot of its own
-            seq.slot = self._n_slots
-            self._n_slots += 1
+            seq.slot = self.config.max_batch + len(busy)
         last = self._slot_last_us.get(seq.slot, -1)
         self._log.lines(self._llama_log.launch(seq.slot, seq.task, last))
 
