@@ -414,12 +414,6 @@ class Session:
             t = self.clock.now_ns()
             for entry in self._detector.finish():
                 self._crash(self._book.add(entry, t))
-        for src in self._sources:
-            if src is not self._launched:
-                try:
-                    await src.stop()
-                except Exception:  # noqa: BLE001 - teardown goes on whatever a source does
-                    pass
         if self.client is not None:
             await self.client.close()
         if self._launched is not None:

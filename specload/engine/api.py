@@ -130,19 +130,23 @@ class ChunkReader:
                 self.finish_reason = fr
         usage = obj.get("usage")
         if usage:
-            ct = usage.get("completion_tokens")
-            if ct is not None:
-                self.completion_tokens = ct
-                if self.has_text:
-                    # continuous usage stats: the cumulative count tells how many tokens this chunk held
-                    self.tokens = ct - self._cum
-                    self._cum = ct
-            pt = usage.get("prompt_tokens")
-            if pt is not None:
-                self.prompt_tokens = pt
+            self._counts(usage)
         timings = obj.get("timings")
         if timings is not None:
             self.timings = timings
+
+    def _counts(self, d: dict) -> None:
+        """Token counts of OpenAI ``usage`` or SGLang ``meta_info`` (both cumulative)."""
+        ct = d.get("completion_tokens")
+        if ct is not None:
+            self.completion_tokens = ct
+            if self.has_text:
+                # a cumulative count on a text chunk tells how many tokens this chunk held
+                self.tokens = ct - self._cum
+                self._cum = ct
+        pt = d.get("prompt_tokens")
+        if pt is not None:
+            self.prompt_tokens = pt
 
     def _read_generate(self, obj: dict) -> None:
         # SGLang streams the whole text so far in every event, with cumulative meta_info.
@@ -154,15 +158,7 @@ class ChunkReader:
                 self._text_len = n
         meta = obj.get("meta_info")
         if meta:
-            ct = meta.get("completion_tokens")
-            if ct is not None:
-                self.completion_tokens = ct
-                if self.has_text:
-                    self.tokens = ct - self._cum
-                    self._cum = ct
-            pt = meta.get("prompt_tokens")
-            if pt is not None:
-                self.prompt_tokens = pt
+            self._counts(meta)
             sv = meta.get("spec_verify_ct")
             if sv is not None:
                 self.spec_verify_ct = sv

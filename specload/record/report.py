@@ -31,30 +31,40 @@ def level_line(s: LevelSummary) -> str:
     )
 
 
-def errors_text(s: LevelSummary) -> str:
-    return ", ".join(f"{k} {n}" for k, n in s.errors) if s.errors else "-"
+def level_cells(s: LevelSummary, dash: str = "-") -> dict[str, str]:
+    """The cells of one level row by column name: the headless table, the report and the TUI's
+    table all format a level with this, so they show the same figures."""
+
+    def f(v: float | None, fmt: str = "{:.1f}") -> str:
+        return dash if v is None else fmt.format(v)
+
+    return {
+        "C": str(s.concurrency),
+        "tok/s": f"{s.throughput_tok_s:.1f}",
+        "req tok/s": f"{s.per_request_tok_s:.1f}",
+        "TTFT p50/p99 ms": f"{f(s.ttft_ms_p50)}/{f(s.ttft_ms_p99)}",
+        "TPOT ms": f(s.tpot_ms_p50, "{:.2f}"),
+        "latency avg/p50/p99 s": f"{f(s.e2e_s_avg, '{:.2f}')}/{f(s.e2e_s_p50, '{:.2f}')}/{f(s.e2e_s_p99, '{:.2f}')}",
+        "tokens": f"{s.output_tokens}{'~' if s.tokens_estimated else ''}",
+        "wall s": f"{s.wall_s:.1f}",
+        "ok": f"{s.ok}/{s.requests}",
+        "errors": ", ".join(f"{k} {n}" for k, n in s.errors) if s.errors else dash,
+    }
+
+
+TABLE_COLUMNS = (
+    "C", "tok/s", "req tok/s", "TTFT p50/p99 ms", "TPOT ms", "latency avg/p50/p99 s", "tokens", "wall s", "ok",
+    "errors",
+)
 
 
 def level_table(levels: list[LevelSummary], title: str | None = None) -> Table:
     t = Table(title=title, header_style="bold", show_edge=False, pad_edge=False)
-    for name in (
-        "C", "tok/s", "req tok/s", "TTFT p50/p99 ms", "TPOT ms",
-        "latency avg/p50/p99 s", "tokens", "wall s", "ok", "errors",
-    ):
+    for name in TABLE_COLUMNS:
         t.add_column(name, justify="left" if name == "errors" else "right", no_wrap=name != "errors")
     for s in levels:
-        t.add_row(
-            str(s.concurrency),
-            f"{s.throughput_tok_s:.1f}",
-            f"{s.per_request_tok_s:.1f}",
-            f"{_f(s.ttft_ms_p50)}/{_f(s.ttft_ms_p99)}",
-            _f(s.tpot_ms_p50, "{:.2f}"),
-            f"{_f(s.e2e_s_avg, '{:.2f}')}/{_f(s.e2e_s_p50, '{:.2f}')}/{_f(s.e2e_s_p99, '{:.2f}')}",
-            f"{s.output_tokens}{'~' if s.tokens_estimated else ''}",
-            f"{s.wall_s:.1f}",
-            f"{s.ok}/{s.requests}",
-            errors_text(s),
-        )
+        cells = level_cells(s)
+        t.add_row(*(cells[name] for name in TABLE_COLUMNS))
     return t
 
 

@@ -16,6 +16,7 @@ from textual.reactive import var
 from textual.widgets import DataTable
 from textual_plotext import PlotextPlot
 
+from specload.record.report import level_cells as report_cells
 from specload.stats.levels import LevelSummary
 from specload.stats.live import StatsSnapshot
 from specload.ui.widgets.numbers import DASH
@@ -32,23 +33,19 @@ COLUMNS = (
 )
 
 
-def _f(v: float | None, fmt: str = "{:.1f}") -> str:
-    return DASH if v is None else fmt.format(v)
-
-
 def level_cells(s: LevelSummary) -> tuple[str, ...]:
-    """The row of one level, formatted as the headless table formats it."""
-    errors = ", ".join(f"{k} {n}" for k, n in s.errors) if s.errors else DASH
-    ok = f"{s.ok}/{s.requests}" if s.ok == s.requests else f"✖ {s.ok}/{s.requests}"
+    """The row of one level, formatted by the same function as the headless table."""
+    cells = report_cells(s, dash=DASH)
+    ok = cells["ok"] if s.ok == s.requests else f"✖ {cells['ok']}"
     return (
-        str(s.concurrency),
-        f"{s.throughput_tok_s:.1f}",
-        f"{s.per_request_tok_s:.1f}",
-        f"{_f(s.ttft_ms_p50)}/{_f(s.ttft_ms_p99)}",
-        _f(s.tpot_ms_p50, "{:.2f}"),
-        f"{_f(s.e2e_s_avg, '{:.2f}')}/{_f(s.e2e_s_p50, '{:.2f}')}/{_f(s.e2e_s_p99, '{:.2f}')}",
+        cells["C"],
+        cells["tok/s"],
+        cells["req tok/s"],
+        cells["TTFT p50/p99 ms"],
+        cells["TPOT ms"],
+        cells["latency avg/p50/p99 s"],
         ok,
-        errors,
+        cells["errors"],
     )
 
 
