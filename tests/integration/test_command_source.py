@@ -4,34 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
-from collections.abc import Callable
 
 from specload.watch.command import CommandSource, ProcessExit
+from tests.waiting import pid_gone, until
 
 DEADLINE = 5.0
 CMD = 'bash -c "echo a; echo b >&2; exit 3"'
-
-
-async def until(cond: Callable[[], bool], timeout: float = DEADLINE) -> None:
-    async def spin() -> None:
-        while not cond():
-            await asyncio.sleep(0.005)
-
-    await asyncio.wait_for(spin(), timeout)
-
-
-def pid_gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    # Still in the table: gone for our purpose only if it is a zombie awaiting its reaper.
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except FileNotFoundError:
-        return True
 
 
 async def collect(src: CommandSource, n: int) -> list[str]:

@@ -8,12 +8,11 @@ ignores SIGTERM (also behind a shell that does not exec), and a server that cras
 from __future__ import annotations
 
 import asyncio
-import os
 import re
 import socket
 import sys
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -21,6 +20,7 @@ import pytest
 from specload.clock import FakeClock
 from specload.watch.expect import ExpectLog
 from specload.watch.launch import LaunchedServer, ReadyTimeoutError, ServerExitedError
+from tests.waiting import pid_gone, until
 
 DEADLINE = 10.0
 
@@ -98,26 +98,6 @@ def launch(script: Path, mode: str = "normal", delay: float = 0.3, **kw) -> tupl
     port = free_port()
     cmd = f"{sys.executable} {script} {port} {delay} {mode}"
     return tracked(LaunchedServer(cmd, f"http://127.0.0.1:{port}/health", **kw)), port
-
-
-async def until(cond: Callable[[], bool], timeout: float = DEADLINE) -> None:
-    async def spin() -> None:
-        while not cond():
-            await asyncio.sleep(0.005)
-
-    await asyncio.wait_for(spin(), timeout)
-
-
-def pid_gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except FileNotFoundError:
-        return True
 
 
 async def test_wait_ready_then_stop_with_sigterm(script: Path) -> None:
