@@ -203,3 +203,9 @@ def test_a_run_where_every_request_fails_exits_5(tmp_path: Path) -> None:
     p = run(["run", "-c", "2", "-n", "4", "--sim-args", "--fail-rate 1 --quiet --ttft-ms 1 --itl-ms 1"])
     assert p.returncode == 5, p.stderr
     assert "every request failed" in p.stderr
+
+
+def test_tui_headless_is_the_same_as_run(sim_url: str) -> None:
+    p = run(["tui", "--headless", sim_url, "-c", "2", "-n", "4", "--max-tokens", "8", "--json"])
+    assert p.returncode == 0, p.stderr
+    assert orjson.loads(p.stdout)["levels"][0]["requests"] == 4
