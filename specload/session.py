@@ -106,6 +106,7 @@ class Session:
         self._url_found: asyncio.Future[str] | None = None
         self._end_reason: str | None = None
         self._interrupted = False
+        self._starting: asyncio.Future | None = None
         self._stash: list[tuple[str, object]] = []  # record lines from before the record was opened
 
     # ------------------------------------------------------------------ public
@@ -130,6 +131,9 @@ class Session:
         """Quit: no new requests, in-flight ones recorded as cancelled, the record closed."""
         self._interrupted = True
         self._end_reason = self._end_reason or reason
+        if self._starting is not None and not self._starting.done():
+            # still waiting for the server to come up (it may load for minutes): stop waiting
+            self._starting.cancel()
         if self.runner is not None:
             self.runner.stop(reason)
             self.runner.cancel_in_flight()
@@ -144,7 +148,12 @@ class Session:
                     pass
         outcome: tuple[str, int, str | None]
         try:
-            await self._start_server()
+            self._starting = asyncio.ensure_future(self._start_server())
+            try:
+                await self._starting
+            except asyncio.CancelledError:
+                if not self._interrupted:
+                    raise
             if self._interrupted:
                 outcome = ("interrupted", EXIT_INTERRUPTED, None)
             else:
@@ -370,7 +379,7 @@ class Session:
     async def _start_watchers(self) -> None:
         w = self.cfg.watch
         assert self.url is not None
-        if w.health:
+        if w.health and await self._has_health_endpoint():
             from specload.watch.health import HealthMonitor
 
             self._health = HealthMonitor(self.url + "/health", clock=self.clock, on_change=self._health_change)
@@ -388,6 +397,21 @@ class Session:
             self._tasks.append(asyncio.ensure_future(self._flush_record()))
         if self._launched is not None:
             self._tasks.append(asyncio.ensure_future(self._watch_exit()))
+
+    async def _has_health_endpoint(self) -> bool:
+        """A server (or proxy) without /health must not be taken for a dead one and paused."""
+        import aiohttp
+
+        try:
+            async with aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=5), connector=aiohttp.TCPConnector(force_close=True)
+            ) as s, s.get(self.url + "/health") as r:
+                if r.status in (404, 405, 501):
+                    self._notice(f"{self.url}/health answers HTTP {r.status}: server health not watched")
+                    return False
+        except (aiohttp.ClientError, TimeoutError):
+            pass  # unreachable now: the monitor will report it
+        return True
 
     async def _run_load(self) -> str:
         assert self.runner is not None
@@ -564,4 +588,13 @@ class Session:
         assert self.recorder is not None
         while True:
             await asyncio.sleep(0.5)
-            self.recorder.flush()
+            try:
+                self.recorder.flush()
+            except RecordError as e:
+                # the disk is full or gone: stop rather than run a load nobody can read back
+                self._notice(str(e))
+                self._end_reason = self._end_reason or "stopped"
+                if self.runner is not None:
+                    self.runner.stop("stopped")
+                    self.runner.cancel_in_flight()
+                return

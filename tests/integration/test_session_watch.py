@@ -159,3 +159,50 @@ async def test_server_dying_while_starting_is_reported_with_its_crash(tmp_path) 
     data = read_record(str(rec))
     assert data.crashes[0]["message"].startswith("checkpoint shard")
     assert data.end["reason"] == "crashed"
+
+
+async def test_interrupt_while_waiting_for_a_slow_server(tmp_path) -> None:
+    url = f"http://127.0.0.1:{free_port()}"  # nothing will ever listen there
+    session = Session(cfg(url, tmp_path / "r.jsonl", watch=WatchConfig(launch="sleep 60", ready_timeout_s=900,
+                                                                      stop_grace_s=1)))
+    task = asyncio.ensure_future(session.run())
+    await wait_until(lambda: session.phase == "waiting for server" and session._launched is not None
+                     and session._launched.pid is not None)
+    pid = session._launched.pid
+    session.interrupt()
+    result = await asyncio.wait_for(task, 15)
+    assert result.reason == "interrupted" and result.exit_code == 130
+    assert session._launched.exit is not None  # the launched server was stopped, not left behind
+    assert pid is not None
+
+
+async def test_a_server_without_health_endpoint_is_not_taken_for_dead(tmp_path) -> None:
+    from aiohttp import web
+
+    sse = (b'data: {"choices":[{"delta":{"content":"hi"},"finish_reason":null}]}\n\n'
+           b'data: {"choices":[],"usage":{"completion_tokens":1,"prompt_tokens":2}}\n\ndata: [DONE]\n\n')
+
+    async def chat(request: web.Request) -> web.Response:
+        return web.Response(body=sse, content_type="text/event-stream")
+
+    async def models(request: web.Request) -> web.Response:
+        return web.json_response({"data": [{"id": "proxy-model"}]})
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", chat)
+    app.router.add_get("/v1/models", models)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"  # type: ignore[union-attr]
+    notices: list[str] = []
+    try:
+        session = Session(cfg(url, tmp_path / "r.jsonl", watch=WatchConfig(metrics_url="off"), levels=(2,), n=6),
+                          listener=lambda k, p: notices.append(p) if k == "notice" else None)
+        result = await asyncio.wait_for(session.run(), 30)
+    finally:
+        await runner.cleanup()
+    assert result.reason == "completed" and session.stats.snapshot().requests_ok == 6
+    assert any("health not watched" in n for n in notices)
+    assert session.stats.snapshot().health == "unknown"
