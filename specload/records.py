@@ -69,22 +69,40 @@ class RequestRecord:
         return [offs[i] - offs[i - 1] for i in range(1, len(offs))]
 
     def itl_per_token_ns(self) -> list[float]:
-        """Gaps between text chunks, each divided by the tokens its later chunk carried.
+        """Inter-token latency per chunk after the first arrival, in ns.
 
-        When the server does not say how many tokens each chunk carried, the request's mean
-        tokens per chunk after the first is used: with speculative decoding a chunk may carry
-        several accepted tokens and the raw gap would overstate the per-token latency.
+        Chunks that arrived together (the same socket read, so the same timestamp) form one burst:
+        the gap before a burst is shared by all the tokens in it. A chunk carrying k tokens
+        (vLLM/SGLang speculative decoding) and k one-token chunks sent in one write (llama.cpp
+        speculative decoding) therefore give the same per-token ITL: gap / k. Tokens per chunk
+        come from the server when it tells them, else from the request's mean.
         """
-        gaps = self.chunk_gaps_ns()
-        if not gaps:
+        offs = self.chunk_offsets_ns
+        n = len(offs)
+        if n < 2:
             return []
         per = self.chunk_tokens
-        if per is not None and len(per) == len(self.chunk_offsets_ns):
-            return [g / max(1, k) for g, k in zip(gaps, per[1:], strict=False)]
-        rest_tokens = self.output_tokens - (1 if self.chunks else 0)
-        k = rest_tokens / len(gaps) if rest_tokens > 0 else 1.0
-        k = max(k, 1e-9)
-        return [g / k for g in gaps]
+        if per is None or len(per) != n:
+            # the first chunk carries the prefill's one token; the others share the rest
+            mean = (self.output_tokens - 1) / (n - 1) if self.output_tokens > n - 1 else 1.0
+            per = None
+        out: list[float] = []
+        prev_t = offs[0]
+        i = 1
+        while i < n and offs[i] == prev_t:  # the rest of the first burst came with the first token
+            i += 1
+        while i < n:
+            t = offs[i]
+            j = i
+            tokens = 0.0
+            while j < n and offs[j] == t:
+                tokens += per[j] if per is not None else mean
+                j += 1
+            itl = (t - prev_t) / max(tokens, 1e-9)
+            out.extend([itl] * (j - i))
+            prev_t = t
+            i = j
+        return out
 
 
 @dataclass(frozen=True, slots=True)

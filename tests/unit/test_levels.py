@@ -68,3 +68,25 @@ def test_histogram_percentiles_within_bin_width() -> None:
     h.add_many([i * 1000.0 for i in range(1, 10001)])  # 1 us .. 10 ms
     assert h.percentile(50) == pytest.approx(5_000_000 / 1000 * 1000, rel=0.01)
     assert h.percentile(99) == pytest.approx(9_900_000, rel=0.01)
+
+
+def test_itl_of_bursts_of_one_token_chunks() -> None:
+    # llama.cpp with speculation: one chunk per token, but a verify step's 4 tokens in one write
+    offs = (10, 10, 20, 20, 20, 20, 30, 30, 30, 30)
+    r = RequestRecord(
+        request_id=0, level=1, level_index=0, warmup=False, start_ns=0, end_ns=31, ttft_ns=10, e2e_ns=30,
+        output_tokens=10, tokens_estimated=False, prompt_tokens=1, chunks=10, chunk_offsets_ns=offs,
+        chunk_tokens=(1,) * 10,
+    )
+    # the 10 ns before each burst is shared by its 4 tokens; never a 0 gap
+    assert r.itl_per_token_ns() == [2.5] * 8
+    assert min(r.chunk_gaps_ns()) == 0  # what the raw per-chunk gaps would have said
+
+
+def test_itl_of_one_multi_token_chunk_per_step_is_the_same() -> None:
+    r = RequestRecord(
+        request_id=0, level=1, level_index=0, warmup=False, start_ns=0, end_ns=31, ttft_ns=10, e2e_ns=30,
+        output_tokens=10, tokens_estimated=False, prompt_tokens=1, chunks=3, chunk_offsets_ns=(10, 20, 30),
+        chunk_tokens=(2, 4, 4),
+    )
+    assert r.itl_per_token_ns() == [2.5, 2.5]
