@@ -47,6 +47,21 @@ from tests.integration.real_server_util import (
 
 pytestmark = [pytest.mark.real_server, pytest.mark.timeout(150)]
 
+
+def burst_itl(cm: list[float]) -> list[float]:
+    """Per-token ITL of one-token chunks: the gap before each burst of equal arrival times, shared."""
+    out: list[float] = []
+    prev, i, n = cm[0], 1, len(cm)
+    while i < n and cm[i] == prev:
+        i += 1
+    while i < n:
+        t, j = cm[i], i
+        while j < n and cm[j] == t:
+            j += 1
+        out += [(t - prev) / (j - i)] * (j - i)
+        prev, i = t, j
+    return out
+
 SPEC = ("--spec-type", "ngram-mod")
 
 # Per-request TPOT tolerance against the server's own timings.predicted_per_token_ms. llama-server
@@ -178,16 +193,22 @@ def test_speculative_decoding_counts_bursts_and_acceptance(tmp_path: Path) -> No
         gaps = [b - a for a, b in zip(cm, cm[1:], strict=False)]
         # TPOT is the mean per-token gap ...
         assert r["tpot_ms"] == pytest.approx((cm[-1] - cm[0]) / (r["output_tokens"] - 1), abs=ROUNDING_MS)
-        # ... and the per-token ITL is each chunk gap divided by its tokens (here 1 per chunk).
-        k = (r["output_tokens"] - 1) / (r["chunks"] - 1)
-        assert r["itl_ms_p50"] == pytest.approx(statistics.median(gaps) / k, abs=ROUNDING_MS * 2)
+        # ... and the per-token ITL shares the gap before a burst (chunks read together) among its
+        # tokens (here one per chunk), so a verify step's tokens arriving at once are not 0 gaps.
+        itl = burst_itl(cm)
+        if not itl:  # the whole answer arrived in one read: no gap to speak of
+            assert r["itl_ms_p50"] is None
+            continue
+        assert r["itl_ms_p50"] == pytest.approx(statistics.median(itl), abs=ROUNDING_MS * 2)
         zero_gap_share.append(sum(g <= ROUNDING_MS for g in gaps) / len(gaps))
         if r["tpot_ms"] > 0:
             itl_vs_tpot.append(r["itl_ms_p50"] / r["tpot_ms"])
-    # Bursts: accepted drafts reach the client together, so the typical gap is far below the mean
-    # gap (TPOT). Without speculation the two are about equal (test 1).
-    assert statistics.median(itl_vs_tpot) < 0.5, itl_vs_tpot
-    assert statistics.median(zero_gap_share) > 0.05, zero_gap_share
+    # Bursts: accepted drafts reach the client together, so many raw chunk gaps are ~0; the
+    # per-token ITL shares each burst's gap among its tokens, so it stays of the order of TPOT
+    # (below it when a burst is split over several reads) instead of collapsing to 0.
+    if itl_vs_tpot:
+        assert statistics.median(itl_vs_tpot) < 1.5, itl_vs_tpot
+    assert statistics.median(zero_gap_share or [1.0]) > 0.05, zero_gap_share
 
     # Acceptance, the server's truth over the run.
     drafts, draft_tokens, accepted = (
