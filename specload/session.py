@@ -419,9 +419,8 @@ class Session:
         return self._end_reason or reason
 
     async def _teardown(self) -> None:
-        if self.runner is not None and self.runner._tasks:
-            self.runner.cancel_in_flight()
-            await asyncio.gather(*list(self.runner._tasks), return_exceptions=True)
+        if self.runner is not None:
+            await self.runner.cancel_and_wait()
         if self._metrics is not None and self.phase == "running":
             # the last interval's counters, read before the server may be stopped
             try:

@@ -161,6 +161,14 @@ class Runner:
         for t in list(self._tasks):
             t.cancel()
 
+    async def cancel_and_wait(self) -> None:
+        """Cancel the requests in flight and wait until each has handed in its (cancelled) record."""
+        tasks = list(self._tasks)
+        for t in tasks:
+            t.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+
     # ---------------------------------------------------------------- state
 
     def snapshot(self) -> RunnerState:
