@@ -261,7 +261,12 @@ class StreamingClient:
             where = "no response" if status is None else "no data"
             error = (ErrorKind.STALL, f"{where} for {self.stall_timeout_s:g} s")
         except aiohttp.ClientConnectorError as e:
-            error = (ErrorKind.CONNECT, _oneline(e))
+            if retries:
+                # the first attempt was dropped before any response byte and the retry was refused:
+                # not a stale connection but a server that died while this request was in it
+                error = (ErrorKind.DISCONNECT, f"connection dropped before the response; reconnect: {_oneline(e)}")
+            else:
+                error = (ErrorKind.CONNECT, _oneline(e))
         except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as e:
             error = (ErrorKind.DISCONNECT, _oneline(e))
         except aiohttp.ClientResponseError as e:

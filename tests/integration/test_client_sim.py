@@ -192,3 +192,21 @@ async def test_secrets_never_appear_in_error_details(sim) -> None:
         await runner.cleanup()
     assert r.error_kind is ErrorKind.HTTP and r.http_status == 401
     assert "TOPSECRET" not in r.error_detail
+
+
+async def test_server_dying_before_its_response_is_a_disconnect_not_a_refusal() -> None:
+    # the request reaches the server, which dies before answering: the stale-connection retry is
+    # refused, and the record must say the server dropped the request, not that it never connected
+    server: asyncio.base_events.Server | None = None
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        server.close()  # the process is gone: nothing listens any more
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    async with make_client(f"http://127.0.0.1:{port}") as c:
+        r = await asyncio.wait_for(c.send("x"), 10)
+    assert r.error_kind is ErrorKind.DISCONNECT, (r.error_kind, r.error_detail)
+    assert r.retries == 1 and "reconnect" in r.error_detail
