@@ -23,6 +23,7 @@ from specload.config import (
     WatchConfig,
     check_url,
     parse_header,
+    split_credentials,
 )
 from specload.engine.load import PlanError, build_plan, parse_levels
 from specload.engine.prompts import PromptError
@@ -106,7 +107,8 @@ def load_options(f: Callable) -> Callable:
 
 def build_config(p: dict, *, ui: bool) -> RunConfig:
     """Options -> RunConfig, or ConfigError/PlanError/PromptError with a one-line message."""
-    url = check_url(p["url"]) if p.get("url") else None
+    url, basic_auth = split_credentials(p["url"]) if p.get("url") else (None, None)
+    url = check_url(url) if url else None
     if p.get("launch") and url is None:
         raise ConfigError("--launch needs the server's URL as well (e.g. http://127.0.0.1:8000)")
     for name in ("stall_timeout", "request_timeout", "ready_timeout", "down_timeout"):
@@ -130,6 +132,8 @@ def build_config(p: dict, *, ui: bool) -> RunConfig:
             raise ConfigError("--extra-body must be a JSON object")
         extra = tuple(obj.items())
     headers = tuple(parse_header(h) for h in p.get("headers") or ())
+    if basic_auth is not None and not any(k.lower() == "authorization" for k, _ in headers):
+        headers += (basic_auth,)
     drain = p["drain"] if p["drain"] is not None else not ui
     duration = p["duration_per_level"]
     if ui and duration is None and p["requests_per_level"] is None:

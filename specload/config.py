@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from urllib.parse import urlparse
+from urllib.parse import unquote, urlparse
 
 from specload.engine.load import LoadPlan
+from specload.record.schema import redact_command
 
 
 class ConfigError(ValueError):
@@ -109,15 +110,30 @@ class RunConfig:
             "prompt_source": "text" if r.prompt else "file" if r.prompt_file else "dataset" if r.dataset else "synthetic",
             "prompt_tokens": r.prompt_tokens,
             "server_log": w.server_log,
-            "server_log_cmd": w.server_log_cmd,
-            "launch": w.launch,
+            "server_log_cmd": redact_command(w.server_log_cmd),
+            "launch": redact_command(w.launch),
             "expect_log": list(w.expect_log),
             "metrics_url": w.metrics_url,
             "on_crash": w.on_crash,
-            "sim_args": list(self.sim_args),
+            "sim_args": [redact_command(a) for a in self.sim_args],
             "seed": self.seed,
             "workers": self.workers,
         }
+
+
+def split_credentials(url: str) -> tuple[str, tuple[str, str] | None]:
+    """``http://user:pw@host:port`` -> (``http://host:port``, an Authorization header), so that a
+    password in a URL is sent as a header (which records redact) and never shown or recorded."""
+    u = urlparse(url)
+    if u.username is None and u.password is None:
+        return url, None
+    import base64
+
+    token = base64.b64encode(f"{unquote(u.username or '')}:{unquote(u.password or '')}".encode()).decode()
+    netloc = u.hostname or ""
+    if u.port:
+        netloc += f":{u.port}"
+    return u._replace(netloc=netloc).geturl(), ("Authorization", f"Basic {token}")
 
 
 def check_url(url: str) -> str:

@@ -28,6 +28,7 @@ from specload.engine.client import StreamingClient
 from specload.engine.probe import TargetError, discover
 from specload.engine.prompts import PromptError, PromptSource
 from specload.engine.runner import Runner, RunnerState
+from specload.record.schema import SECRET_KEYS, redact_command
 from specload.record.writer import Recorder, RecordError
 from specload.records import CrashEvent, ErrorKind, RequestRecord, RunEvent, ServerSample
 from specload.stats.client_load import ClientLoad, ClientLoadMonitor
@@ -44,6 +45,19 @@ EXIT_ALL_FAILED = 5  # headless: the run completed but not one request succeeded
 EXIT_INTERRUPTED = 130
 
 _LISTENING = re.compile(r"listening on (https?://\S+)")
+
+
+def _secret_values(cfg: RunConfig) -> tuple[str, ...]:
+    values = []
+    key = cfg.api_key()
+    if key:
+        values.append(key)
+    for name, value in cfg.target.headers:
+        if name.lower() in SECRET_KEYS or "key" in name.lower() or "token" in name.lower():
+            values.append(value)
+            # "Bearer sk-..." : the bare token too
+            values.extend(part for part in value.split() if len(part) >= 8)
+    return tuple(sorted({v for v in values if len(v) >= 4}, key=len, reverse=True))
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +122,8 @@ class Session:
         self._interrupted = False
         self._starting: asyncio.Future | None = None
         self._stash: list[tuple[str, object]] = []  # record lines from before the record was opened
+        # values that must never reach the screen or the record (API key, auth header values)
+        self._secret_values = _secret_values(cfg)
 
     # ------------------------------------------------------------------ public
 
@@ -177,7 +193,14 @@ class Session:
 
     # ------------------------------------------------------------------ phases
 
+    def _scrub(self, text: str) -> str:
+        for secret in self._secret_values:
+            if secret in text:
+                text = text.replace(secret, "***")
+        return text
+
     def _notice(self, text: str) -> None:
+        text = self._scrub(redact_command(text) or "")
         self.notices.append(text)
         self.listener("notice", text)
 
@@ -271,8 +294,12 @@ class Session:
         from specload.watch.server_stats import parse_stats_line
 
         detector, book, clock = self._detector, self._book, self.clock
+        secrets = self._secret_values
         async for line in source.lines():
             t = clock.now_ns()
+            if secrets:
+                # a server may log its own arguments, API key included (vLLM does at start-up)
+                line = self._scrub(line)
             self.log_seq += 1
             self.log_lines.append((self.log_seq, line))
             if self._url_found is not None and not self._url_found.done():
@@ -361,7 +388,11 @@ class Session:
         if not self.cfg.record.path or self.recorder is not None:
             return
         self.recorder = Recorder(
-            self.cfg.record.path, clock=self.clock, t0_ns=self.t0_ns, with_chunks=self.cfg.record.with_chunks
+            self.cfg.record.path,
+            clock=self.clock,
+            t0_ns=self.t0_ns,
+            with_chunks=self.cfg.record.with_chunks,
+            secrets=self._secret_values,
         )
         header = self.cfg.describe()
         header.update({"target": self.url, "model": self.model, "api": self.api, "builtin_sim": self.builtin_sim})

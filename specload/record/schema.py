@@ -8,6 +8,8 @@ keys; tests check that every line the engine writes has them.
 
 from __future__ import annotations
 
+import re
+
 from specload.records import CrashEvent, RequestRecord, RunEvent, ServerSample
 
 SCHEMA_VERSION = 1
@@ -123,6 +125,21 @@ def redact(obj: object) -> object:
     if isinstance(obj, list | tuple):
         return [redact(v) for v in obj]
     return obj
+
+
+# a flag or variable whose name ends in a secret word: --api-key, --hf-token, HF_TOKEN, DB_PASSWORD
+# (not --max-tokens, --tokenizer or TOKENIZERS_PARALLELISM)
+_SECRET_FLAG = re.compile(r"(--?[\w-]*(?:api[-_]?key|token|password|passwd|secret))(=|\s+)(\S+)", re.IGNORECASE)
+_SECRET_ENV = re.compile(r"\b([A-Z0-9_]*(?:KEY|TOKEN|SECRET|PASSWORD))=(\S+)")
+
+
+def redact_command(cmd: str | None) -> str | None:
+    """A shell command with the values of secret-looking flags and variables replaced by ``***``:
+    ``vllm serve M --api-key sk-1`` -> ``vllm serve M --api-key ***``; ``HF_TOKEN=x cmd`` -> ``HF_TOKEN=*** cmd``."""
+    if not cmd:
+        return cmd
+    cmd = _SECRET_FLAG.sub(lambda m: f"{m.group(1)}{m.group(2)}***", cmd)
+    return _SECRET_ENV.sub(lambda m: f"{m.group(1)}=***", cmd)
 
 
 def redact_header(h: str) -> str:

@@ -50,6 +50,7 @@ class Recorder:
         t0_ns: int | None = None,
         with_chunks: bool = False,
         max_batch: int = 512,
+        secrets: tuple[str, ...] = (),
     ) -> None:
         self.path = path
         self.clock = clock
@@ -62,6 +63,8 @@ class Recorder:
         self.requests = 0
         self.ok = 0
         self.closed = False
+        # the last line of defence: any known secret value is masked in every line written
+        self._secrets = tuple(x.encode() for x in secrets if x)
 
     def open(self, header: dict) -> None:
         check_writable(self.path)
@@ -81,7 +84,11 @@ class Recorder:
     def _put(self, obj: dict, *, flush: bool) -> None:
         if self.closed:
             return
-        self._buf.append(orjson.dumps(obj, option=orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY))
+        data = orjson.dumps(obj, option=orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY)
+        for secret in self._secrets:
+            if secret in data:
+                data = data.replace(secret, b"***")
+        self._buf.append(data)
         if flush or len(self._buf) >= self.max_batch:
             self.flush()
 

@@ -1,0 +1,43 @@
+"""Secrets (API keys, Authorization headers, URL passwords) never reach the record or the screen."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+
+from specload.cli_run import build_config, run_command
+from specload.record.schema import redact_command
+from specload.session import Session
+
+KEY = "sk-SECRET-0123456789"
+
+
+def test_redact_command_hides_values_of_secret_flags_only() -> None:
+    cmd = "HF_TOKEN=hf_x vllm serve m --api-key sk-1 --max-tokens 9 --tokenizer t --hf-token=abc"
+    assert redact_command(cmd) == "HF_TOKEN=*** vllm serve m --api-key *** --max-tokens 9 --tokenizer t --hf-token=***"
+
+
+async def test_key_in_env_header_url_and_server_log_is_never_recorded(tmp_path, monkeypatch) -> None:
+    # the launched "server" prints its arguments, API key included, as vLLM does at start-up
+    monkeypatch.setenv("MY_KEY", KEY)
+    port_probe = subprocess.run([sys.executable, "-c", "import socket;s=socket.socket();s.bind(('127.0.0.1',0));"
+                                 "print(s.getsockname()[1])"], capture_output=True, text=True)
+    port = int(port_probe.stdout)
+    rec = tmp_path / "r.jsonl"
+    launch = (f"echo 'args: api_key={KEY}'; SIM_API_KEY={KEY} {sys.executable} -m specload.sim --port {port} "
+              f"--ttft-ms 1 --itl-ms 1")
+    params = dict(run_command.make_context("run", [
+        f"http://user:pw-{KEY}@127.0.0.1:{port}", "--launch", launch, "--api-key-env", "MY_KEY",
+        "--header", f"X-Api-Key: {KEY}", "-c", "1", "-n", "2", "--max-tokens", "4", "--record", str(rec),
+    ]).params)
+    cfg = build_config(params, ui=False)
+    assert "@" not in cfg.target.url  # the URL's password moved into a (redacted) header
+    notices: list[str] = []
+    session = Session(cfg, listener=lambda k, p: notices.append(str(p)) if k == "notice" else None)
+    await asyncio.wait_for(session.run(), 60)
+    text = rec.read_text()
+    assert KEY not in text and "pw-" not in text
+    assert all(KEY not in n for n in notices)
+    assert all(KEY not in line for _, line in session.log_lines)
+    assert any("args: api_key=***" in line for _, line in session.log_lines)
