@@ -426,12 +426,12 @@ def _streams_open(url: str, n: int) -> bool:
 def test_sigterm_hang_ends_in_stalls_and_bounded_run(tmp_path: Path) -> None:
     """SIGTERM with 8 streams open and 8 queued: llama-server hangs; --stall-timeout ends those requests."""
     rec = tmp_path / "hung.jsonl"
-    stall_s = 2.0
+    stall_s = 2.0  # the server-down timeout is longer, so silent streams end as stalls, not cancelled
     with OwnServer(tmp_path / "server.log") as srv:
         proc = SpecloadProcess(
             srv.url,
             ["--server-log", str(srv.log_path), "--api", "chat", "-c", "16", "-n", "64", "--max-tokens", "4000",
-             "--stall-timeout", str(stall_s), "--max-duration", "60", "--down-timeout", str(DOWN_TIMEOUT_S),
+             "--stall-timeout", str(stall_s), "--max-duration", "60", "--down-timeout", str(stall_s + 6),
              "--record", str(rec), "--json"],
             tmp_path, rec, name="hung",
         )  # fmt: skip
@@ -451,7 +451,10 @@ def test_sigterm_hang_ends_in_stalls_and_bounded_run(tmp_path: Path) -> None:
     for r in stalls:
         assert f"for {stall_s:g} s" in r["error"]["detail"]
     mid_stream = [r for r in stalls if r["chunks"] > 0]
-    assert mid_stream, "no stream stalled mid-way (the server hang keeps open streams silent)"
+    # llama-server's SIGTERM is racy (REPORT.md): the open streams either go silent (stalls) or are
+    # cut at once (disconnects); the queued requests always hang without a byte.
+    cut = [r for r in reqs if not r["ok"] and r["error"]["kind"] == "disconnect" and r["chunks"] > 0]
+    assert mid_stream or cut, Counter(str(r["error"]) for r in reqs if not r["ok"])
     assert all(r["error"]["status"] == 200 and r["error"]["detail"].startswith("no data") for r in mid_stream)
     assert any(e["kind"] == "health" and e["value"] == "down" for e in rd.events)
     # Bounded: the hang cost the stall timeout, then the server-down timeout, not forever.
