@@ -17,6 +17,7 @@ machine share, so records from every worker sit on one timeline.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import sys
 import time
@@ -31,58 +32,26 @@ from specload.records import ErrorKind, RequestRecord
 _STREAM_LIMIT = 64 * 1024 * 1024  # a record with every chunk offset can be long
 
 
+_FIELDS = tuple(f.name for f in dataclasses.fields(RequestRecord))
+
+
 def record_to_wire(rec: RequestRecord) -> dict:
-    return {
-        "op": "rec",
-        "request_id": rec.request_id,
-        "level": rec.level,
-        "level_index": rec.level_index,
-        "warmup": rec.warmup,
-        "start_ns": rec.start_ns,
-        "end_ns": rec.end_ns,
-        "ttft_ns": rec.ttft_ns,
-        "e2e_ns": rec.e2e_ns,
-        "output_tokens": rec.output_tokens,
-        "tokens_estimated": rec.tokens_estimated,
-        "prompt_tokens": rec.prompt_tokens,
-        "chunks": rec.chunks,
-        "chunk_offsets_ns": rec.chunk_offsets_ns,
-        "chunk_tokens": rec.chunk_tokens,
-        "error_kind": rec.error_kind.value if rec.error_kind is not None else None,
-        "error_detail": rec.error_detail,
-        "http_status": rec.http_status,
-        "retries": rec.retries,
-        "spec_verify_ct": rec.spec_verify_ct,
-        "server_timings": rec.server_timings,
-        "finish_reason": rec.finish_reason,
-    }
+    d = {name: getattr(rec, name) for name in _FIELDS}
+    d["op"] = "rec"
+    if rec.error_kind is not None:
+        d["error_kind"] = rec.error_kind.value
+    return d
 
 
 def record_from_wire(d: dict) -> RequestRecord:
-    ct = d.get("chunk_tokens")
-    return RequestRecord(
-        request_id=d["request_id"],
-        level=d["level"],
-        level_index=d["level_index"],
-        warmup=d["warmup"],
-        start_ns=d["start_ns"],
-        end_ns=d["end_ns"],
-        ttft_ns=d["ttft_ns"],
-        e2e_ns=d["e2e_ns"],
-        output_tokens=d["output_tokens"],
-        tokens_estimated=d["tokens_estimated"],
-        prompt_tokens=d["prompt_tokens"],
-        chunks=d["chunks"],
-        chunk_offsets_ns=tuple(d["chunk_offsets_ns"]),
-        chunk_tokens=tuple(ct) if ct is not None else None,
-        error_kind=ErrorKind(d["error_kind"]) if d["error_kind"] is not None else None,
-        error_detail=d["error_detail"],
-        http_status=d["http_status"],
-        retries=d["retries"],
-        spec_verify_ct=d["spec_verify_ct"],
-        server_timings=d["server_timings"],
-        finish_reason=d["finish_reason"],
-    )
+    kw = {name: d[name] for name in _FIELDS}
+    # JSON has lists, the record tuples; the error kind travels as its value
+    kw["chunk_offsets_ns"] = tuple(kw["chunk_offsets_ns"])
+    if kw["chunk_tokens"] is not None:
+        kw["chunk_tokens"] = tuple(kw["chunk_tokens"])
+    if kw["error_kind"] is not None:
+        kw["error_kind"] = ErrorKind(kw["error_kind"])
+    return RequestRecord(**kw)
 
 
 class _Worker:

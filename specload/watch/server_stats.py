@@ -18,9 +18,9 @@ import math
 import re
 
 from specload.records import ServerSample
+from specload.watch.logline import clean_line
 
 _NUM = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|inf", re.IGNORECASE)
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _BRACKET_TAG = re.compile(r"\[([^\[\]]*)\]\s*$")
 _SGLANG_RANK = re.compile(r"\b(?:(?:PP|DP|TP|EP|CP|ATTN_CP|ATTN_DP|MOE_EP)\d+\s*)+$")
 _VLLM_ENGINE = re.compile(r"Engine (\d+):\s*$")
@@ -260,8 +260,9 @@ def parse_stats_line(line: str, t_ns: int) -> ServerSample | None:
         parser = _llama_eval
     else:
         return None
-    if "\x1b" in line:
-        line = _ANSI.sub("", line)
+    # the same cleaning as the crash detector's (colour codes, CRs, control bytes), only for the
+    # few lines that are statistics
+    line = clean_line(line)
     # A statistics line mangled by the transport (cut by a pipe, interleaved with another
     # process's output) must cost a missing sample, never an exception in the log pipeline.
     try:

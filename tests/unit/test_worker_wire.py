@@ -1,0 +1,16 @@
+"""A request record survives the trip between a worker process and the main one unchanged."""
+
+from __future__ import annotations
+
+import orjson
+
+from specload.engine.workers import record_from_wire, record_to_wire
+from specload.records import ErrorKind, RequestRecord
+
+
+def test_record_round_trips_through_json() -> None:
+    full = RequestRecord(1, 2, 0, False, 5, 9, 1, 4, 3, False, 7, 2, (1, 4), (1, 2), ErrorKind.STALL, "x", 200, 1,
+                         3, {"prompt_ms": 1.5}, "length")
+    bare = RequestRecord(2, 4, 1, True, 5, 9, None, None, 0, True, None, 0)
+    for rec in (full, bare):
+        assert record_from_wire(orjson.loads(orjson.dumps(record_to_wire(rec)))) == rec
