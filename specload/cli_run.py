@@ -89,6 +89,8 @@ def load_options(f: Callable) -> Callable:
                      help="Seconds to wait for a launched server's health endpoint."),
         click.option("--expect-log", multiple=True, help="Regex of a line the server must print (repeatable)."),
         click.option("--metrics-url", help="Prometheus /metrics URL (default: the server's, if it answers; 'off')."),
+        click.option("--metrics-interval", type=float, default=1.0, show_default=True,
+                     help="Seconds between /metrics scrapes (at least 0.1)."),
         click.option("--no-health", is_flag=True, help="Do not poll the health endpoint."),
         click.option("--down-timeout", type=float, default=30.0, show_default=True,
                      help="Headless: stop when the server has been down this long (the load pauses meanwhile)."),
@@ -116,6 +118,8 @@ def build_config(p: dict, *, ui: bool) -> RunConfig:
             raise ConfigError(f"--{name.replace('_', '-')} must not be negative")
     if p["max_tokens"] < 1:
         raise ConfigError("--max-tokens must be at least 1")
+    if not p.get("metrics_interval", 1.0) >= 0.1:
+        raise ConfigError("--metrics-interval must be at least 0.1 s")
     if p["prompt_tokens"] < 1:
         raise ConfigError("--prompt-tokens must be at least 1")
     if p["workers"] < 1:
@@ -196,6 +200,7 @@ def build_config(p: dict, *, ui: bool) -> RunConfig:
             ready_timeout_s=p["ready_timeout"],
             expect_log=tuple(p.get("expect_log") or ()),
             metrics_url=p.get("metrics_url"),
+            metrics_interval_s=p.get("metrics_interval", 1.0),
             health=not p["no_health"],
             on_crash=p.get("on_crash") or ("pause" if ui else "stop"),
             down_timeout_s=p["down_timeout"],

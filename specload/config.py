@@ -56,6 +56,7 @@ class WatchConfig:
     expect_log: tuple[str, ...] = ()
     expect_timeout_s: float = 30.0
     metrics_url: str | None = None  # None: the server's /metrics if it answers; "off" to disable
+    metrics_interval_s: float = 1.0
     health: bool = True
     on_crash: str = "stop"  # pause, stop, continue
     down_timeout_s: float = 30.0  # headless: stop after the server has been down this long

@@ -420,7 +420,7 @@ class Session:
 
             url = w.metrics_url or self.url + "/metrics"
             if w.metrics_url or await probe_metrics(url):
-                self._metrics = MetricsScraper(url, clock=self.clock, on_sample=self._server, on_notice=self._notice)
+                self._metrics = MetricsScraper(url, w.metrics_interval_s, clock=self.clock, on_sample=self._server, on_notice=self._notice)
                 self._tasks.append(asyncio.ensure_future(self._metrics.run()))
         self._load_monitor = ClientLoadMonitor(on_sample=self._client_load)
         self._tasks.append(asyncio.ensure_future(self._load_monitor.run()))

@@ -130,6 +130,8 @@ def test_interrupt_records_in_flight_as_cancelled_and_closes_the_record(tmp_path
         (["-c", "0"], "at least 1"),
         (["-c", "a,b"], "not a whole number"),
         (["--max-tokens", "0"], "--max-tokens"),
+        (["--metrics-interval", "0"], "--metrics-interval"),
+        (["--metrics-interval", "nan"], "--metrics-interval"),
         (["--extra-body", "{bad"], "--extra-body"),
         (["--record", "/nonexistent-dir/x.jsonl"], "does not exist"),
         (["--record", "/tmp"], "directory"),

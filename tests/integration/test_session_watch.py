@@ -117,7 +117,12 @@ async def test_launched_server_expect_log_metrics_and_death(tmp_path) -> None:
     await wait_until(lambda: session.runner is not None and session.runner.started >= 8)
     await wait_until(lambda: session.stats.snapshot().server is not None)
     pid = session._launched.pid
-    await asyncio.sleep(0.3)  # let a few /metrics scrapes see speculative counters move
+
+    def scraped_acceptance() -> bool:  # two /metrics scrapes have seen speculative counters move
+        m = session._metrics
+        return m is not None and m.last_sample is not None and (m.last_sample.accept_len or 0) > 1
+
+    await wait_until(scraped_acceptance)
     os.kill(pid, signal.SIGKILL)  # the server dies without a word
     result = await asyncio.wait_for(task, 30)
     assert result.reason == "server down" and result.exit_code == EXIT_SERVER_DOWN

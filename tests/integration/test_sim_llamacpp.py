@@ -204,8 +204,10 @@ async def test_prompt_ms_excludes_queueing_and_metrics_show_the_deferred_request
     t1, t2 = ev1[-2][1]["timings"], ev2[-2][1]["timings"]
     # the second waited for the first (25 tokens: 20 ms + 24 x 5 ms) before its slot started it
     assert ttft2_ms > 100
-    # prompt_ms runs from the slot starting the request: the queueing is not in it
-    assert t2["prompt_ms"] < ttft2_ms / 3 and t1["prompt_ms"] < ttft2_ms / 3
+    # prompt_ms runs from the slot starting the request: the queueing (at least the first request's
+    # decode, which the second waited behind) is not in it. Compared with the first's own decode
+    # time, not a fixed figure, so a loaded machine that stretches every timer cannot fail it.
+    assert t2["prompt_ms"] < ttft2_ms - 0.5 * t1["predicted_ms"], (t1, t2, ttft2_ms)
     assert t2["prompt_ms"] >= 15  # the pinned 20 ms prefill (timers may fire up to ~1 ms early)
 
 

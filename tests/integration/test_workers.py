@@ -61,7 +61,6 @@ async def test_interrupt_with_workers_records_in_flight_as_cancelled(sim, tmp_pa
     while session.runner is None or session.runner.in_flight < 4:
         assert asyncio.get_running_loop().time() < deadline
         await asyncio.sleep(0.02)
-    await asyncio.sleep(0.1)
     session.interrupt()
     result = await asyncio.wait_for(task, 30)
     assert result.reason == "interrupted"
