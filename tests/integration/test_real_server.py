@@ -66,13 +66,18 @@ SPEC = ("--spec-type", "ngram-mod")
 
 # Per-request TPOT tolerance against the server's own timings.predicted_per_token_ms. llama-server
 # divides predicted_ms (first token -> last token) by n-1 exactly as specload's TPOT does, so the two
-# differ only by when the client *read* the first and the last token: a client scheduling delay of a
-# few ms on two shared cores (the first chunk read late shrinks the span). With ~0.2-1 ms per token
-# that delay is large relative to one token, so the per-request bound is 25 % or 1 ms, and the
-# median ratio over all requests must sit within 0.8-1.25 (a systematic error, e.g. dividing by n or
-# including TTFT, moves the median; scheduling noise does not).
+# differ only by when the client *read* the first and the last token: a client or server-thread
+# scheduling delay of a few ms on two shared cores (the first chunk sent or read late shrinks the
+# span). With ~0.2-1 ms per token, 32 tokens decode in only 7-30 ms, so such a delay is large
+# relative to it: the per-request bound is 25 % or 1 ms per token, and the median over all requests
+# of the decode span (TTFT -> last token) must be within 20 % or 6 ms of the server's predicted_ms.
+# A systematic error (TTFT counted in, seconds for ms) moves that median by far more; a run where
+# llama-server delivered most first chunks a few ms late (seen once in ~100 runs: median TPOT
+# ratio 0.46 at 0.235 ms per token) does not fail it.
 TPOT_REL_TOL = 0.25
 TPOT_ABS_TOL_MS = 1.0
+SPAN_REL_TOL = 0.2
+SPAN_ABS_TOL_MS = 6.0
 # Timings are printed with 3 decimals in the record (ms).
 ROUNDING_MS = 0.002
 
@@ -95,10 +100,6 @@ def _assert_launched_server_gone(run) -> None:  # type: ignore[no-untyped-def]
     for pid in run.launched_pids:
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
-
-
-def _ratio_median(pairs: list[tuple[float, float]]) -> float:
-    return statistics.median(a / b for a, b in pairs if b > 0)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -128,7 +129,7 @@ def test_ramp_token_counts_and_timings_match_the_server(api: str, tmp_path: Path
 
     reqs = record_requests(run)
     assert len(reqs) == 16 and all(r["ok"] for r in reqs)
-    tpot_pairs = []
+    span_pairs = []
     for r in reqs:
         t = r.get("server_timings")
         assert t is not None, f"llama-server sends timings in its final chunk; request {r['id']} has none"
@@ -144,8 +145,13 @@ def test_ramp_token_counts_and_timings_match_the_server(api: str, tmp_path: Path
         assert r["ttft_ms"] <= r["e2e_ms"]
         server_tpot = t["predicted_per_token_ms"]
         assert abs(r["tpot_ms"] - server_tpot) <= max(TPOT_REL_TOL * server_tpot, TPOT_ABS_TOL_MS), r
-        tpot_pairs.append((r["tpot_ms"], server_tpot))
-    assert 0.8 <= _ratio_median(tpot_pairs) <= 1.25, tpot_pairs
+        span_pairs.append((r["e2e_ms"] - r["ttft_ms"], t["predicted_ms"]))
+        # The client sent the request before the server started it and read the last token after
+        # the server made it: its E2E holds the server's prompt and decode time.
+        assert r["e2e_ms"] >= t["prompt_ms"] + t["predicted_ms"] - ROUNDING_MS, r
+    span_gap = statistics.median(abs(a - b) for a, b in span_pairs)
+    span = statistics.median(b for _, b in span_pairs)
+    assert span_gap <= max(SPAN_REL_TOL * span, SPAN_ABS_TOL_MS), span_pairs
 
     assert run.record is not None and run.record.end is not None
     assert run.record.end["reason"] == "completed" and run.record.end["requests"] == 16
