@@ -28,6 +28,11 @@ from specload.stats.levels import LevelBook, LevelSummary
 MAX_CONCURRENCY = 100_000
 
 
+def scaled(n: int, factor: float) -> int:
+    """``n`` doubled (factor 2) or halved (factor 0.5, rounding down), never below 1."""
+    return max(1, min(MAX_CONCURRENCY, round(n * factor) if factor >= 1 else n // round(1 / factor)))
+
+
 @dataclass(frozen=True, slots=True)
 class RunnerState:
     """What the runner is doing, for the UI's header and progress bar."""
@@ -105,12 +110,16 @@ class Runner:
         self._skip = True
         self._wake.set()
 
+    @property
+    def requested(self) -> int:
+        """The concurrency asked for: a manual one not yet picked up by the dispatcher, else the target."""
+        return self._manual or self.target
+
     def change_target(self, delta: int) -> None:
-        self.set_target((self._manual or self.target) + delta)
+        self.set_target(self.requested + delta)
 
     def scale_target(self, factor: float) -> None:
-        cur = self._manual or self.target
-        self.set_target(max(1, round(cur * factor)) if factor >= 1 else max(1, cur // round(1 / factor)))
+        self.set_target(scaled(self.requested, factor))
 
     def pause(self) -> None:
         if not self.paused:

@@ -26,7 +26,7 @@ from textual.widgets import Footer
 from textual.worker import Worker
 
 from specload.config import RunConfig
-from specload.engine.runner import RunnerState
+from specload.engine.runner import MAX_CONCURRENCY, RunnerState, scaled
 from specload.session import EXIT_CRASHED, EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, Session, SessionResult
 from specload.stats.live import StatsSnapshot
 from specload.ui.layout import Dashboard, DetailGrid, PanelTabs, TopRow
@@ -58,6 +58,10 @@ REFRESH_S = 0.25  # the sampling period: 4 Hz is smooth for people and negligibl
 # re-runs the whole screen's layout, the most expensive thing the UI does (measured with cProfile).
 LOG_EVERY = 4
 QUIT_GRACE_S = 20.0  # after 'q', leave even if the session's teardown hangs
+# Concurrency keys pressed within this many seconds of each other make one change (one manual
+# level): three quick presses of up go from C=4 to C=7, not through table rows of C=5 and C=6 with
+# a request or two each. The panel shows the pending value at once.
+KEY_SETTLE_S = 0.4
 
 
 class SpecloadApp(App[int]):
@@ -88,6 +92,7 @@ class SpecloadApp(App[int]):
     runner_state: var[RunnerState | None] = var(None)
     state_label: var[str] = var("starting")
     target_info: var[tuple[str, str, str]] = var(("", "", ""))
+    pending_target: var[int | None] = var(None)  # a concurrency keyed in, applied once keys settle
 
     def __init__(
         self,
@@ -110,6 +115,8 @@ class SpecloadApp(App[int]):
         self.result: SessionResult | None = None
         self._quitting = False
         self._ticks = 0
+        self.key_settle_s = KEY_SETTLE_S
+        self._settle_timer = None
         self._saturated_levels: set[int] = set()
         self._startup_notices: list[tuple[str, str]] = []
         self._register_themes(theme, theme_dirs)
@@ -144,7 +151,7 @@ class SpecloadApp(App[int]):
         yield RunHeader().data_bind(App.snapshot, App.state_label, App.target_info)
         with Dashboard():
             with TopRow():
-                load = LoadPanel(classes="top-panel").data_bind(App.runner_state)
+                load = LoadPanel(classes="top-panel").data_bind(App.runner_state, App.pending_target)
                 load.border_title = "load"
                 yield load
                 tp = ThroughputPanel(classes="top-panel").data_bind(App.snapshot)
@@ -310,25 +317,45 @@ class SpecloadApp(App[int]):
 
     def action_conc(self, delta: int) -> None:
         if (r := self._runner()) is not None:
-            r.change_target(delta)
-            self.runner_state = self.source.runner_state()
+            self._key_target(self._wanted(r) + delta)
 
     def action_scale(self, factor: float) -> None:
         if (r := self._runner()) is not None:
-            r.scale_target(factor)
+            self._key_target(scaled(self._wanted(r), factor))
+
+    def _wanted(self, runner) -> int:  # noqa: ANN001 - the session's Runner
+        return self.pending_target if self.pending_target is not None else runner.requested
+
+    def _key_target(self, n: int) -> None:
+        """Show ``n`` now; hand it to the runner when no further concurrency key follows in time."""
+        self.pending_target = max(1, min(MAX_CONCURRENCY, n))
+        self._cancel_settle()
+        self._settle_timer = self.set_timer(self.key_settle_s, self._apply_pending)
+
+    def _cancel_settle(self) -> None:
+        if self._settle_timer is not None:
+            self._settle_timer.stop()
+            self._settle_timer = None
+
+    def _apply_pending(self) -> None:
+        n, self.pending_target, self._settle_timer = self.pending_target, None, None
+        if n is not None and (r := self._runner()) is not None:
+            r.set_target(n)
             self.runner_state = self.source.runner_state()
 
     def action_set_concurrency(self) -> None:
-        if self._runner() is None:
+        if (r := self._runner()) is None:
             return
-        rs = self.source.runner_state()
 
         def apply(n: int | None) -> None:
             if n is not None and (r := self._runner()) is not None:
+                self._cancel_settle()
+                self.pending_target = None
                 r.set_target(n)
+                self.runner_state = self.source.runner_state()
                 self.notify(f"concurrency → {n} (held)", timeout=3)
 
-        self.push_screen(ConcurrencyScreen(rs.target if rs else None), apply)
+        self.push_screen(ConcurrencyScreen(self._wanted(r)), apply)
 
     def action_pause(self) -> None:
         if (r := self._runner()) is not None:
@@ -384,6 +411,8 @@ class SpecloadApp(App[int]):
         if self._quitting:
             return
         self._quitting = True
+        self._cancel_settle()
+        self.pending_target = None
         self.notify("quitting: cancelling in-flight requests and closing the record", timeout=5)
         self.session.interrupt("interrupted")
         self.set_timer(QUIT_GRACE_S, lambda: self.exit(self.exit_code))

@@ -284,7 +284,8 @@ async def test_concurrent_starts_spawn_one_server(tmp_path: Path) -> None:
     try:
         await asyncio.wait_for(asyncio.gather(server.start(), server.start(), server.start()), 10)
         deadline = time.monotonic() + 10
-        while not marker.exists():
+        # the shell creates the file for '>>' before echo writes to it: wait for the line itself
+        while not (marker.exists() and "started" in marker.read_text()):
             assert time.monotonic() < deadline
             await asyncio.sleep(0.01)
     finally:

@@ -58,8 +58,11 @@ async def test_keys_drive_the_engine_and_land_in_the_record(sim, tmp_path) -> No
         runner = app.source.runner
 
         await pilot.press("up")
-        assert runner.target == 3 or runner._manual == 3
+        # shown at once, handed to the runner when no further key follows within key_settle_s
+        await wait_for(pilot, lambda: "2→3" in str(app.query_one("#load-conc").render())
+                       or runner.target == 3, "the keyed concurrency shown")
         await wait_for(pilot, lambda: runner.target == 3, "C=3 after up")
+        assert app.pending_target is None
         await pilot.press("plus")
         await wait_for(pilot, lambda: runner.target == 4, "C=4 after +")
         await pilot.press("down")
@@ -139,3 +142,33 @@ async def test_keys_drive_the_engine_and_land_in_the_record(sim, tmp_path) -> No
     assert holds == [False, True]
     # the quit recorded in-flight requests as cancelled rather than dropping them
     assert any((r.get("error") or {}).get("kind") == "cancelled" for r in data.requests)
+
+
+async def test_quick_concurrency_keys_make_one_level(sim, tmp_path) -> None:
+    """Keys pressed in quick succession are one change: one manual level, no rows of 1-2 requests."""
+    server = await sim(ttft_ms=5, itl_ms=100, spec_tokens=0)
+    record = tmp_path / "quick.jsonl"
+    cfg = tui_config(server.url, "-c", "2", "-d", "60", "--max-tokens", "8", "--record", str(record))
+    app = create_app(cfg)
+    # keys settle only after a minute: whatever Pilot's pace, the first presses are one burst
+    app.key_settle_s = 60.0
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for(pilot, lambda: app.source.runner is not None and app.source.runner_state().in_flight > 0,
+                       "the load to start")
+        runner = app.source.runner
+        level = runner.snapshot().level_index
+        await pilot.press("up", "up", "up", "right_square_bracket")  # (2 + 3) x 2
+        assert app.pending_target == 10
+        await wait_for(pilot, lambda: "2→10" in str(app.query_one("#load-conc").render()),
+                       "the pending concurrency in the load panel")
+        assert runner.target == 2 and runner.snapshot().level_index == level  # nothing applied yet
+        app.key_settle_s = 0.05
+        await pilot.press("down")  # the burst's last key: 9, applied once the keys settle
+        await wait_for(pilot, lambda: runner.target == 9, "C=9 once the keys settle")
+        assert runner.snapshot().level_index == level + 1 and runner.held
+        assert app.pending_target is None
+        await wait_for(pilot, lambda: "→" not in str(app.query_one("#load-conc").render()), "the arrow to go")
+        await pilot.press("q")
+        await wait_for(pilot, lambda: app.return_code is not None, "the app to exit after q")
+    levels = [e["value"] for e in read_record(str(record)).events if e["kind"] == "level"]
+    assert [(lv["concurrency"], lv["manual"]) for lv in levels] == [(2, False), (9, True)]

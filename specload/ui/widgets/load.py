@@ -39,6 +39,7 @@ class LoadPanel(Widget):
     """
 
     runner_state: var[RunnerState | None] = var(None)
+    pending_target: var[int | None] = var(None)  # keyed in, not yet applied
 
     def compose(self) -> ComposeResult:
         with Horizontal():
@@ -49,6 +50,9 @@ class LoadPanel(Widget):
     def on_resize(self, event: events.Resize) -> None:
         self.set_class(event.size.width < 70, "-stacked")
 
+    def watch_pending_target(self, _pending: int | None) -> None:
+        self.watch_runner_state(self.runner_state)
+
     def watch_runner_state(self, rs: RunnerState | None) -> None:
         conc = self.query_one("#load-conc", ValueLabel)
         level = self.query_one("#load-level", ValueLabel)
@@ -58,7 +62,8 @@ class LoadPanel(Widget):
             level.show("level – (not started)")
             bar.update(total=1, progress=0)
             return
-        conc.show(f"concurrency  target [b]{rs.target}[/]  in flight [b]{rs.in_flight}[/]")
+        target = f"{rs.target}" if self.pending_target is None else f"{rs.target}→{self.pending_target}"
+        conc.show(f"concurrency  target [b]{target}[/]  in flight [b]{rs.in_flight}[/]")
         if rs.level_index < 0:
             where = "warm-up"
         elif rs.level_number == 0:
