@@ -328,7 +328,14 @@ class Session:
         key = cfg.api_key()
         if key and not any(k.lower() == "authorization" for k in headers):
             headers["Authorization"] = f"Bearer {key}"
-        self.api, model = await discover(self.url, api=cfg.target.api, model=cfg.target.model, headers=headers)
+        probes: list[dict] = []
+        try:
+            self.api, model = await discover(
+                self.url, api=cfg.target.api, model=cfg.target.model, headers=headers, sent=probes
+            )
+        finally:
+            if probes:  # the server saw (and counts) these requests: say so in the record
+                self._event(RunEvent(self.clock.now_ns(), "probe", {"requests": probes}))
         self.model = model
         self.listener("target", {"url": self.url, "model": self.model, "api": self.api})
         prompts = PromptSource.from_options(

@@ -2,7 +2,8 @@
 
 ``--model`` defaults to the first model of ``/v1/models``; ``--api auto`` sends one tiny streamed
 request per flavour (chat, then completions, then SGLang ``/generate``) and keeps the first that
-answers 2xx. Probe requests are not part of the run. An unreachable server is a ``TargetError``
+answers 2xx. Probe requests are not part of the run's statistics, but the server counts them, so
+each one is reported (``sent``) and the session records them as a ``probe`` event. An unreachable server is a ``TargetError``
 with a one-line reason, raised before any load is sent.
 """
 
@@ -33,8 +34,10 @@ async def discover(
     model: str | None = None,
     headers: dict[str, str] | None = None,
     timeout_s: float = 15.0,
+    sent: list[dict] | None = None,
 ) -> tuple[str, str | None]:
-    """Return (flavour, model)."""
+    """Return (flavour, model); each probe request sent is appended to ``sent`` (path, answer)."""
+    sent = [] if sent is None else sent
     timeout = aiohttp.ClientTimeout(total=timeout_s)
     hdrs = dict(headers or {})
     async with aiohttp.ClientSession(timeout=timeout, connector=aiohttp.TCPConnector(force_close=True)) as s:
@@ -68,6 +71,7 @@ async def discover(
                 async with s.post(base_url + PATHS[flavour], data=orjson.dumps(body),
                                   headers={**hdrs, "Content-Type": "application/json"}) as r:
                     await r.read()
+                    sent.append({"path": PATHS[flavour], "status": r.status})
                     if r.status in (401, 403):
                         raise TargetError(f"{base_url} refused the request: HTTP {r.status} (check the API key)")
                     # 404/405/501: not this flavour. Any other answer (even 400 or 500) means the
@@ -76,5 +80,6 @@ async def discover(
                         return flavour, found_model
                     tried.append(f"{PATHS[flavour]} HTTP {r.status}")
             except (aiohttp.ClientError, TimeoutError) as e:
+                sent.append({"path": PATHS[flavour], "error": _reason(e)})
                 tried.append(f"{PATHS[flavour]} {_reason(e)}")
         raise TargetError(f"{base_url} speaks none of chat, completions, /generate ({'; '.join(tried)})")
