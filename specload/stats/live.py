@@ -42,7 +42,10 @@ class StatsSnapshot:
     tok_s: float  # the last completed second
     tok_s_avg10: float  # mean of the last 10 completed seconds
     req_s_series: tuple[float, ...]
-    req_s: float
+    req_s: float  # the last completed second
+    # mean of the last 10 completed seconds: requests end in bursts (a level's first C requests
+    # together), so one second's count is mostly 0 or C at low concurrency
+    req_s_avg10: float
     tokens_total: int  # streamed so far, moves per chunk
     requests_total: int
     requests_ok: int
@@ -212,7 +215,7 @@ class LiveStats:
         self._roll(now)
         tok = tuple(self._tok_hist)
         req = tuple(self._req_hist)
-        last10 = tok[-10:]
+        last10, req10 = tok[-10:], req[-10:]
         return StatsSnapshot(
             t_ns=now,
             elapsed_s=(now - self.t0) / NS,
@@ -221,6 +224,7 @@ class LiveStats:
             tok_s_avg10=sum(last10) / len(last10) if last10 else 0.0,
             req_s_series=req,
             req_s=req[-1] if req else 0.0,
+            req_s_avg10=sum(req10) / len(req10) if req10 else 0.0,
             tokens_total=round(self.tokens_total),
             requests_total=self.requests_total,
             requests_ok=self.requests_ok,

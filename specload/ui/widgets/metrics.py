@@ -66,7 +66,7 @@ class ThroughputPanel(Widget):
 
     def compose(self) -> ComposeResult:
         yield MetricRow("tok/s", kind="tok", id="tp-tok")
-        yield ValueLabel("req/s – · tokens – · requests –", id="tp-totals")
+        yield ValueLabel("– ok · req/s – · tokens –", id="tp-totals")
 
     def watch_snapshot(self, snap: StatsSnapshot | None) -> None:
         if snap is None:
@@ -74,10 +74,11 @@ class ThroughputPanel(Widget):
         self.query_one("#tp-tok", MetricRow).show(
             snap.tok_s_series, f"[b]{snap.tok_s:7.1f}[/] tok/s · 10s {snap.tok_s_avg10:.0f}"
         )
+        # failures first: in a narrow panel the end of the line is what gets cut
         failed = f" · ✖ {snap.requests_failed} failed" if snap.requests_failed else ""
         self.query_one("#tp-totals", ValueLabel).show(
-            f"req/s {snap.req_s:.1f} · tokens {count(snap.tokens_total)} · "
-            f"requests {snap.requests_ok}/{snap.requests_total} ok{failed}"
+            f"{snap.requests_ok}/{snap.requests_total} ok{failed} · "
+            f"req/s {snap.req_s_avg10:.1f} (10s) · tokens {count(snap.tokens_total)}"
         )
 
 
