@@ -158,10 +158,18 @@ def report_command(record: str, as_json: bool) -> None:
         seen.add(c.get("signature"))
         console.print(
             f"[red]crash[/] {c.get('exception_type')}: {c.get('message')} "
-            f"({c.get('innermost_frame') or 'no frame'}) at {c.get('first_seen_s', c.get('t_s'))} s"
+            f"({c.get('innermost_frame') or 'no frame'}) at {_seconds(c.get('first_seen_s', c.get('t_s')))} s"
         )
     end = data.end
     if end is None:
         console.print("[yellow]record has no end line: the run was cut short[/]")
     else:
-        console.print(f"end: {end.get('reason')} after {end.get('elapsed_s')} s, {end.get('ok')}/{end.get('requests')} ok")
+        console.print(
+            f"end: {end.get('reason')} after {_seconds(end.get('elapsed_s'))} s, "
+            f"{end.get('ok')}/{end.get('requests')} ok"
+        )
+
+
+def _seconds(v: object) -> str:
+    """A record's seconds for reading: one decimal (the record keeps µs)."""
+    return f"{v:.1f}" if isinstance(v, (int, float)) else str(v)

@@ -85,6 +85,8 @@ def test_headless_run_writes_a_complete_record_and_report_reprints_the_table(sim
     for lv in data.levels:
         assert f"{lv['throughput_tok_s']:.1f}" in rep.stdout
         assert f"{lv['throughput_tok_s']:.1f}" in p.stdout
+    # and the end line, in seconds to one decimal (the 2 warm-up requests are not counted)
+    assert f"end: completed after {data.end['elapsed_s']:.1f} s, 12/12 ok" in rep.stdout, rep.stdout
 
 
 def test_json_summary_on_stdout(sim_url: str) -> None:
