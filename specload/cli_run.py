@@ -167,6 +167,8 @@ def build_config(p: dict, *, ui: bool) -> RunConfig:
             sim_args = tuple(shlex.split(p["sim_args"]))
         except ValueError as e:
             raise ConfigError(f"--sim-args: {e}") from None
+        if url is None:
+            check_sim_args(sim_args)
     else:
         sim_args = DEFAULT_DEMO_SIM
     return RunConfig(
@@ -210,6 +212,23 @@ def build_config(p: dict, *, ui: bool) -> RunConfig:
         seed=p["seed"],
         workers=p["workers"],
     )
+
+
+def check_sim_args(args: tuple[str, ...]) -> None:
+    """Parse the simulator's options here, so a typo is a one-line usage error before anything starts
+    (not a server that dies on start-up). The session adds ``--host``/``--port`` the same way."""
+    from specload.sim.cli import sim_command
+    from specload.sim.config import SimConfig
+
+    if "--help" in args or "-h" in args:
+        raise ConfigError("--sim-args: see 'specload sim --help' for the simulator's options")
+    try:
+        ctx = sim_command.make_context("specload sim", ["--host", "127.0.0.1", "--port", "0", *args])
+        SimConfig(**ctx.params)
+    except click.ClickException as e:
+        raise ConfigError(f"--sim-args: {e.format_message()}") from None
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"--sim-args: {e}") from None
 
 
 def _config_or_exit(params: dict, *, ui: bool) -> RunConfig:

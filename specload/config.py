@@ -122,10 +122,17 @@ class RunConfig:
         }
 
 
+def _parse_url(url: str):  # noqa: ANN202 - urllib's ParseResult
+    try:
+        return urlparse(url)
+    except ValueError as e:  # e.g. an unclosed IPv6 bracket
+        raise ConfigError(f"bad URL {url!r}: {e}") from None
+
+
 def split_credentials(url: str) -> tuple[str, tuple[str, str] | None]:
     """``http://user:pw@host:port`` -> (``http://host:port``, an Authorization header), so that a
     password in a URL is sent as a header (which records redact) and never shown or recorded."""
-    u = urlparse(url)
+    u = _parse_url(url)
     if u.username is None and u.password is None:
         return url, None
     import base64
@@ -139,7 +146,7 @@ def split_credentials(url: str) -> tuple[str, tuple[str, str] | None]:
 
 def check_url(url: str) -> str:
     """A base URL of an HTTP server; a trailing ``/v1`` or endpoint path is stripped."""
-    u = urlparse(url)
+    u = _parse_url(url)
     if u.scheme not in ("http", "https") or not u.hostname:
         raise ConfigError(f"bad URL {url!r}: expected http://HOST:PORT")
     try:

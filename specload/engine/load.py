@@ -72,6 +72,10 @@ def build_plan(
         raise PlanError("--rate must be positive")
     if burstiness <= 0:
         raise PlanError("--burstiness must be positive")
+    if max_requests is not None and max_requests < 1:
+        raise PlanError("--max-requests must be at least 1")
+    if max_duration_s is not None and not max_duration_s > 0:
+        raise PlanError("--max-duration must be positive")
     # default: every level runs about four rounds of C requests (at least 10 requests), so each
     # level takes a similar time and has enough requests for its percentiles
     specs = tuple(

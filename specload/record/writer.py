@@ -39,6 +39,15 @@ def check_writable(path: str) -> None:
         raise RecordError(f"record directory {parent} does not exist")
     if not os.access(parent, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):
         raise RecordError(f"record path {path} is not writable")
+    # access() says yes to root everywhere; opening is the real test (/proc, a read-only mount)
+    existed = p.exists()
+    try:
+        with open(p, "ab"):
+            pass
+    except OSError as e:
+        raise RecordError(f"record path {path} is not writable: {e.strerror or e}") from None
+    if not existed:
+        p.unlink(missing_ok=True)
 
 
 class Recorder:

@@ -137,9 +137,16 @@ def test_interrupt_records_in_flight_as_cancelled_and_closes_the_record(tmp_path
         (["--extra-body", "{bad"], "--extra-body"),
         (["--record", "/nonexistent-dir/x.jsonl"], "does not exist"),
         (["--record", "/tmp"], "directory"),
+        (["--record", "/proc/specload.jsonl"], "not writable"),  # access() says yes to root here
         (["--dataset", "/nonexistent.jsonl"], "cannot read"),
         (["--header", "NoColon"], "bad header"),
         (["--requests-per-level", "-3"], "at least 1"),
+        (["http://[::1"], "bad URL"),
+        (["--max-duration", "-5"], "--max-duration must be positive"),
+        (["--max-requests", "0"], "--max-requests must be at least 1"),
+        (["--sim-args", "--bogus"], "No such option '--bogus'"),
+        (["--sim-args", "--ttft-ms -3"], "--ttft-ms"),
+        (["--sim-args", "--help"], "specload sim --help"),
     ],
 )
 def test_bad_input_is_one_line_and_nonzero(args: list[str], needle: str) -> None:
