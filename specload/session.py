@@ -57,6 +57,16 @@ def _secret_values(cfg: RunConfig) -> tuple[str, ...]:
             values.append(value)
             # "Bearer sk-..." : the bare token too
             values.extend(part for part in value.split() if len(part) >= 8)
+    metrics_url = cfg.watch.metrics_url
+    if metrics_url and "@" in metrics_url:  # --metrics-url http://user:pw@host/metrics
+        from urllib.parse import unquote, urlparse
+
+        try:
+            password = urlparse(metrics_url).password
+        except ValueError:
+            password = None
+        if password:
+            values += [password, unquote(password)]
     return tuple(sorted({v for v in values if len(v) >= 4}, key=len, reverse=True))
 
 

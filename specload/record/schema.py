@@ -110,8 +110,19 @@ def server_line(s: ServerSample, t0_ns: int) -> dict:
     return d
 
 
+# the password of a URL anywhere in a string: http://user:pw@host -> http://user:***@host
+_URL_PASSWORD = re.compile(r"(\b[a-zA-Z][a-zA-Z0-9+.-]*://[^/\s:@]*:)[^/\s@]+@")
+
+
+def redact_url_passwords(text: str) -> str:
+    return _URL_PASSWORD.sub(r"\1***@", text) if "@" in text else text
+
+
 def redact(obj: object) -> object:
-    """A copy of a config with the values of secret-looking keys replaced by ``"***"``."""
+    """A copy of a config with the values of secret-looking keys replaced by ``"***"``, and URL
+    passwords (``--metrics-url http://user:pw@...``) masked wherever they are."""
+    if isinstance(obj, str):
+        return redact_url_passwords(obj)
     if isinstance(obj, dict):
         out = {}
         for k, v in obj.items():
@@ -138,6 +149,7 @@ def redact_command(cmd: str | None) -> str | None:
     ``vllm serve M --api-key sk-1`` -> ``vllm serve M --api-key ***``; ``HF_TOKEN=x cmd`` -> ``HF_TOKEN=*** cmd``."""
     if not cmd:
         return cmd
+    cmd = redact_url_passwords(cmd)
     cmd = _SECRET_FLAG.sub(lambda m: f"{m.group(1)}{m.group(2)}***", cmd)
     return _SECRET_ENV.sub(lambda m: f"{m.group(1)}=***", cmd)
 

@@ -41,3 +41,21 @@ async def test_key_in_env_header_url_and_server_log_is_never_recorded(tmp_path, 
     assert all(KEY not in n for n in notices)
     assert all(KEY not in line for _, line in session.log_lines)
     assert any("args: api_key=***" in line for _, line in session.log_lines)
+
+
+def test_url_passwords_in_other_options_are_masked(tmp_path) -> None:
+    """--metrics-url and log commands may carry a URL password: not in the record, not on screen."""
+    rec = tmp_path / "m.jsonl"
+    p = subprocess.run(
+        [sys.executable, "-m", "specload.cli", "run", "-c", "1", "-n", "2", "--max-tokens", "4",
+         "--metrics-url", "http://scraper:hunter2-pw@127.0.0.1:1/metrics",
+         "--server-log-cmd", "curl -sN http://admin:hunter2-log@127.0.0.1:1/logs",
+         "--sim-args", "--ttft-ms 1 --itl-ms 1 --quiet", "--record", str(rec)],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    text = rec.read_text()
+    for secret in ("hunter2-pw", "hunter2-log"):
+        assert secret not in text and secret not in p.stderr and secret not in p.stdout
+    # the URLs themselves stay readable, password masked
+    assert "http://scraper:***@127.0.0.1:1/metrics" in text and "http://admin:***@127.0.0.1:1/logs" in text
