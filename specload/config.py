@@ -115,6 +115,7 @@ class RunConfig:
             "launch": redact_command(w.launch),
             "expect_log": list(w.expect_log),
             "metrics_url": w.metrics_url,
+            "metrics_interval_s": w.metrics_interval_s,
             "on_crash": w.on_crash,
             "sim_args": [redact_command(a) for a in self.sim_args],
             "seed": self.seed,
