@@ -40,6 +40,8 @@ _BARE_SGR_RE = re.compile(r"\[\d{1,3}(?:;\d{1,3})*m")
 # Control bytes other than TAB. DEL included. (CR is handled before: it means "overwrite the line".)
 _CTRL_RE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 _LITERAL_CR_RE = re.compile(r"(?:\^M)+$")
+# rsyslog and CloudWatch write the ESC byte of colour codes as the text '#033'.
+_OCTAL_ESC_RE = re.compile(r"#033\[[0-?]*[ -/]*[@-~]")
 
 
 def clean_line(raw: str) -> str:
@@ -52,6 +54,8 @@ def clean_line(raw: str) -> str:
         line = parts[-1] if parts else ""
     if "\x1b" in line:
         line = _ANSI_RE.sub("", line)
+    if "#033[" in line:
+        line = _OCTAL_ESC_RE.sub("", line)
     if "m" in line and "[" in line:
         line = _BARE_SGR_RE.sub("", line)
     if _CTRL_RE.search(line):
@@ -103,10 +107,12 @@ _ISO = r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?"
 _AGGREGATOR_RE = re.compile(r"(?:\d{10,13}\t)?" + _ISO + r"\t")
 # journald: 'Sep 11 18:19:47 host proc[pid]: '. The month may have lost letters in a paste ('pr 28').
 _JOURNALD_RE = re.compile(r"[A-Za-z]{1,3} {1,2}\d{1,2} \d\d:\d\d:\d\d \S+ [\w.@/\-]+(?:\[\d+\])?: ")
-# docker/kubectl --timestamps: an RFC 3339 stamp and one space, *not* followed by a level (that would be
-# TGI's own record prefix, handled below).
+# docker/kubectl --timestamps and log exports (CloudWatch: a tab): an RFC 3339 stamp and blanks, *not*
+# followed by a level (that would be TGI's own record prefix, handled below). The kubelet's CRI log files
+# add the stream and a full/partial flag: '2025-01-15T10:02:11.482913605Z stdout F '.
 _CONTAINER_TS_RE = re.compile(
-    r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d) (?!\s*" + _LVL + r"\b)"
+    r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)[ \t]+"
+    r"(?:(?:stdout|stderr) [FP] |(?!\s*" + _LVL + r"\b))"
 )
 # docker compose: 'service-1  | '.
 _COMPOSE_RE = re.compile(r"[a-z0-9][\w.\-]*-\d+\s+\| ")
@@ -118,14 +124,17 @@ _PAREN_PID_RE = re.compile(r"\((?:([\w:.\-]+) )?(?:rank=(\d+) )?pid=(\d+)(?:, ip
 _VLLM_NAMES_RE = re.compile(r"(?:VllmWorker|Worker|EngineCore|APIServer|ApiServer)\w*")
 _RAY_SYSTEM_RE = re.compile(r"\((raylet|gcs_server|monitor|autoscaler|dashboard)(?:, ip=[\d.]+)?\) ?")
 _TORCH_RANK_RE = re.compile(r"\[rank(\d+)\]: ?")
+# mpirun --tag-output: '[1,0]<stderr>:' (job, rank).
+_MPI_TAG_RE = re.compile(r"\[\d+,(\d+)\]<(?:stdout|stderr|stddiag)>: ?")
 # SGLang: '[2025-01-20 19:10:07 DP0 TP0] ', '[... PP0 ATTN_CP7 TP7] ' or without ranks '[2025-01-20 19:10:07] '.
-_SGLANG_RE = re.compile(r"\[\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?((?: [A-Z][A-Z_]*\d+)*)\] ?")
+# Newer SGLang drops the year: '[12-16 14:27:08] '.
+_SGLANG_RE = re.compile(r"\[(?:\d{4}-)?\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?((?: [A-Z][A-Z_]*\d+)*)\] ?")
 
 # Record prefixes ---------------------------------------------------------------------------------------
 # vLLM: 'INFO 07-30 17:40:19 [logger.py:41] ' and the 2023 form 'INFO 06-21 21:40:02 llm_engine.py:59] '.
 _VLLM_RE = re.compile(_LVL + r" \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? (?:\[[\w./\-]+:\d+\]|[\w./\-]+:\d+\]) ?")
 # glog / torch: '[E611 01:51:09.940883637 ProcessGroupNCCL.cpp:1896] ', 'E0608 12:00:00.123 77 f.cc:12] '.
-_GLOG_RE = re.compile(r"\[?([IWEF])\d{3,4} \d\d:\d\d:\d\d\.\d+(?: +\d+)? +[\w.+\-]+:\d+\] ?")
+_GLOG_RE = re.compile(r"\[?([IWEF])\d{3,4} \d\d:\d\d:\d\d\.\d+(?: +\d+)? +[\w./+\-]+:\d+\] ?")
 # Ray's own C++ logger: '[2025-08-12 07:37:56,997 E 1018 10264] logging.cc:117: '.
 _RAY_CPP_RE = re.compile(r"\[" + _ISO + r" ([IWEFD]) \d+ \d+\] [\w.+\-]+:\d+: ")
 # TGI / Rust tracing: '2024-06-17T13:18:26.673888Z ERROR shard-manager: text_generation_launcher: '.
@@ -154,6 +163,8 @@ _BRACKET_SERVICE_RE = re.compile(
 _LEVEL_ONLY_RE = re.compile(_LVL + r"(?::\s+|\s+)(?:[\w./\-]+\.(?:py|go|cc|cpp|rs|c|h):\d+[:\]]?\s+)?")
 _BRACKET_LEVEL_RE = re.compile(r"\[" + _LVL + r"\]:? ?")
 _TRTLLM_RE = re.compile(r"\[TensorRT-LLM\](?:\[(\w+)\])? ?")
+# TensorRT-LLM's Python logger: '[06/24/2025-08:12:13] [TRT-LLM] [RANK 0] [E] '.
+_TRTLLM_PY_RE = re.compile(r"\[\d\d/\d\d/\d{4}-\d\d:\d\d:\d\d\] \[TRT-LLM\] (?:\[RANK (\d+)\] )?\[([A-Z])\] ")
 # logfmt: 'time=... level=ERROR source=sched.go:456 msg=...'.
 _LOGFMT_RE = re.compile(r"time=\S+ level=(\w+)(?: source=\S+)? ?")
 
@@ -183,6 +194,9 @@ def _paren_pid_tag(m: re.Match[str]) -> str:
             return f"rank {rank}"
         if name.startswith("Worker_"):
             return name[len("Worker_") :]  # 'Worker_TP3' -> 'TP3'
+        if name == "VllmWorkerProcess":
+            # vLLM V0 runs several of these and names them only by pid
+            return m.group(0).strip()[1:-1]
         return name
     # Ray and anything else: the tag as printed, without the parentheses.
     return m.group(0).strip()[1:-1]
@@ -226,6 +240,7 @@ def parse_line(raw: str) -> LogLine:
     record = False
     level: str | None = None
     fields: dict[str, str] | None = None
+    ray_system = False
     # Prefixes nest (journald around logfmt, Ray around torch around glog); a few rounds suffice and
     # the bound keeps a pathological line cheap.
     for _ in range(8):
@@ -249,16 +264,27 @@ def parse_line(raw: str) -> LogLine:
                 continue
             m = _RAY_SYSTEM_RE.match(s)
             if m:
+                # Ray forwards every line of its system processes with this tag: raw lines after one are
+                # the driver's own output, so the tag does not carry over (see tag_inherits below).
                 if tag is None:
                     tag = m.group(1)
+                    ray_system = True
                 s = s[m.end() :]
                 continue
             break
         if c == "[":
-            m = _TORCH_RANK_RE.match(s)
+            m = _TORCH_RANK_RE.match(s) or _MPI_TAG_RE.match(s)
             if m:
                 if tag is None:
                     tag = f"rank {m.group(1)}"
+                s = s[m.end() :]
+                continue
+            m = _TRTLLM_PY_RE.match(s)
+            if m:
+                if tag is None and m.group(1) is not None:
+                    tag = f"rank {m.group(1)}"
+                record = True
+                level = level or _level(m.group(2))
                 s = s[m.end() :]
                 continue
             m = _SGLANG_RE.match(s)
@@ -338,7 +364,7 @@ def parse_line(raw: str) -> LogLine:
                     continue
         break
 
-    tag_inherits = tag is not None
+    tag_inherits = tag is not None and not ray_system
     if "[repeated" in s:
         s = _RAY_REPEATED_RE.sub("", s)
     if tag is None and s.endswith(tuple("0123456789")) and "rank=" in s:
@@ -351,7 +377,7 @@ def parse_line(raw: str) -> LogLine:
         body=s,
         tag=tag,
         tag_inherits=tag_inherits,
-        record=record or tag_inherits,
+        record=record or tag is not None,
         level=level,
         fields=fields,
     )

@@ -105,3 +105,44 @@ def test_logfmt_fields() -> None:
     line = parse_line('time=2025-04-28T09:12:21Z level=DEBUG source=a.go:1 msg="hi" id=2')
     assert line.fields is not None and line.fields["msg"] == "hi"
     assert line.body == 'msg="hi" id=2'
+
+
+# ------------------------------------------------------------------------------------ prefixes from unseen logs
+
+
+def test_cri_kubelet_prefix() -> None:
+    p = parse_line(
+        "2025-01-15T10:02:40.702113902Z stdout F ERROR 01-15 10:02:40 [core.py:387] EngineCore hit an exception:"
+    )
+    assert (p.body, p.level, p.record) == ("EngineCore hit an exception:", "ERROR", True)
+
+
+def test_cloudwatch_tab_and_octal_escaped_colours() -> None:
+    p = parse_line(
+        "2024-04-18T18:51:13.144-04:00\t#033[2m2024-04-18T22:51:13.201214Z#033[0m #033[31mERROR#033[0m "
+        "#033[2mtext_generation_launcher#033[0m#033[2m:#033[0m Webserver Crashed"
+    )
+    assert (p.body, p.level) == ("Webserver Crashed", "ERROR")
+
+
+def test_mpirun_tag_output_and_trtllm_python_logger() -> None:
+    assert split_line("[1,1]<stderr>:  what():  boom") == ("rank 1", " what():  boom")
+    p = parse_line("[06/24/2025-08:12:13] [TRT-LLM] [RANK 0] [E] Encountered an error in forward function: x")
+    assert (p.tag, p.level, p.body) == ("rank 0", "ERROR", "Encountered an error in forward function: x")
+
+
+def test_sglang_timestamp_without_year_and_glog_with_path() -> None:
+    assert split_line("[12-16 14:27:08 TP0] Rank 0 scheduler is dead.") == (
+        "TP0",
+        "Rank 0 scheduler is dead.",
+    )
+    p = parse_line(
+        "E0429 08:12:49.202000 139770 torch/distributed/elastic/multiprocessing/api.py:869] failed"
+    )
+    assert (p.body, p.level) == ("failed", "ERROR")
+
+
+def test_vllm_v0_worker_process_keeps_its_pid_and_raylet_does_not_carry_over() -> None:
+    assert split_line("(VllmWorkerProcess pid=656) ERROR x")[0] == "VllmWorkerProcess pid=656"
+    p = parse_line("(raylet) A worker died or was killed while executing a task.")
+    assert (p.tag, p.tag_inherits) == ("raylet", False)
