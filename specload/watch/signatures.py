@@ -15,11 +15,15 @@ Markers recognised (the ``exception_type`` given to each is in brackets):
 * C/C++ ``Assertion `x' failed`` [``Assertion failed``], ``GGML_ASSERT`` [``GGML_ASSERT``];
 * CUDA errors printed outside a traceback (ggml, vLLM custom all-reduce, TensorRT-LLM) [``CUDA error``];
 * ``Fatal Python error: X`` [``Fatal Python error``]; abort/segfault notices from Go, abseil/glog, the
-  shell [``SIGABRT``, ``SIGSEGV`` ...]; Windows ``Exception 0xc0000005`` from the Go runtime;
+  shell (including job-control notices ``[1]    7302 abort      cmd`` / ``[1]+  Killed   cmd``), Open MPI
+  (``[host:pid] Signal: Aborted (6)``) and torch's ``!!!!!!! Segfault encountered !!!!!!!`` [``SIGABRT``,
+  ``SIGSEGV`` ...]; Windows ``Exception 0xc0000005`` from the Go runtime;
 * Rust panics, old and new format, and Go panics [``panic``], Go ``fatal error:`` [``fatal error``];
 * torch NCCL watchdog timeouts [``NCCL watchdog timeout``], SGLang's watchdog [``watchdog_timeout``];
-* lifecycle lines that report a server death (SGLang sigquit, TGI shard failures, vLLM engine death,
-  Ollama runner terminated, llama.cpp model-load exit) [``server_fatal``].
+* lifecycle lines that report a server death (SGLang sigquit / scheduler dead, TGI shard failures, vLLM
+  engine or worker death incl. V0 ``Worker ... pid N died, exit code`` and ``Got fatal signal from worker
+  processes``, Ollama ``llama runner process has terminated`` / ``msg="llama runner terminated"`` (the
+  message is the ``error=`` value), llama.cpp model-load exit) [``server_fatal``].
 
 The grouping rule (the ``signature``)
 -------------------------------------
@@ -225,6 +229,25 @@ _BASH_JOB_RE = re.compile(r": line \d+: +\d+ (" + _SHELL_ALT + r")\b")
 _ZSH_RE = re.compile(
     r"^zsh: (abort|segmentation fault|bus error|illegal hardware instruction|killed|floating point exception)\b"
 )
+# job-control notices: zsh '[1]    7302 abort      cmd', bash '[1]+  Killed                  cmd'
+_JOB_RE = re.compile(
+    r"^\[\d+\][+-]? +(?:[+-] +)?(?:\d+ +)?("
+    + _SHELL_ALT
+    + r"|abort|segmentation fault|bus error|illegal hardware instruction|killed|floating point exception)"
+    r"(?: \(core dumped\))?(?: {2,}|$)"
+)
+# Open MPI's signal report: '[host:01873] Signal: Aborted (6)'
+_MPI_SIGNAL_RE = re.compile(r"^(?:\[[^\]]+\] )?Signal: [\w ]+ \((\d+)\)$")
+_SIGNAL_NUMBERS = {
+    "4": "SIGILL",
+    "6": "SIGABRT",
+    "7": "SIGBUS",
+    "8": "SIGFPE",
+    "9": "SIGKILL",
+    "11": "SIGSEGV",
+}
+# torch's fatal-signal handler (c10): '!!!!!!! Segfault encountered !!!!!!!'
+_TORCH_SEGFAULT_RE = re.compile(r"^!+ Segfault encountered !+$")
 _WIN_EXC_RE = re.compile(r"^Exception (0x[0-9a-fA-F]+) 0x")
 _RUST_OLD_RE = re.compile(r"thread '([^']*)' panicked at '(.*)', (\S+?:\d+(?::\d+)?)\s*$")
 _RUST_NEW_RE = re.compile(r"thread '([^']*)' panicked at (\S+?:\d+(?::\d+)?):\s*(.*)$")
@@ -238,11 +261,14 @@ _LIFECYCLE_RE = re.compile(
     r"|^Shard \d+ failed to start|^Shard \d+ crashed|Shard process was signaled to shutdown with signal"
     r"|^Webserver Crashed"
     r"|MQLLMEngine is already dead|Engine process \(pid \d+\) died"
-    r"|(?:Engine core|Worker) proc \S+ died unexpectedly"
+    r"|(?:Engine core|Worker) proc \S+ died unexpectedly|^Worker \S+ pid \d+ died, exit code"
+    r"|^Got fatal signal from worker processes, shutting down"
     r"|scheduler is dead|Child process unexpectedly failed with"
     r"|exiting due to model loading error"
 )
-_OLLAMA_RUNNER_RE = re.compile(r"llama runner process (?:has terminated|no longer running)\b.*$")
+_OLLAMA_RUNNER_RE = re.compile(
+    r"llama runner process (?:has terminated|no longer running)\b.*$|msg=\"?llama runner terminated\b.*$"
+)
 # a Rust binary's `main` returning Err: 'Error: ShardCannotStart' (raw line, no logger prefix)
 _RUST_MAIN_ERR_RE = re.compile(r"^Error: [A-Z]\w*(?:\s*[({].*)?$")
 
@@ -535,7 +561,7 @@ class CrashDetector:
             return True
         if body and not body[0].isspace():
             m = _EXC_RE.match(body)
-            if m and _exception_type_ok(m.group(1), m.group(2) is not None):
+            if m and _exception_type_ok(m.group(1), m.group(2) is not None) and not _SHELL_RE.match(body):
                 tb.exc = (m.group(1), m.group(2) or "", tb.frame)
                 tb.exc_prefix = _prefix_shape(p)
                 tb.state, tb.counter = _TB_AFTER, 0
@@ -567,7 +593,9 @@ class CrashDetector:
                 if what is not None:
                     # what() belongs to the most recent terminate (they are printed back to back; other
                     # processes' lines may come between)
-                    latest = max((q for q in self._pending if q.kind == "terminate"), key=lambda q: q.line_no)
+                    terminates = [q for q in self._pending if q.kind == "terminate"]
+                    own = [q for q in terminates if q.process == proc]
+                    latest = max(own or terminates, key=lambda q: q.line_no)
                     latest.lines.append(p.text)
                     self._pending.remove(latest)
                     self._emit_pending(latest, what.group(1), out)
@@ -656,9 +684,16 @@ class CrashDetector:
         if m:
             emit(m.group(1), "")
             return
-        m = _SHELL_RE.match(s) or _BASH_JOB_RE.search(s) or _ZSH_RE.match(s)
+        m = _SHELL_RE.match(s) or _BASH_JOB_RE.search(s) or _ZSH_RE.match(s) or _JOB_RE.match(s)
         if m:
             emit(_SHELL_NAMES[m.group(1)], "")
+            return
+        if _TORCH_SEGFAULT_RE.match(s):
+            emit("SIGSEGV", "")
+            return
+        m = _MPI_SIGNAL_RE.match(s)
+        if m and m.group(1) in _SIGNAL_NUMBERS:
+            emit(_SIGNAL_NUMBERS[m.group(1)], "")
             return
         m = _WIN_EXC_RE.match(s)
         if m:
@@ -683,10 +718,17 @@ class CrashDetector:
         if m:
             emit("fatal error", m.group(1))
             return
-        m = _OLLAMA_RUNNER_RE.search(s)
+        m = _OLLAMA_RUNNER_RE.search(s) if "llama runner" in s else None
+        if m is None and "llama runner terminated" in (p.fields or {}).get("msg", ""):
+            m = _OLLAMA_RUNNER_RE.search(p.text)
         if m:
-            err = (p.fields or {}).get("error", "")
-            emit("server_fatal", err if m.group(0).split(":")[0] in err else m.group(0))
+            fields = p.fields or {}
+            err = fields.get("error", "")
+            marker = m.group(0).split(":")[0]
+            if err and (marker in err or "llama runner terminated" in fields.get("msg", "")):
+                emit("server_fatal", err)
+            else:
+                emit("server_fatal", m.group(0))
             return
         if _LIFECYCLE_RE.search(s):
             emit("server_fatal", s)

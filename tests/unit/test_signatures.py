@@ -816,3 +816,71 @@ def test_json_lines_records_with_embedded_traceback() -> None:
         ("server_fatal", "Shard 1 failed to start", None, None, 2),
         ("ValueError", "bad", "x.py:3 in f", "rank 2", 3),
     ]
+
+
+# ------------------------------------------------------------------------------------ markers from unseen logs
+
+
+@pytest.mark.parametrize(
+    ("line", "kind"),
+    [
+        ("[1]    7302 abort      RUST_BACKTRACE=full text-embeddings-router --port 8001", "SIGABRT"),
+        ("[1]+  Killed                  python -m vllm.entrypoints.openai.api_server", "SIGKILL"),
+        ("[2]  - 991 segmentation fault (core dumped)  ./llama-server -m model.gguf", "SIGSEGV"),
+        ("[gpu-node-2:01873] Signal: Aborted (6)", "SIGABRT"),
+        ("[gpu-node-2:01873] Signal: Segmentation fault (11)", "SIGSEGV"),
+        ("!!!!!!! Segfault encountered !!!!!!!", "SIGSEGV"),
+    ],
+)
+def test_more_signal_notices(line: str, kind: str) -> None:
+    e = one(line)
+    assert (e.exception_type, e.message) == (kind, "")
+
+
+def test_job_table_lines_that_are_not_signals() -> None:
+    assert scan("[1]  + 7302 running    ./server\n[2]  Done  make\n") == []
+
+
+def test_ollama_runner_terminated_takes_the_error_field() -> None:
+    e = one(
+        'time=2025-04-14T20:20:48.993+08:00 level=ERROR source=server.go:449 msg="llama runner terminated" error="exit status 0xc0000409"'
+    )
+    assert (e.exception_type, e.message) == ("server_fatal", "exit status 0xc0000409")
+
+
+def test_vllm_v0_worker_death_and_fatal_signal_lines() -> None:
+    entries = scan(
+        """
+        ERROR 07-16 09:31:47 multiproc_worker_utils.py:120] Worker VllmWorkerProcess pid 658 died, exit code: -15
+        CRITICAL 01-15 10:02:40 [core_client.py:359] Got fatal signal from worker processes, shutting down. See stack trace above for root cause issue.
+        """
+    )
+    assert [e.message[:24] for e in entries] == ["Worker VllmWorkerProcess", "Got fatal signal from wo"]
+
+
+def test_what_goes_to_the_terminate_of_its_own_rank() -> None:
+    entries = scan(
+        """
+        [rank1]:terminate called after throwing an instance of 'c10::DistBackendError'
+        [rank0]:terminate called after throwing an instance of 'c10::DistBackendError'
+        [rank1]:  what():  [PG ID 2 PG GUID 3 Rank 1] watchdog thread terminated
+        [rank0]:  what():  [PG ID 2 PG GUID 3 Rank 0] watchdog thread terminated
+        """
+    )
+    assert sorted((e.process, e.message[:20]) for e in entries) == [
+        ("rank 0", "[PG ID 2 PG GUID 3 R"),
+        ("rank 1", "[PG ID 2 PG GUID 3 R"),
+    ]
+    assert {e.process: e.message.split("Rank ")[1][0] for e in entries} == {"rank 0": "0", "rank 1": "1"}
+
+
+def test_shell_notice_is_not_the_exception_line_of_a_headerless_traceback() -> None:
+    entries = scan(
+        """
+          File "<unknown>", line 0, in PyEval_EvalFrameDefault
+          File "<unknown>", line 0, in _PyFunction_Vectorcall
+        [2025-11-03 09:12:43] Received sigquit from a child process. It usually means the child failed.
+        Killed
+        """
+    )
+    assert [e.exception_type for e in entries] == ["server_fatal", "SIGKILL"]
