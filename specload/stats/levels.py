@@ -186,7 +186,7 @@ class LevelColumns:
         tpot = _pct(self.tpot_ns, 1e6)
         itl = (None, _scaled(self.itl.percentile(50), 1e6), _scaled(self.itl.percentile(99), 1e6))
         e2e_p = _pct(self.e2e_ns, 1e9)
-        return LevelSummary(
+        full = LevelSummary(
             level_index=self.level_index,
             concurrency=self.concurrency,
             requests=self.requests,
@@ -209,6 +209,9 @@ class LevelColumns:
             e2e_s_p50=e2e_p[1],
             e2e_s_p99=e2e_p[2],
         )
+        # At the record's precision everywhere: the run's table, the TUI, --json and `report` of
+        # the record then print the same digits (354.35 in the record was once 354.3 on screen).
+        return LevelSummary.from_record(full.as_record())
 
 
 def _pct(values: array, scale: float) -> tuple[float | None, float | None, float | None]:

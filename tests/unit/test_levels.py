@@ -6,7 +6,7 @@ import pytest
 
 from specload.records import ErrorKind, RequestRecord
 from specload.stats.histogram import LogHistogram
-from specload.stats.levels import LevelBook, LevelColumns
+from specload.stats.levels import LevelBook, LevelColumns, LevelSummary
 
 MS = 1_000_000
 
@@ -90,3 +90,15 @@ def test_itl_of_one_multi_token_chunk_per_step_is_the_same() -> None:
         chunk_tokens=(2, 4, 4),
     )
     assert r.itl_per_token_ns() == [2.5, 2.5]
+
+
+def test_a_summary_is_at_the_precision_of_its_record_line() -> None:
+    # 3 requests of 101 tokens over 0.7 s: 432.857142... tok/s. The screen, --json and the report of
+    # the record must all show the same digits, so the summary carries the record's values.
+    cols = LevelColumns(0, 3)
+    for start in (0, 200, 400):
+        cols.add(rec(0, start, 100, 300 + start / 7, 101))
+    s = cols.summary()
+    assert s == LevelSummary.from_record(s.as_record())
+    assert s.throughput_tok_s == round(s.throughput_tok_s, 3) and s.throughput_tok_s != 0
+    assert s.e2e_s_avg == round(s.e2e_s_avg, 4)
