@@ -14,9 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from specload.watch.signatures import CrashDetector, CrashEntry, scan_text
+from tests.integration.crash_corpus import (
+    check_found,
+    check_live_feed,
+    check_signatures,
+    load_cases,
+    read_log,
+)
 
-MS = 1_000_000
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -33,80 +38,30 @@ def _fixture_dir() -> Path | None:
 
 FIXTURES = _fixture_dir()
 SKIP_REASON = "server-log fixtures not found: set SPECLOAD_SHARED or put shared/ beside the clone"
-
-
-def _expected() -> list[dict]:
-    if FIXTURES is None:
-        return []
-    lines = (FIXTURES / "expected.jsonl").read_text(encoding="utf-8").splitlines()
-    return [json.loads(line) for line in lines if line.strip()]
-
-
-EXPECTED = _expected()
+EXPECTED = load_cases(FIXTURES)
 CASES = [pytest.param(case, id=case["file"][:3]) for case in EXPECTED] or [
     pytest.param(None, marks=pytest.mark.skip(reason=SKIP_REASON))
 ]
 
 
-def _scan(case: dict) -> list[CrashEntry]:
+def _text(case: dict) -> str:
     assert FIXTURES is not None
-    data = (FIXTURES / case["file"]).read_bytes()
-    return scan_text(data.decode("utf-8", errors="replace"))
-
-
-def _matches(entry: CrashEntry, want: dict) -> bool:
-    return (
-        entry.exception_type == want["exception_type"]
-        and entry.process == want["process"]
-        and entry.innermost_frame == want["innermost_frame"]
-        and entry.message.strip().startswith(want["message_prefix"].strip())
-    )
-
-
-def _describe(entries: list[CrashEntry]) -> str:
-    return "\n".join(
-        f"  {e.exception_type} | {e.message[:80]!r} | {e.innermost_frame} | {e.process} | line {e.line_no}"
-        for e in entries
-    )
+    return read_log(FIXTURES, case)
 
 
 @pytest.mark.parametrize("case", CASES)
 def test_fixture_crashes_found(case: dict) -> None:
-    entries = _scan(case)
-    if not case["crashes"]:
-        assert entries == [], f"{case['file']} is a normal log, found:\n{_describe(entries)}"
-        return
-    for want in case["crashes"]:
-        assert any(_matches(e, want) for e in entries), (
-            f"{case['file']}: expected {want}\nfound:\n{_describe(entries)}"
-        )
+    check_found(case, _text(case))
 
 
 @pytest.mark.parametrize("case", CASES)
 def test_fixture_distinct_signatures(case: dict) -> None:
-    entries = _scan(case)
-    signatures = {e.signature for e in entries}
-    assert len(signatures) == case["distinct_signatures"], f"{case['file']}:\n{_describe(entries)}"
-    # one entry per signature per process
-    keys = [(e.signature, e.process) for e in entries]
-    assert len(keys) == len(set(keys))
+    check_signatures(case, _text(case))
 
 
 @pytest.mark.parametrize("case", CASES)
 def test_fixture_live_feed_finds_the_same_crashes(case: dict) -> None:
-    """Fed line by line with a clock and polled after every line, as the log tailer does."""
-    assert FIXTURES is not None
-    text = (FIXTURES / case["file"]).read_bytes().decode("utf-8", errors="replace")
-    det = CrashDetector(settle_ns=300 * MS)
-    live: list[CrashEntry] = []
-    for i, line in enumerate(text.split("\n")):
-        t = i * 5 * MS  # 5 ms per line: a quiet traceback is released by poll after 60 lines
-        live.extend(det.feed(line, t))
-        live.extend(det.poll(t))
-    live.extend(det.finish())
-    for want in case["crashes"]:
-        assert any(_matches(e, want) for e in live), f"{case['file']}: live feed missed {want}"
-    assert len({e.signature for e in live}) == case["distinct_signatures"]
+    check_live_feed(case, _text(case))
 
 
 # ------------------------------------------------------------------------------------ the real CLI
