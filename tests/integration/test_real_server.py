@@ -391,7 +391,9 @@ def test_server_killed_mid_run_gives_disconnects_down_event_and_clean_end(tmp_pa
             tmp_path, rec, name="killed",
         )  # fmt: skip
         try:
-            wait_until(lambda: _record_count(rec) >= 8, 40, "8 finished requests in the record")
+            # a few requests done and 8 streams open; generous: on a loaded 2-core machine one
+            # 256-token request at C=8 can take several seconds
+            wait_until(lambda: _record_count(rec) >= 2, 90, "2 finished requests in the record")
             os.kill(srv.pid, signal.SIGKILL)
             srv.proc.wait(timeout=10)
             run = proc.finish(timeout=DOWN_TIMEOUT_S + 40)
