@@ -84,7 +84,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def llama_args(port: int, *extra: str, ctx: int = 32768, slots: int = 8, threads: int = 2) -> list[str]:
+def llama_args(port: int, *extra: str, ctx: int = 32768, slots: int = 8, threads: int = 1) -> list[str]:
     """The REPORT.md command line; ``extra`` e.g. ``("--spec-type", "ngram-mod")``."""
     return [
         str(server_binary()), "-m", str(server_model()), "-a", SERVED_NAME,
@@ -93,7 +93,7 @@ def llama_args(port: int, *extra: str, ctx: int = 32768, slots: int = 8, threads
     ]  # fmt: skip
 
 
-def llama_cmd(port: int, *extra: str, ctx: int = 32768, slots: int = 8, threads: int = 2) -> str:
+def llama_cmd(port: int, *extra: str, ctx: int = 32768, slots: int = 8, threads: int = 1) -> str:
     """The same as one shell string, for specload's ``--launch``."""
     return shlex.join(llama_args(port, *extra, ctx=ctx, slots=slots, threads=threads))
 
