@@ -2,12 +2,16 @@
 
 Progress (notices, one line per finished level in the per-level script's format, crash signatures,
 client saturation warnings) goes to stderr as it happens; the final table or ``--json`` summary goes
-to stdout, so ``specload run --json > out.json`` is clean.
+to stdout, so ``specload run --json > out.json`` is clean. When stderr is a terminal, a status line
+below them is rewritten once a second (state, concurrency, the level's progress, tok/s, ok/failed),
+so a long level is not a silent one; it is erased before every other line and at the end, and never
+written to a pipe or a file.
 """
 
 from __future__ import annotations
 
 import asyncio
+import shutil
 import sys
 
 from specload.config import RunConfig
@@ -21,11 +25,35 @@ def _err(text: str) -> None:
     sys.stderr.flush()
 
 
+STATUS_INTERVAL_S = 1.0
+_CLEAR = "\r\x1b[K"
+
+
 class HeadlessPrinter:
-    def __init__(self) -> None:
+    def __init__(self, stream=None) -> None:  # noqa: ANN001 - a text stream, stderr by default
         self.saturated_levels: set[int] = set()
+        self.stream = stream if stream is not None else sys.stderr
+        self.status_shown = False
+
+    def _err(self, text: str) -> None:
+        self.clear_status()
+        self.stream.write(text + "\n")
+        self.stream.flush()
+
+    def show_status(self, text: str) -> None:
+        width = shutil.get_terminal_size().columns
+        self.stream.write(_CLEAR + text[: max(1, width - 1)])
+        self.stream.flush()
+        self.status_shown = True
+
+    def clear_status(self) -> None:
+        if self.status_shown:
+            self.stream.write(_CLEAR)
+            self.stream.flush()
+            self.status_shown = False
 
     def __call__(self, kind: str, payload: object) -> None:
+        _err = self._err
         if kind == "notice":
             _err(f"specload: {payload}")
         elif kind == "target":
@@ -69,13 +97,54 @@ def _install_loop() -> None:
     asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
 
 
+def status_text(session: Session) -> str | None:
+    """One line on the run so far, or None before the load starts."""
+    rs = session.runner_state()
+    if rs is None:
+        return None
+    snap = session.stats.snapshot()
+    parts = [f"{session.state_label()} C={rs.target} in flight {rs.in_flight}"]
+    if rs.level_index >= 0:
+        level = f"level {rs.level_number}/{rs.level_count}" if rs.level_number else "manual level"
+        if rs.level_total:
+            fmt = "{:.0f}" if rs.level_unit == "requests" else "{:.1f}"
+            level += f" {fmt.format(rs.level_done)}/{rs.level_total:g} {rs.level_unit}"
+        parts.append(level)
+    else:
+        parts.append("warm-up")
+    parts.append(f"{snap.tok_s:.0f} tok/s")
+    failed = f", {snap.requests_failed} failed" if snap.requests_failed else ""
+    parts.append(f"{snap.requests_ok}/{snap.requests_total} ok{failed}")
+    return "specload: " + " · ".join(parts)
+
+
+async def _status_loop(session: Session, printer: HeadlessPrinter, interval_s: float) -> None:
+    while True:
+        await asyncio.sleep(interval_s)
+        text = status_text(session)
+        if text is not None:
+            printer.show_status(text)
+
+
+async def _run_with_status(session: Session, printer: HeadlessPrinter, status: bool) -> SessionResult:
+    ticker = asyncio.ensure_future(_status_loop(session, printer, STATUS_INTERVAL_S)) if status else None
+    try:
+        return await session.run()
+    finally:
+        if ticker is not None:
+            ticker.cancel()
+        printer.clear_status()
+
+
 def run_headless(cfg: RunConfig, *, as_json: bool) -> int:
     _install_loop()
     printer = HeadlessPrinter()
     session = Session(cfg, listener=printer, handle_signals=True)
+    status = sys.stderr.isatty()
     try:
-        result: SessionResult = asyncio.run(session.run())
+        result: SessionResult = asyncio.run(_run_with_status(session, printer, status))
     except KeyboardInterrupt:
+        printer.clear_status()
         _err("specload: interrupted")
         return 130
     if result.message:

@@ -220,3 +220,46 @@ def test_tui_headless_is_the_same_as_run(sim_url: str) -> None:
     p = run(["tui", "--headless", sim_url, "-c", "2", "-n", "4", "--max-tokens", "8", "--json"])
     assert p.returncode == 0, p.stderr
     assert orjson.loads(p.stdout)["levels"][0]["requests"] == 4
+
+
+def test_a_terminal_gets_a_status_line_a_pipe_does_not(sim_url: str) -> None:
+    """stderr on a terminal (a real pty): a status line rewritten in place during the level and
+    erased before the level line; stderr on a pipe: plain lines only."""
+    import pty
+    import select
+
+    args = ["run", sim_url, "-c", "2", "-d", "2.5", "--max-tokens", "40", "--ignore-eos"]
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(SPECLOAD + args, stdout=subprocess.PIPE, stderr=slave, stdin=subprocess.DEVNULL)
+    os.close(slave)
+    seen = b""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([master], [], [], 0.5)
+        if ready:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # the child closed its end
+                break
+            if not chunk:
+                break
+            seen += chunk
+        elif proc.poll() is not None:
+            break
+    os.close(master)
+    out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 0, seen.decode(errors="replace")
+    text = seen.decode(errors="replace")
+    # at least one status line while the 2.5 s level ran, with the live figures
+    statuses = [part for part in text.split("\r\x1b[K") if part.startswith("specload: ramping C=2")]
+    assert statuses, text
+    assert all("level 1/1" in s and "tok/s" in s and " ok" in s for s in statuses), statuses
+    # the level line starts on a cleared line, and the status is erased at the end
+    assert "\r\x1b[KC=  2 |" in text, text
+    last = text.split("\r\x1b[K")[-1]  # what is left on screen after the last erase
+    assert last == "" or last.endswith("\n"), repr(text[-300:])  # a whole line, not a status
+    assert b"\x1b" not in out  # the final table on stdout (a pipe) has no control codes
+
+    piped = run(args)
+    assert piped.returncode == 0
+    assert "\x1b" not in piped.stderr and "\r" not in piped.stderr
