@@ -66,8 +66,9 @@ def load_options(f: Callable) -> Callable:
         click.option("--dataset", type=click.Path(dir_okay=False), help="JSONL file of prompts."),
         click.option("--max-tokens", type=int, default=256, show_default=True, help="max_tokens of each request."),
         click.option("--ignore-eos", is_flag=True, help="Ask the server to ignore EOS (fixed output length)."),
-        click.option("--continuous-usage", is_flag=True,
-                     help="Ask for usage on every chunk (vLLM/SGLang) for exact per-chunk token counts."),
+        click.option("--continuous-usage/--no-continuous-usage", default=None,
+                     help="Ask for usage on every chunk (vLLM/SGLang) for exact per-chunk token counts "
+                          "[default: on for the built-in simulator, off otherwise]."),
         click.option("--temperature", type=float, help="Sampling temperature."),
         click.option("--extra-body", help="JSON object merged into every request body."),
         click.option("--header", "headers", multiple=True, help="Extra HTTP header 'Name: value' (repeatable)."),
@@ -186,7 +187,9 @@ def build_config(p: dict, *, ui: bool) -> RunConfig:
         request=RequestConfig(
             max_tokens=p["max_tokens"],
             ignore_eos=p["ignore_eos"],
-            continuous_usage=p["continuous_usage"],
+            # the built-in simulator supports it (as vLLM does), so the demo's live token counts are
+            # exact from the first chunk; a server that might reject the field is asked only on request
+            continuous_usage=p["continuous_usage"] if p.get("continuous_usage") is not None else url is None,
             temperature=p.get("temperature"),
             extra_body=extra,
             prompt=p.get("prompt"),

@@ -1,0 +1,29 @@
+"""Options -> RunConfig defaults that depend on the target."""
+
+from __future__ import annotations
+
+import pytest
+
+from specload.cli_run import build_config, run_command
+
+
+def config(*args: str):
+    return build_config(dict(run_command.make_context("run", list(args)).params), ui=False)
+
+
+@pytest.mark.parametrize(
+    ("args", "continuous"),
+    [
+        ((), True),  # the built-in simulator supports per-chunk usage: exact live counts
+        (("--no-continuous-usage",), False),
+        (("http://127.0.0.1:8000",), False),  # a real server might reject the field
+        (("http://127.0.0.1:8000", "--continuous-usage"), True),
+    ],
+)
+def test_continuous_usage_defaults_on_only_for_the_builtin_simulator(args, continuous) -> None:
+    assert config(*args).request.continuous_usage is continuous
+
+
+def test_metrics_interval_reaches_the_watch_config() -> None:
+    assert config("--metrics-interval", "0.25").watch.metrics_interval_s == 0.25
+    assert config().watch.metrics_interval_s == 1.0
