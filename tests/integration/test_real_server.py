@@ -69,11 +69,13 @@ SPEC = ("--spec-type", "ngram-mod")
 # differ only by when the client *read* the first and the last token: a client or server-thread
 # scheduling delay of a few ms on two shared cores (the first chunk sent or read late shrinks the
 # span). With ~0.2-1 ms per token, 32 tokens decode in only 7-30 ms, so such a delay is large
-# relative to it: the per-request bound is 25 % or 1 ms per token, and the median over all requests
-# of the decode span (TTFT -> last token) must be within 20 % or 6 ms of the server's predicted_ms.
-# A systematic error (TTFT counted in, seconds for ms) moves that median by far more; a run where
-# llama-server delivered most first chunks a few ms late (seen once in ~100 runs: median TPOT
-# ratio 0.46 at 0.235 ms per token) does not fail it.
+# relative to it: the median over all requests of the decode span (TTFT -> last token) must be within
+# 20 % or 6 ms of the server's predicted_ms, and at least 3 requests in 4 within 25 % or 1 ms per token
+# of the server's TPOT. A systematic error (TTFT counted in, seconds for ms) moves every request by
+# far more. Single requests may not agree: a run where llama-server delivered most first chunks a
+# few ms late (seen once in ~100 runs: median TPOT ratio 0.46 at 0.235 ms per token) and a fresh-
+# clone CI run where one request's 32 chunks all arrived in one read (client TPOT 0, server 1.28
+# ms: its HTTP thread had not run while the model thread generated) are real deliveries, not errors.
 TPOT_REL_TOL = 0.25
 TPOT_ABS_TOL_MS = 1.0
 SPAN_REL_TOL = 0.2
@@ -87,8 +89,8 @@ def _real_server_present() -> None:
     require_real_server()
 
 
-def _launch_args(port: int, *extra: str, ctx: int = 32768) -> list[str]:
-    return ["--launch", llama_cmd(port, *extra, ctx=ctx)]
+def _launch_args(port: int, *extra: str, ctx: int = 32768, threads: int = 1) -> list[str]:
+    return ["--launch", llama_cmd(port, *extra, ctx=ctx, threads=threads)]
 
 
 def _url(port: int) -> str:
@@ -110,9 +112,15 @@ def _assert_launched_server_gone(run) -> None:  # type: ignore[no-untyped-def]
 def test_ramp_token_counts_and_timings_match_the_server(api: str, tmp_path: Path) -> None:
     """-c 1,4 -n 8 --max-tokens 32: counts equal the server's usage/timings; TTFT/TPOT agree with its timings."""
     port = free_port()
+    # Two model threads here (REPORT.md's command), unlike the other tests: with one and a busy
+    # second core, the whole 32-token decode (~7 ms at C=4) often finished before llama-server's
+    # HTTP thread ran, so a request's chunks arrived in one read (client TPOT 0 against the
+    # server's 1.3 ms; 1 run in 5 failed). Two threads pace the chunks as generated; they are
+    # slower when the cores are busy (up to ~30 s for this test with a CPU hog), which the
+    # timeouts allow.
     run = run_specload(
-        _url(port), *_launch_args(port), "--api", api, "-c", "1,4", "-n", "8", "--max-tokens", "32",
-        workdir=tmp_path, timeout=60,
+        _url(port), *_launch_args(port, threads=2), "--api", api, "-c", "1,4", "-n", "8", "--max-tokens", "32",
+        workdir=tmp_path, timeout=90,
     )  # fmt: skip
     assert run.returncode == 0, run.describe()
     s = run.summary
@@ -129,7 +137,8 @@ def test_ramp_token_counts_and_timings_match_the_server(api: str, tmp_path: Path
 
     reqs = record_requests(run)
     assert len(reqs) == 16 and all(r["ok"] for r in reqs)
-    span_pairs = []
+    span_pairs: list[tuple[float, float]] = []
+    tpot_outliers: list[tuple[float, float]] = []
     for r in reqs:
         t = r.get("server_timings")
         assert t is not None, f"llama-server sends timings in its final chunk; request {r['id']} has none"
@@ -144,7 +153,8 @@ def test_ramp_token_counts_and_timings_match_the_server(api: str, tmp_path: Path
         assert r["ttft_ms"] >= t["prompt_ms"] - ROUNDING_MS, r
         assert r["ttft_ms"] <= r["e2e_ms"]
         server_tpot = t["predicted_per_token_ms"]
-        assert abs(r["tpot_ms"] - server_tpot) <= max(TPOT_REL_TOL * server_tpot, TPOT_ABS_TOL_MS), r
+        if abs(r["tpot_ms"] - server_tpot) > max(TPOT_REL_TOL * server_tpot, TPOT_ABS_TOL_MS):
+            tpot_outliers.append((r["tpot_ms"], server_tpot))
         span_pairs.append((r["e2e_ms"] - r["ttft_ms"], t["predicted_ms"]))
         # The client sent the request before the server started it and read the last token after
         # the server made it: its E2E holds the server's prompt and decode time.
@@ -152,6 +162,7 @@ def test_ramp_token_counts_and_timings_match_the_server(api: str, tmp_path: Path
     span_gap = statistics.median(abs(a - b) for a, b in span_pairs)
     span = statistics.median(b for _, b in span_pairs)
     assert span_gap <= max(SPAN_REL_TOL * span, SPAN_ABS_TOL_MS), span_pairs
+    assert len(tpot_outliers) <= len(reqs) // 4, tpot_outliers
 
     assert run.record is not None and run.record.end is not None
     assert run.record.end["reason"] == "completed" and run.record.end["requests"] == 16
