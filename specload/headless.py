@@ -19,12 +19,6 @@ from specload.records import CrashEvent, RunEvent
 from specload.session import EXIT_ALL_FAILED, EXIT_ERROR, Session, SessionResult
 from specload.stats.levels import LevelSummary
 
-
-def _err(text: str) -> None:
-    sys.stderr.write(text + "\n")
-    sys.stderr.flush()
-
-
 STATUS_INTERVAL_S = 1.0
 _CLEAR = "\r\x1b[K"
 
@@ -35,25 +29,33 @@ class HeadlessPrinter:
         self.stream = stream if stream is not None else sys.stderr
         self.status_shown = False
 
-    def _err(self, text: str) -> None:
+    def _write(self, text: str) -> None:
+        # a terminal that went away (SIGHUP) or a closed pipe must not stop the run's clean end:
+        # the launched server still gets stopped and the record closed
+        if self.stream is None:
+            return
+        try:
+            self.stream.write(text)
+            self.stream.flush()
+        except (OSError, ValueError):
+            self.stream = None
+
+    def err(self, text: str) -> None:
         self.clear_status()
-        self.stream.write(text + "\n")
-        self.stream.flush()
+        self._write(text + "\n")
 
     def show_status(self, text: str) -> None:
         width = shutil.get_terminal_size().columns
-        self.stream.write(_CLEAR + text[: max(1, width - 1)])
-        self.stream.flush()
+        self._write(_CLEAR + text[: max(1, width - 1)])
         self.status_shown = True
 
     def clear_status(self) -> None:
         if self.status_shown:
-            self.stream.write(_CLEAR)
-            self.stream.flush()
             self.status_shown = False
+            self._write(_CLEAR)
 
     def __call__(self, kind: str, payload: object) -> None:
-        _err = self._err
+        _err = self.err
         if kind == "notice":
             _err(f"specload: {payload}")
         elif kind == "target":
@@ -144,17 +146,19 @@ def run_headless(cfg: RunConfig, *, as_json: bool) -> int:
     try:
         result: SessionResult = asyncio.run(_run_with_status(session, printer, status))
     except KeyboardInterrupt:
-        printer.clear_status()
-        _err("specload: interrupted")
+        printer.err("specload: interrupted")
         return 130
     if result.message:
-        _err(f"specload: error: {result.message}")
+        printer.err(f"specload: error: {result.message}")
     if result.reason == "error":
         return result.exit_code or EXIT_ERROR
-    print_summary(session, result, as_json=as_json, saturated=printer.saturated_levels)
+    try:
+        print_summary(session, result, as_json=as_json, saturated=printer.saturated_levels)
+    except OSError:  # stdout gone (terminal hung up, pipe closed): the record has it all
+        pass
     snap = session.stats.snapshot()
     if result.exit_code == 0 and snap.requests_total > 0 and snap.requests_ok == 0:
-        _err("specload: every request failed")
+        printer.err("specload: every request failed")
         return EXIT_ALL_FAILED
     return result.exit_code
 

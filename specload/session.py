@@ -167,7 +167,9 @@ class Session:
     async def run(self) -> SessionResult:
         loop = asyncio.get_running_loop()
         if self.handle_signals:
-            for sig in (signal.SIGINT, signal.SIGTERM):
+            # SIGHUP: the terminal went away (ssh dropped, tmux killed); the launched server runs in
+            # a session of its own and would be left running, the record without its end line
+            for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
                 try:
                     loop.add_signal_handler(sig, self.interrupt)
                 except (NotImplementedError, RuntimeError):

@@ -16,6 +16,9 @@ tests, so all three run the same app.
 
 from __future__ import annotations
 
+import asyncio
+import os
+import signal
 from pathlib import Path
 
 from textual.app import App, ComposeResult
@@ -114,6 +117,7 @@ class SpecloadApp(App[int]):
         self.refresh_s = refresh_s
         self.result: SessionResult | None = None
         self._quitting = False
+        self._hung_up = False
         self._ticks = 0
         self.key_settle_s = KEY_SETTLE_S
         self._settle_timer = None
@@ -190,6 +194,13 @@ class SpecloadApp(App[int]):
         self.set_interval(self.refresh_s, self.sample)
         if self.session is not None:
             self.run_worker(self._run_session(), name="session", exit_on_error=False)
+            try:
+                # the terminal went away (ssh dropped, tmux killed): quit as 'q' does, so the
+                # launched server (in a session of its own, out of the hangup's reach) is stopped
+                # and the record closed
+                asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, self._hang_up)
+            except (NotImplementedError, RuntimeError, ValueError):
+                pass
 
     async def _run_session(self) -> None:
         assert self.session is not None
@@ -273,11 +284,23 @@ class SpecloadApp(App[int]):
         line = f": {msg.last_line}" if msg.last_line else ""
         self.notify(f"waiting for the server ({msg.elapsed_s:.0f} s){line}", timeout=4)
 
+    def _hang_up(self) -> None:
+        """SIGHUP: the terminal is gone. Quit as 'q' does, then leave without restoring the terminal:
+        Textual's shutdown waits on its input thread, which spins on the dead tty and never ends."""
+        self._hung_up = True
+        if self.session is None or self.result is not None:
+            os._exit(self.exit_code)
+        self.action_quit_run()
+        # the session's teardown stops a launched server within its grace period; never hang
+        self.set_timer(QUIT_GRACE_S, lambda: os._exit(self.exit_code))
+
     def on_session_ended(self, msg: SessionEnded) -> None:
         result = msg.result
         if not isinstance(result, SessionResult):
             return
         self.result = result
+        if self._hung_up:  # the record is closed and the launched server stopped: done
+            os._exit(self.exit_code)
         self.sample()
         if self._quitting:
             self.exit(self.exit_code)

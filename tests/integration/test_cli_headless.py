@@ -7,6 +7,7 @@ one-line error and a non-zero exit status (never a traceback).
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -19,6 +20,7 @@ import pytest
 
 from specload.record.reader import read_record
 from specload.record.schema import END_KEYS, EVENT_KEYS, LEVEL_KEYS, REQUEST_KEYS
+from tests.waiting import pid_gone
 
 SPECLOAD = [sys.executable, "-m", "specload.cli"]
 
@@ -97,8 +99,10 @@ def test_json_summary_on_stdout(sim_url: str) -> None:
     assert out["ok"] == 4 and out["reason"] == "completed"
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
 def test_interrupt_records_in_flight_as_cancelled_and_closes_the_record(tmp_path: Path, sig: int) -> None:
+    # SIGHUP: the terminal went away. The built-in simulator runs in a session of its own, so
+    # only specload can stop it (it was left running before SIGHUP was handled).
     rec = tmp_path / "cut.jsonl"
     proc = subprocess.Popen(
         SPECLOAD + ["run", "-c", "4", "-n", "100000", "--max-tokens", "500", "--ignore-eos", "--record", str(rec),
@@ -122,6 +126,11 @@ def test_interrupt_records_in_flight_as_cancelled_and_closes_the_record(tmp_path
     assert data.end is not None and data.end["reason"] == "interrupted"
     cancelled = [r for r in data.requests if (r["error"] or {}).get("kind") == "cancelled"]
     assert len(cancelled) == 4
+    sim_pid = int(re.search(r"started server \(pid (\d+)\)", err).group(1))
+    deadline = time.monotonic() + 10
+    while not pid_gone(sim_pid):
+        assert time.monotonic() < deadline, "the built-in simulator outlived specload"
+        time.sleep(0.05)
 
 
 @pytest.mark.parametrize(
