@@ -115,9 +115,6 @@ class Runner:
         """The concurrency asked for: a manual one not yet picked up by the dispatcher, else the target."""
         return self._manual or self.target
 
-    def change_target(self, delta: int) -> None:
-        self.set_target(self.requested + delta)
-
     def scale_target(self, factor: float) -> None:
         self.set_target(scaled(self.requested, factor))
 
