@@ -52,24 +52,28 @@ def test_closing_the_terminal_stops_the_simulator_and_closes_the_record(tmp_path
 
     reader = threading.Thread(target=drain, daemon=True)
     reader.start()
+    sims: list[int] = []
     try:
         deadline = time.monotonic() + 30
         while not (rec.exists() and b'"kind":"level"' in rec.read_bytes()):
             assert proc.poll() is None, f"the TUI exited early with {proc.returncode}"
             assert time.monotonic() < deadline, "the load never started"
             time.sleep(0.05)
-        sims = [c.pid for c in psutil.Process(proc.pid).children(recursive=True) if "specload.sim" in " ".join(c.cmdline())]
+        sims += [c.pid for c in psutil.Process(proc.pid).children(recursive=True) if "specload.sim" in " ".join(c.cmdline())]
         assert sims, "no built-in simulator among the TUI's children"
         stop.set()
         os.close(master)  # the terminal is gone: the kernel sends SIGHUP
         proc.wait(timeout=40)
-    finally:
+        data = read_record(str(rec))
+        assert data.end is not None and data.end["reason"] == "interrupted"
+        assert any((r["error"] or {}).get("kind") == "cancelled" for r in data.requests)
+        deadline = time.monotonic() + 10
+        while not all(pid_gone(p) for p in sims):
+            assert time.monotonic() < deadline, "the built-in simulator outlived the TUI"
+            time.sleep(0.05)
+    finally:  # a failed run must not leave processes behind
         if proc.poll() is None:
             proc.kill()
-    data = read_record(str(rec))
-    assert data.end is not None and data.end["reason"] == "interrupted"
-    assert any((r["error"] or {}).get("kind") == "cancelled" for r in data.requests)
-    deadline = time.monotonic() + 10
-    while not all(pid_gone(p) for p in sims):
-        assert time.monotonic() < deadline, "the built-in simulator outlived the TUI"
-        time.sleep(0.05)
+        for pid in sims:
+            if not pid_gone(pid):
+                os.kill(pid, 9)
