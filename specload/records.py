@@ -9,10 +9,10 @@ layer can depend on it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 
 
-class ErrorKind(str, Enum):
+class ErrorKind(StrEnum):
     """Why a request did not complete. Stored in records by value."""
 
     HTTP = "http"  # the server answered with a non-2xx status

@@ -474,7 +474,8 @@ class Session:
         if self._metrics is not None and self.phase == "running":
             # the last interval's counters, read before the server may be stopped
             try:
-                await asyncio.wait_for(self._metrics.scrape_now(), 3)
+                async with asyncio.timeout(3):
+                    await self._metrics.scrape_now()
             except (TimeoutError, OSError):
                 pass
         await self._drain_logs()

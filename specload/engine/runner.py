@@ -355,7 +355,8 @@ class Runner:
             await self._wake.wait()
             return
         try:
-            await asyncio.wait_for(self._wake.wait(), timeout)
+            async with asyncio.timeout(timeout):
+                await self._wake.wait()
         except TimeoutError:
             pass
 

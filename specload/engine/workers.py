@@ -196,7 +196,8 @@ class WorkerPoolClient:
                 pass
         for w in self._workers:
             try:
-                await asyncio.wait_for(w.proc.wait(), 10)
+                async with asyncio.timeout(10):
+                    await w.proc.wait()
             except TimeoutError:
                 w.proc.kill()
                 await w.proc.wait()

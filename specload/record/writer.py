@@ -26,7 +26,7 @@ class RecordError(Exception):
 
 
 def _iso(ts: float) -> str:
-    return _dt.datetime.fromtimestamp(ts, _dt.timezone.utc).isoformat(timespec="milliseconds")
+    return _dt.datetime.fromtimestamp(ts, _dt.UTC).isoformat(timespec="milliseconds")
 
 
 def check_writable(path: str) -> None:

@@ -14,20 +14,12 @@ which know nothing of them, still work from the command palette.
 from __future__ import annotations
 
 import os
-import sys
+import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from textual.color import Color, ColorParseError
 from textual.theme import Theme
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10 needs the tomli backport
-    try:
-        import tomli as tomllib
-    except ImportError:
-        tomllib = None  # type: ignore[assignment]
 
 DEFAULT_THEME = "specload-dark"
 
@@ -118,8 +110,6 @@ def _check_colour(key: str, value: str) -> None:
 
 
 def load_theme_file(path: Path) -> Theme:
-    if tomllib is None:
-        raise ValueError("reading TOML themes needs Python 3.11 or the 'tomli' package")
     try:
         with path.open("rb") as f:
             data = tomllib.load(f)

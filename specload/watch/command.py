@@ -186,7 +186,7 @@ class CommandSource:
     async def _sleep(self, seconds: float) -> None:
         try:
             await asyncio.wait_for(self._stop.wait(), seconds)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
 
     async def lines(self) -> AsyncIterator[str]:

@@ -57,7 +57,8 @@ class ExpectLog:
     async def wait(self, timeout: float | None) -> bool:
         """True when every pattern was seen within ``timeout`` seconds (None: wait for ever)."""
         try:
-            await asyncio.wait_for(self._done.wait(), timeout)
-        except asyncio.TimeoutError:
+            async with asyncio.timeout(timeout):
+                await self._done.wait()
+        except TimeoutError:
             return False
         return True

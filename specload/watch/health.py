@@ -103,7 +103,7 @@ class HealthMonitor:
             if isinstance(exc.os_error, ConnectionRefusedError):
                 return HealthCheck(False, "connection refused", refused=True)
             return HealthCheck(False, f"cannot connect: {exc.os_error or exc}")
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return HealthCheck(False, f"timeout after {self.timeout:g} s")
         except (aiohttp.ClientError, OSError) as exc:
             return HealthCheck(False, f"{type(exc).__name__}: {exc}")
@@ -125,6 +125,7 @@ class HealthMonitor:
                 self.observe(check)
                 wait = max(0.0, self.interval - (loop.time() - t0))
                 try:
-                    await asyncio.wait_for(self._stop.wait(), wait)
-                except asyncio.TimeoutError:
+                    async with asyncio.timeout(wait):
+                        await self._stop.wait()
+                except TimeoutError:
                     pass

@@ -239,7 +239,7 @@ class LaunchedServer:
         except aiohttp.ClientConnectorError as exc:
             refused = isinstance(exc.os_error, ConnectionRefusedError)
             self.last_health_detail = "connection refused" if refused else f"cannot connect: {exc}"
-        except asyncio.TimeoutError:
+        except TimeoutError:
             self.last_health_detail = f"timeout after {timeout:g} s"
         except (aiohttp.ClientError, OSError) as exc:
             self.last_health_detail = f"{type(exc).__name__}: {exc}"

@@ -242,7 +242,7 @@ async def probe_metrics(url: str, timeout: float = 3.0) -> bool:
     try:
         async with aiohttp.ClientSession() as session:
             status, text = await _fetch(session, url, timeout)
-    except (aiohttp.ClientError, OSError, asyncio.TimeoutError):
+    except (TimeoutError, aiohttp.ClientError, OSError):
         return False
     return status == 200 and _looks_like_metrics(text)
 
@@ -298,7 +298,7 @@ class MetricsScraper:
     async def scrape_once(self, session: aiohttp.ClientSession) -> ServerSample | None:
         try:
             status, text = await _fetch(session, self.url, self.timeout)
-        except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             self._fail(_error_text(exc))
             return None
         t_ns = self._clock.now_ns()
@@ -337,6 +337,7 @@ class MetricsScraper:
                 await self.scrape_once(session)
                 wait = max(0.0, self.interval - (loop.time() - t0))
                 try:
-                    await asyncio.wait_for(self._stop.wait(), wait)
-                except asyncio.TimeoutError:
+                    async with asyncio.timeout(wait):
+                        await self._stop.wait()
+                except TimeoutError:
                     pass

@@ -150,7 +150,7 @@ class FileTail:
     async def _sleep(self) -> None:
         try:
             await asyncio.wait_for(self._stop.wait(), self.poll_interval)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
 
     def _open(self) -> tuple[int, os.stat_result]:

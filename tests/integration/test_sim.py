@@ -392,7 +392,7 @@ async def read_until_silent(resp: aiohttp.ClientResponse, silence: float, deadli
     while time.monotonic() < end:
         try:
             line = await asyncio.wait_for(resp.content.readline(), silence)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return "silent"
         if line == b"":
             return "eof"
