@@ -136,6 +136,14 @@ def build_config(p: dict, *, ui: bool) -> RunConfig:
         if not isinstance(obj, dict):
             raise ConfigError("--extra-body must be a JSON object")
         extra = tuple(obj.items())
+    from specload.engine.api import RequestOptions, check_body
+
+    # every request body must be writable as JSON, or each request would fail the same way
+    base = RequestOptions(model=p.get("model"), max_tokens=p["max_tokens"], temperature=p.get("temperature"))
+    if problem := check_body(base):
+        raise ConfigError(f"--max-tokens {p['max_tokens']}: {problem}")
+    if extra and (problem := check_body(RequestOptions(model=None, max_tokens=1, extra_body=extra))):
+        raise ConfigError(f"--extra-body: {problem}")
     headers = tuple(parse_header(h) for h in p.get("headers") or ())
     if basic_auth is not None and not any(k.lower() == "authorization" for k, _ in headers):
         headers += (basic_auth,)

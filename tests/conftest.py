@@ -16,6 +16,7 @@ import pytest
 
 from specload.sim.config import SimConfig
 from specload.sim.server import SimServer
+from tests.hostile import HostileServer
 
 SimFactory = Callable[..., Awaitable[SimServer]]
 
@@ -32,6 +33,21 @@ async def sim() -> AsyncIterator[SimFactory]:
         options.setdefault("port", 0)
         server = SimServer(SimConfig(**options))  # type: ignore[arg-type]
         await server.start()
+        servers.append(server)
+        return server
+
+    yield start
+    for server in reversed(servers):
+        await server.stop()
+
+
+@pytest.fixture
+async def hostile() -> AsyncIterator[Callable[[], Awaitable[HostileServer]]]:
+    """Start hostile servers (``tests/hostile.py``) on 127.0.0.1 port 0, stopped at teardown."""
+    servers: list[HostileServer] = []
+
+    async def start() -> HostileServer:
+        server = await HostileServer().start()
         servers.append(server)
         return server
 

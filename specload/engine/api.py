@@ -63,13 +63,99 @@ def build_body(flavour: str, prompt: str, opts: RequestOptions) -> dict[str, Any
     return body
 
 
+# The largest token count taken from a server: above it (1e308, 2^64, a 400-digit integer) the
+# number is not a count and must not reach the statistics or the record (where it overflowed the
+# level summaries and orjson's 64-bit integers).
+MAX_TOKEN_COUNT = 1 << 31
+
+
+class MalformedChunk(ValueError):
+    """A streamed event (or a whole answer) of the wrong shape: valid JSON, but not what the API
+    says (``{"choices":"abc"}``, ``"usage":5``, ``"completion_tokens":"7"`` or 1e308). The message
+    is one line for the record's error detail."""
+
+
+def _short(v: Any) -> str:
+    try:
+        text = repr(v)
+    except RecursionError:  # a value nested a thousand deep
+        return f"a {type(v).__name__} nested too deep"
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def token_count(v: Any, what: str) -> int | None:
+    """A server's token count, checked at the edge: None stays None; anything that is not a sane
+    non-negative integer raises MalformedChunk naming the field and the value."""
+    if v is None:
+        return None
+    if type(v) is not int or not 0 <= v <= MAX_TOKEN_COUNT:
+        raise MalformedChunk(f"{what} is not a token count: {_short(v)}")
+    return v
+
+
+def _obj(v: Any, what: str) -> dict | None:
+    if v is None or isinstance(v, dict):
+        return v
+    raise MalformedChunk(f"{what} is not an object: {_short(v)}")
+
+
+def _text(v: Any, what: str) -> str | None:
+    if v is None or isinstance(v, str):
+        return v
+    raise MalformedChunk(f"{what} is not a string: {_short(v)}")
+
+
+def _first_choice(obj: dict) -> dict | None:
+    choices = obj.get("choices")
+    if choices is None:
+        return None
+    if not isinstance(choices, list):
+        raise MalformedChunk(f"choices is not a list: {_short(choices)}")
+    if not choices:
+        return None
+    c0 = choices[0]
+    if not isinstance(c0, dict):
+        raise MalformedChunk(f"choices[0] is not an object: {_short(c0)}")
+    return c0
+
+
+def _timings(v: Any) -> dict | None:
+    """llama.cpp's ``timings``, kept for the record: only finite numbers of sane size survive."""
+    if not isinstance(v, dict):
+        return None
+    out = {}
+    for k, x in list(v.items())[:32]:
+        if isinstance(k, str) and type(x) in (int, float) and abs(x) < 1e15 and x == x:
+            out[k[:64]] = x
+    return out
+
+
+def check_body(opts: RequestOptions) -> str | None:
+    """Why the request bodies of these options cannot be sent (None: they can). Checked before the
+    run starts, so that ``--max-tokens 99999999999999999999999`` (past JSON's 64-bit integers) or an
+    ``--extra-body`` nested 300 deep is a one-line usage error, not a run of failed requests."""
+    import orjson
+
+    for flavour in FLAVOURS:
+        try:
+            orjson.dumps(build_body(flavour, "x", opts))
+        except (TypeError, ValueError) as e:  # orjson.JSONEncodeError is a TypeError
+            reason = str(e).replace("\n", " ")[:120]
+            return f"the request body cannot be written as JSON ({reason})"
+    return None
+
+
 class ChunkReader:
     """Reads the events of one streamed response. One instance per request (it keeps state).
 
     Attributes after each ``read`` call: ``has_text`` (this event carried generated text),
     ``tokens`` (tokens this event carried when the server says so, else None), and the running
     ``completion_tokens``/``prompt_tokens`` from the server's usage, ``finish_reason``,
-    ``spec_verify_ct``, ``timings`` and ``error``.
+    ``spec_verify_ct``, ``timings`` and ``error`` (an error object the server sent in the stream).
+
+    The event comes from the server, so its shape is checked here, at the edge: anything that is
+    not what the API says raises ``MalformedChunk`` with a one-line reason, and no value of the
+    wrong type or range gets past this class.
     """
 
     __slots__ = (
@@ -103,8 +189,7 @@ class ChunkReader:
         self.has_text = False
         self.tokens = None
         if not isinstance(obj, dict):
-            self.error = f"event is not a JSON object: {str(obj)[:200]}"
-            return
+            raise MalformedChunk(f"event is not a JSON object: {_short(obj)}")
         if self.flavour == GENERATE:
             self._read_generate(obj)
             return
@@ -112,92 +197,116 @@ class ChunkReader:
         if err is not None:
             self.error = error_message(err)
             return
-        choices = obj.get("choices")
-        if choices:
-            c0 = choices[0]
+        c0 = _first_choice(obj)
+        if c0 is not None:
             if self.flavour == CHAT:
-                delta = c0.get("delta") or c0.get("message")
+                delta = c0.get("delta")
+                if delta is None:
+                    delta = c0.get("message")
+                delta = _obj(delta, "choices[0].delta")
                 if delta:
                     # reasoning models stream their thinking first; it is generated text too
-                    text = delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning")
-                    if text:
+                    if (
+                        _text(delta.get("content"), "delta.content")
+                        or _text(delta.get("reasoning_content"), "delta.reasoning_content")
+                        or _text(delta.get("reasoning"), "delta.reasoning")
+                    ):
                         self.has_text = True
-            else:
-                if c0.get("text"):
-                    self.has_text = True
-            fr = c0.get("finish_reason")
+            elif _text(c0.get("text"), "choices[0].text"):
+                self.has_text = True
+            fr = _text(c0.get("finish_reason"), "finish_reason")
             if fr:
-                self.finish_reason = fr
-        usage = obj.get("usage")
+                self.finish_reason = fr[:64]
+        usage = _obj(obj.get("usage"), "usage")
         if usage:
-            self._counts(usage)
+            self._counts(usage, "usage")
         timings = obj.get("timings")
         if timings is not None:
-            self.timings = timings
+            self.timings = _timings(timings)
 
-    def _counts(self, d: dict) -> None:
+    def _counts(self, d: dict, where: str) -> None:
         """Token counts of OpenAI ``usage`` or SGLang ``meta_info`` (both cumulative)."""
-        ct = d.get("completion_tokens")
+        ct = token_count(d.get("completion_tokens"), where + ".completion_tokens")
         if ct is not None:
             self.completion_tokens = ct
-            if self.has_text:
-                # a cumulative count on a text chunk tells how many tokens this chunk held
+            if self.has_text and ct >= self._cum:
+                # a cumulative count on a text chunk tells how many tokens this chunk held (a count
+                # going backwards tells nothing: the chunk's size stays unknown)
                 self.tokens = ct - self._cum
                 self._cum = ct
-        pt = d.get("prompt_tokens")
+        pt = token_count(d.get("prompt_tokens"), where + ".prompt_tokens")
         if pt is not None:
             self.prompt_tokens = pt
 
     def _read_generate(self, obj: dict) -> None:
         # SGLang streams the whole text so far in every event, with cumulative meta_info.
-        text = obj.get("text")
+        text = _text(obj.get("text"), "text")
         if text is not None:
             n = len(text)
             if n > self._text_len:
                 self.has_text = True
                 self._text_len = n
-        meta = obj.get("meta_info")
+        meta = _obj(obj.get("meta_info"), "meta_info")
         if meta:
-            self._counts(meta)
-            sv = meta.get("spec_verify_ct")
+            self._counts(meta, "meta_info")
+            sv = token_count(meta.get("spec_verify_ct"), "meta_info.spec_verify_ct")
             if sv is not None:
                 self.spec_verify_ct = sv
             fr = meta.get("finish_reason")
             if fr:
-                self.finish_reason = fr.get("type") if isinstance(fr, dict) else str(fr)
+                self.finish_reason = _finish_type(fr)
         err = obj.get("error")
         if err is not None:
             self.error = error_message(err)
 
 
-def error_message(err: Any) -> str:
-    """The human message inside an error body: OpenAI, vLLM, llama.cpp, TGI and FastAPI shapes."""
+def _finish_type(fr: Any) -> str | None:
+    """SGLang's finish_reason: ``{"type": "length", ...}`` or a plain string."""
+    if isinstance(fr, dict):
+        fr = fr.get("type")
+    if fr is None:
+        return None
+    return (fr if isinstance(fr, str) else _short(fr))[:64]
+
+
+def error_message(err: Any, _depth: int = 0) -> str:
+    """The human message inside an error body: OpenAI, vLLM, llama.cpp, TGI and FastAPI shapes.
+    Bounded in depth and length: the body comes from the server and may be nested 1000 deep."""
+    if _depth > 8:
+        return _short(err)
     if isinstance(err, dict):
         for key in ("error", "message", "detail", "msg"):
             v = err.get(key)
             if v:
-                return error_message(v) if isinstance(v, dict | list) else str(v)
-        return str(err)
+                return error_message(v, _depth + 1) if isinstance(v, dict | list) else str(v)[:500]
+        return _short(err)
     if isinstance(err, list) and err:
-        return "; ".join(error_message(e) for e in err[:3])
-    return str(err)
+        return "; ".join(error_message(e, _depth + 1) for e in err[:3])
+    return str(err)[:500]
 
 
 def read_full_response(flavour: str, obj: Any) -> tuple[bool, int | None, int | None, str | None]:
-    """A non-streamed JSON answer: (has_text, completion_tokens, prompt_tokens, finish_reason)."""
+    """A non-streamed JSON answer: (has_text, completion_tokens, prompt_tokens, finish_reason).
+    Checked like a streamed event: a wrong shape raises ``MalformedChunk``."""
     if not isinstance(obj, dict):
-        return False, None, None, None
+        raise MalformedChunk(f"answer is not a JSON object: {_short(obj)}")
     if flavour == GENERATE:
-        meta = obj.get("meta_info") or {}
-        fr = meta.get("finish_reason")
+        meta = _obj(obj.get("meta_info"), "meta_info") or {}
         return (
-            bool(obj.get("text")),
-            meta.get("completion_tokens"),
-            meta.get("prompt_tokens"),
-            fr.get("type") if isinstance(fr, dict) else fr,
+            bool(_text(obj.get("text"), "text")),
+            token_count(meta.get("completion_tokens"), "meta_info.completion_tokens"),
+            token_count(meta.get("prompt_tokens"), "meta_info.prompt_tokens"),
+            _finish_type(meta.get("finish_reason")),
         )
-    choices = obj.get("choices") or [{}]
-    c0 = choices[0]
-    text = (c0.get("message") or {}).get("content") if flavour == CHAT else c0.get("text")
-    usage = obj.get("usage") or {}
-    return bool(text), usage.get("completion_tokens"), usage.get("prompt_tokens"), c0.get("finish_reason")
+    c0 = _first_choice(obj) or {}
+    if flavour == CHAT:
+        text = _text((_obj(c0.get("message"), "choices[0].message") or {}).get("content"), "message.content")
+    else:
+        text = _text(c0.get("text"), "choices[0].text")
+    usage = _obj(obj.get("usage"), "usage") or {}
+    return (
+        bool(text),
+        token_count(usage.get("completion_tokens"), "usage.completion_tokens"),
+        token_count(usage.get("prompt_tokens"), "usage.prompt_tokens"),
+        _finish_type(c0.get("finish_reason")),
+    )

@@ -27,6 +27,19 @@ def _reason(e: BaseException) -> str:
     return f"{type(e).__name__}: {e}".replace("\n", " ")[:200]
 
 
+def model_ids(body: bytes) -> list[str]:
+    """The model names of a ``/v1/models`` answer; anything of another shape (``{"data": null}``,
+    ``{"data": 5}``, not JSON) has none, and the load is sent without a model name."""
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return []
+    entries = data.get("data") if isinstance(data, dict) else None
+    if not isinstance(entries, list):
+        return []
+    return [m["id"][:200] for m in entries if isinstance(m, dict) and isinstance(m.get("id"), str) and m["id"]]
+
+
 async def discover(
     base_url: str,
     *,
@@ -47,13 +60,9 @@ async def discover(
             async with s.get(base_url + "/v1/models", headers=hdrs) as r:
                 if r.status == 200:
                     models_ok = True
-                    try:
-                        data = orjson.loads(await r.read())
-                        ids = [m.get("id") for m in data.get("data", []) if isinstance(m, dict)]
-                        if found_model is None and ids:
-                            found_model = ids[0]
-                    except (orjson.JSONDecodeError, AttributeError):
-                        pass
+                    ids = model_ids(await r.read())
+                    if found_model is None and ids:
+                        found_model = ids[0]
                 elif r.status in (401, 403):
                     raise TargetError(f"{base_url} refused the request: HTTP {r.status} (check the API key)")
         except aiohttp.ClientError as e:

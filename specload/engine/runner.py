@@ -15,6 +15,7 @@ table has one concurrency; releasing the hold resumes the plan with its next lev
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -22,7 +23,7 @@ from specload.clock import SYSTEM_CLOCK, Clock
 from specload.engine.client import StreamingClient
 from specload.engine.load import Arrivals, LevelSpec, LoadPlan
 from specload.engine.prompts import PromptSource
-from specload.records import RequestRecord, RunEvent
+from specload.records import ErrorKind, RequestRecord, RunEvent
 from specload.stats.levels import LevelBook, LevelSummary
 
 MAX_CONCURRENCY = 100_000
@@ -31,6 +32,14 @@ MAX_CONCURRENCY = 100_000
 def scaled(n: int, factor: float) -> int:
     """``n`` doubled (factor 2) or halved (factor 0.5, rounding down), never below 1."""
     return max(1, min(MAX_CONCURRENCY, round(n * factor) if factor >= 1 else n // round(1 / factor)))
+
+
+@dataclass(frozen=True, slots=True)
+class _Started:
+    level: int
+    level_index: int
+    warmup: bool
+    start_ns: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +95,10 @@ class Runner:
         self.end_reason: str | None = None
         self._wake = asyncio.Event()
         self._tasks: set[asyncio.Task] = set()
+        # every request started and not yet handed in: id -> what its record needs if the task
+        # ends without one (see _task_done)
+        self._open: dict[int, _Started] = {}
+        self.lost = 0  # requests whose task failed inside specload (recorded as malformed)
         self._stop = False
         self._skip = False
         self._manual: int | None = None
@@ -368,10 +381,12 @@ class Runner:
             self.started += 1
         self.in_flight += 1
         self.book.started(level_index)
+        self._open[rid] = _Started(concurrency, level_index, warmup, self.clock.now_ns())
         prompt = self.prompts.next()
         task = asyncio.ensure_future(self._one(prompt, rid, level_index, concurrency, warmup))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(functools.partial(self._task_done, rid))
 
     async def _one(self, prompt: str, rid: int, level_index: int, concurrency: int, warmup: bool) -> None:
         rec = await self.client.send(
@@ -379,7 +394,30 @@ class Runner:
         )
         self._finished(rec)
 
+    def _task_done(self, rid: int, task: asyncio.Task) -> None:
+        """Every request task ends here, however it ended. One that did not hand in its record (an
+        exception inside the client, a cancellation before it started) gets one now: a request
+        sent is never lost from the record, its slot never leaks and no drain waits for it."""
+        if rid not in self._open:
+            return
+        if task.cancelled():
+            kind, detail = ErrorKind.CANCELLED, "cancelled by specload"
+        else:
+            exc = task.exception()  # retrieved here: no "exception was never retrieved" on stderr
+            kind = ErrorKind.MALFORMED
+            detail = f"request failed inside specload: {type(exc).__name__}: {exc}".replace("\n", " ")[:300]
+            self.lost += 1
+        s = self._open[rid]
+        now = self.clock.now_ns()
+        self._finished(RequestRecord(
+            request_id=rid, level=s.level, level_index=s.level_index, warmup=s.warmup, start_ns=s.start_ns,
+            end_ns=now, ttft_ns=None, e2e_ns=None, output_tokens=0, tokens_estimated=True, prompt_tokens=None,
+            chunks=0, error_kind=kind, error_detail=detail,
+        ))
+
     def _finished(self, rec: RequestRecord) -> None:
+        if self._open.pop(rec.request_id, None) is None:
+            return  # already handed in: exactly one record per request
         self.in_flight -= 1
         self._on_record(rec)
         for summary in self.book.add(rec):

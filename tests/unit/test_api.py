@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import re
+
 import orjson
+import pytest
 
 from specload.engine.api import (
     CHAT,
     COMPLETIONS,
     GENERATE,
     ChunkReader,
+    MalformedChunk,
     RequestOptions,
     build_body,
     error_message,
+    read_full_response,
 )
 
 
@@ -84,3 +89,71 @@ def test_error_message_shapes() -> None:
     assert error_message({"error": {"message": "too long", "code": 400}}) == "too long"
     assert error_message({"detail": [{"msg": "bad float"}]}) == "bad float"
     assert error_message({"message": "x"}) == "x"
+
+
+# ---------------------------------------------------------------- hostile shapes, checked at the edge
+
+WRONG_SHAPES = [
+    (CHAT, b'{"choices":"abc"}', "choices is not a list"),
+    (CHAT, b'{"choices":[5]}', "choices[0] is not an object"),
+    (CHAT, b'{"choices":{"a":1}}', "choices is not a list"),
+    (CHAT, b'{"choices":[{"delta":"text"}]}', "delta is not an object"),
+    (CHAT, b'{"choices":[{"delta":{"content":["a"]}}]}', "delta.content is not a string"),
+    (CHAT, b'{"choices":[{"delta":{"content":"a"},"finish_reason":7}]}', "finish_reason is not a string"),
+    (CHAT, b'{"choices":[],"usage":5}', "usage is not an object"),
+    (CHAT, b'{"choices":[],"usage":[1,2]}', "usage is not an object"),
+    (CHAT, b'{"choices":[],"usage":{"completion_tokens":"7"}}', "usage.completion_tokens is not a token count"),
+    (CHAT, b'{"choices":[],"usage":{"completion_tokens":1e308}}', "usage.completion_tokens is not a token count"),
+    (CHAT, b'{"choices":[],"usage":{"completion_tokens":18446744073709551621}}', "not a token count"),
+    (CHAT, b'{"choices":[],"usage":{"completion_tokens":1' + b"0" * 30 + b"}}", "not a token count"),
+    (CHAT, b'{"choices":[],"usage":{"completion_tokens":-4}}', "not a token count"),
+    (CHAT, b'{"choices":[],"usage":{"completion_tokens":true}}', "not a token count"),
+    (CHAT, b'{"choices":[],"usage":{"completion_tokens":3,"prompt_tokens":2.5}}', "usage.prompt_tokens"),
+    (CHAT, b"[1,2]", "not a JSON object"),
+    (CHAT, b'"text"', "not a JSON object"),
+    (COMPLETIONS, b'{"choices":[{"text":5}]}', "choices[0].text is not a string"),
+    (GENERATE, b'{"text":5}', "text is not a string"),
+    (GENERATE, b'{"text":"a","meta_info":[]}', "meta_info is not an object"),
+    (GENERATE, b'{"text":"a","meta_info":{"completion_tokens":-1}}', "meta_info.completion_tokens"),
+    (GENERATE, b'{"text":"a","meta_info":{"spec_verify_ct":"x"}}', "meta_info.spec_verify_ct"),
+]
+
+
+@pytest.mark.parametrize(("flavour", "raw", "reason"), WRONG_SHAPES)
+def test_a_chunk_of_the_wrong_shape_is_malformed_with_its_reason(flavour: str, raw: bytes, reason: str) -> None:
+    with pytest.raises(MalformedChunk, match=re.escape(reason)):
+        ChunkReader(flavour).read(orjson.loads(raw))
+
+
+def test_nan_from_the_server_is_not_a_count() -> None:
+    # orjson refuses NaN as JSON; a server's NaN reaches the reader only through a lenient parser
+    with pytest.raises(MalformedChunk):
+        ChunkReader(CHAT).read({"choices": [], "usage": {"completion_tokens": float("nan")}})
+
+
+def test_full_answer_of_the_wrong_shape_is_malformed() -> None:
+    for raw in (b"5", b'{"choices":"x"}', b'{"choices":[{"message":"hi"}]}', b'{"usage":{"completion_tokens":1e308}}'):
+        with pytest.raises(MalformedChunk):
+            read_full_response(CHAT, orjson.loads(raw))
+    assert read_full_response(CHAT, {"choices": [{"message": {"content": "a"}, "finish_reason": "stop"}],
+                                     "usage": {"completion_tokens": 3}}) == (True, 3, None, "stop")
+
+
+def test_a_cumulative_count_going_backwards_leaves_the_chunk_size_unknown() -> None:
+    r = ChunkReader(CHAT)
+    read(r, {"choices": [{"delta": {"content": "a"}}], "usage": {"completion_tokens": 5}})
+    assert r.tokens == 5
+    read(r, {"choices": [{"delta": {"content": "b"}}], "usage": {"completion_tokens": 3}})
+    assert r.tokens is None and r.completion_tokens == 3
+
+
+def test_timings_keep_finite_numbers_only() -> None:
+    r = ChunkReader(CHAT)
+    read(r, {"choices": [], "timings": {"predicted_ms": 1.5, "x": "s", "big": 1e300, "n": [1]}})
+    assert r.timings == {"predicted_ms": 1.5}
+
+
+def test_error_messages_are_bounded_in_depth_and_length() -> None:
+    deep = orjson.loads(b'{"error":' * 900 + b'"x"' + b"}" * 900)
+    assert len(error_message(deep)) < 600
+    assert len(error_message({"message": "m" * 10_000})) <= 500

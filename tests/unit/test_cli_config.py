@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from specload.cli_run import build_config, run_command
+from specload.config import ConfigError
 
 
 def config(*args: str):
@@ -27,3 +28,17 @@ def test_continuous_usage_defaults_on_only_for_the_builtin_simulator(args, conti
 def test_metrics_interval_reaches_the_watch_config() -> None:
     assert config("--metrics-interval", "0.25").watch.metrics_interval_s == 0.25
     assert config().watch.metrics_interval_s == 1.0
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (("--max-tokens", "99999999999999999999999"), "--max-tokens 99999999999999999999999"),
+        (("--extra-body", '{"a":' * 300 + "1" + "}" * 300), "--extra-body"),
+    ],
+)
+def test_a_request_body_that_cannot_be_written_is_a_usage_error(args, needle) -> None:
+    # before: each request's task died on orjson.dumps, unrecorded, and a drained run hung
+    with pytest.raises(ConfigError, match="cannot be written as JSON") as e:
+        config(*args)
+    assert needle in str(e.value) and "\n" not in str(e.value)
