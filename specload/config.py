@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from urllib.parse import unquote, urlparse
 
 from specload.engine.load import LoadPlan
-from specload.record.schema import redact_command
+from specload.secrets import redact_command, secret_values
 
 
 class ConfigError(ValueError):
@@ -82,6 +82,24 @@ class RunConfig:
     def api_key(self) -> str | None:
         name = self.target.api_key_env
         return os.environ.get(name) if name else None
+
+    def request_headers(self) -> dict[str, str]:
+        """The headers every request carries: ``--header`` values and the API key as a Bearer token
+        (unless an Authorization header was given)."""
+        headers = dict(self.target.headers)
+        key = self.api_key()
+        if key and not any(k.lower() == "authorization" for k in headers):
+            headers["Authorization"] = f"Bearer {key}"
+        return headers
+
+    def secret_values(self) -> tuple[str, ...]:
+        """Every secret value this run knows (``specload.secrets``): masked wherever text is written."""
+        w = self.watch
+        return secret_values(
+            api_key=self.api_key(),
+            headers=self.request_headers().items(),
+            texts=(w.metrics_url, w.server_log_cmd, w.launch, *self.sim_args),
+        )
 
     def describe(self) -> dict:
         """The configuration as written to the record's header (secrets are redacted there)."""

@@ -28,9 +28,9 @@ from specload.engine.client import StreamingClient
 from specload.engine.probe import TargetError, discover
 from specload.engine.prompts import PromptError, PromptSource
 from specload.engine.runner import Runner, RunnerState
-from specload.record.schema import SECRET_KEYS, redact_command
 from specload.record.writer import Recorder, RecordError
 from specload.records import CrashEvent, ErrorKind, RequestRecord, RunEvent, ServerSample
+from specload.secrets import Scrubber, redact_command
 from specload.stats.client_load import ClientLoad, ClientLoadMonitor
 from specload.stats.levels import LevelSummary
 from specload.stats.live import LiveStats, StatsSnapshot
@@ -45,29 +45,6 @@ EXIT_ALL_FAILED = 5  # headless: the run completed but not one request succeeded
 EXIT_INTERRUPTED = 130
 
 _LISTENING = re.compile(r"listening on (https?://\S+)")
-
-
-def _secret_values(cfg: RunConfig) -> tuple[str, ...]:
-    values = []
-    key = cfg.api_key()
-    if key:
-        values.append(key)
-    for name, value in cfg.target.headers:
-        if name.lower() in SECRET_KEYS or "key" in name.lower() or "token" in name.lower():
-            values.append(value)
-            # "Bearer sk-..." : the bare token too
-            values.extend(part for part in value.split() if len(part) >= 8)
-    metrics_url = cfg.watch.metrics_url
-    if metrics_url and "@" in metrics_url:  # --metrics-url http://user:pw@host/metrics
-        from urllib.parse import unquote, urlparse
-
-        try:
-            password = urlparse(metrics_url).password
-        except ValueError:
-            password = None
-        if password:
-            values += [password, unquote(password)]
-    return tuple(sorted({v for v in values if len(v) >= 4}, key=len, reverse=True))
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,8 +109,8 @@ class Session:
         self._interrupted = False
         self._starting: asyncio.Future | None = None
         self._stash: list[tuple[str, object]] = []  # record lines from before the record was opened
-        # values that must never reach the screen or the record (API key, auth header values)
-        self._secret_values = _secret_values(cfg)
+        # values that must never reach the screen, the record or a request error (specload.secrets)
+        self.scrub = Scrubber(cfg.secret_values())
 
     # ------------------------------------------------------------------ public
 
@@ -205,14 +182,8 @@ class Session:
 
     # ------------------------------------------------------------------ phases
 
-    def _scrub(self, text: str) -> str:
-        for secret in self._secret_values:
-            if secret in text:
-                text = text.replace(secret, "***")
-        return text
-
     def _notice(self, text: str) -> None:
-        text = self._scrub(redact_command(text) or "")
+        text = self.scrub(redact_command(text) or "")
         self.notices.append(text)
         self.listener("notice", text)
 
@@ -306,12 +277,12 @@ class Session:
         from specload.watch.server_stats import parse_stats_line
 
         detector, book, clock = self._detector, self._book, self.clock
-        secrets = self._secret_values
+        scrub = self.scrub
         async for line in source.lines():
             t = clock.now_ns()
-            if secrets:
+            if scrub:
                 # a server may log its own arguments, API key included (vLLM does at start-up)
-                line = self._scrub(line)
+                line = scrub(line)
             self.log_seq += 1
             self.log_lines.append((self.log_seq, line))
             if self._url_found is not None and not self._url_found.done():
@@ -336,10 +307,7 @@ class Session:
     async def _build(self) -> None:
         cfg = self.cfg
         assert self.url is not None
-        headers = dict(cfg.target.headers)
-        key = cfg.api_key()
-        if key and not any(k.lower() == "authorization" for k in headers):
-            headers["Authorization"] = f"Bearer {key}"
+        headers = cfg.request_headers()
         probes: list[dict] = []
         try:
             self.api, model = await discover(
@@ -365,9 +333,6 @@ class Session:
             temperature=cfg.request.temperature,
             extra_body=cfg.request.extra_body,
         )
-        secrets = tuple(v for k, v in headers.items() if k.lower() in ("authorization", "x-api-key", "api-key"))
-        if key:
-            secrets += (key,)
         client_cls = StreamingClient
         if cfg.workers > 1:
             from specload.engine.workers import WorkerPoolClient
@@ -384,7 +349,7 @@ class Session:
             connect_timeout_s=cfg.target.connect_timeout_s,
             keepalive=cfg.target.keepalive,
             on_tokens=self.stats.on_tokens,
-            secrets=secrets,
+            scrubber=self.scrub,
         )
         await self.client.start()
         self.runner = Runner(
@@ -411,7 +376,7 @@ class Session:
             clock=self.clock,
             t0_ns=self.t0_ns,
             with_chunks=self.cfg.record.with_chunks,
-            secrets=self._secret_values,
+            scrubber=self.scrub,
         )
         header = self.cfg.describe()
         header.update({"target": self.url, "model": self.model, "api": self.api, "builtin_sim": self.builtin_sim})

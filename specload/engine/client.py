@@ -30,6 +30,7 @@ from specload.engine.api import (
 )
 from specload.engine.sse import DONE, SSEDecoder
 from specload.records import ErrorKind, RequestRecord
+from specload.secrets import Scrubber
 
 # Stale pooled connections (a server that closes after each stream, as llama-server does) fail
 # before any response byte; such a request never reached the server's handler and is sent again.
@@ -63,7 +64,7 @@ class StreamingClient:
         keepalive: bool = True,
         on_tokens: TokenCallback | None = None,
         on_cancelled: Callable[[RequestRecord], None] | None = None,
-        secrets: tuple[str, ...] = (),
+        scrubber: Scrubber | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.flavour = flavour
@@ -89,7 +90,8 @@ class StreamingClient:
         self.on_tokens: TokenCallback = on_tokens or _noop_tokens
         # a cancelled request cannot return its record, so it is handed here before cancelling on
         self.on_cancelled: Callable[[RequestRecord], None] = on_cancelled or (lambda rec: None)
-        self._secrets = tuple(s for s in secrets if s)
+        # a server error may echo a request header back: error details are scrubbed like log lines
+        self._scrub = scrubber or Scrubber()
 
     async def start(self) -> None:
         if self._session is None:
@@ -121,11 +123,6 @@ class StreamingClient:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
-
-    def _redact(self, text: str) -> str:
-        for s in self._secrets:
-            text = text.replace(s, "***")
-        return text
 
     async def send(
         self, prompt: str, *, request_id: int = 0, level: int = 0, level_index: int = 0, warmup: bool = False
@@ -313,8 +310,8 @@ class StreamingClient:
             self._ratio_chunks += chunks
             self._tokens_per_chunk = self._ratio_tokens / self._ratio_chunks
         kind, detail = (error if error is not None else (None, None))
-        if detail is not None and self._secrets:
-            detail = self._redact(detail)
+        if detail is not None and self._scrub:
+            detail = self._scrub(detail)
         return RequestRecord(
             request_id=request_id,
             level=level,

@@ -28,6 +28,7 @@ import orjson
 from specload.engine.api import RequestOptions
 from specload.engine.client import StreamingClient
 from specload.records import ErrorKind, RequestRecord
+from specload.secrets import Scrubber
 
 _STREAM_LIMIT = 64 * 1024 * 1024  # a record with every chunk offset can be long
 
@@ -85,7 +86,7 @@ class WorkerPoolClient:
         connect_timeout_s: float = 10.0,
         keepalive: bool = True,
         on_tokens: Callable[[int, int], None] | None = None,
-        secrets: tuple[str, ...] = (),
+        scrubber: Scrubber | None = None,
         **_: object,
     ) -> None:
         self.n = n
@@ -107,7 +108,7 @@ class WorkerPoolClient:
             "request_timeout_s": request_timeout_s,
             "connect_timeout_s": connect_timeout_s,
             "keepalive": keepalive,
-            "secrets": list(secrets),
+            "secrets": list(scrubber.values) if scrubber is not None else [],
         }
         self.on_tokens = on_tokens or (lambda t, n: None)
         self.on_cancelled: Callable[[RequestRecord], None] = lambda rec: None
@@ -250,7 +251,7 @@ async def _worker_main() -> None:
         keepalive=init["keepalive"],
         on_tokens=on_tokens,
         on_cancelled=lambda rec: emit(record_to_wire(rec)),
-        secrets=tuple(init["secrets"]),
+        scrubber=Scrubber(init["secrets"]),
     )
     await client.start()
     tasks: dict[int, asyncio.Task] = {}

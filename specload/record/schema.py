@@ -3,12 +3,11 @@
 Every line is one complete JSON object with a ``type``: ``run`` (header), ``request``, ``level``,
 ``event``, ``crash``, ``server``, ``client``, ``end``. Times are seconds since the run started
 (``t_s``/``start_s``) except the wall-clock stamps in ``run`` and ``end``. The README documents the
-keys; tests check that every line the engine writes has them.
+keys; tests check that every line the engine writes has them. What is secret and how it is masked is
+``specload.secrets``.
 """
 
 from __future__ import annotations
-
-import re
 
 from specload.records import CrashEvent, RequestRecord, RunEvent, ServerSample
 
@@ -25,12 +24,6 @@ LEVEL_KEYS = (
 )
 EVENT_KEYS = ("type", "t_s", "kind", "value")
 END_KEYS = ("type", "reason", "elapsed_s", "requests", "ok", "ended_at")
-
-# keys whose values are secrets wherever they appear in a config; header lines are redacted by name
-SECRET_KEYS = frozenset(
-    {"api_key", "apikey", "api-key", "authorization", "password", "secret", "token", "access_token", "cookie",
-     "x-api-key", "proxy-authorization"}
-)
 
 
 def _ms(ns: float | None) -> float | None:
@@ -108,55 +101,3 @@ def server_line(s: ServerSample, t0_ns: int) -> dict:
     if s.extra:
         d["extra"] = s.extra
     return d
-
-
-# the password of a URL anywhere in a string: http://user:pw@host -> http://user:***@host
-_URL_PASSWORD = re.compile(r"(\b[a-zA-Z][a-zA-Z0-9+.-]*://[^/\s:@]*:)[^/\s@]+@")
-
-
-def redact_url_passwords(text: str) -> str:
-    return _URL_PASSWORD.sub(r"\1***@", text) if "@" in text else text
-
-
-def redact(obj: object) -> object:
-    """A copy of a config with the values of secret-looking keys replaced by ``"***"``, and URL
-    passwords (``--metrics-url http://user:pw@...``) masked wherever they are."""
-    if isinstance(obj, str):
-        return redact_url_passwords(obj)
-    if isinstance(obj, dict):
-        out = {}
-        for k, v in obj.items():
-            if isinstance(k, str) and k.lower() in SECRET_KEYS and v not in (None, "", [], {}):
-                out[k] = "***"
-            elif k == "headers" and isinstance(v, list | tuple):
-                out[k] = [redact_header(h) if isinstance(h, str) else redact(h) for h in v]
-            else:
-                out[k] = redact(v)
-        return out
-    if isinstance(obj, list | tuple):
-        return [redact(v) for v in obj]
-    return obj
-
-
-# a flag or variable whose name ends in a secret word: --api-key, --hf-token, HF_TOKEN, DB_PASSWORD
-# (not --max-tokens, --tokenizer or TOKENIZERS_PARALLELISM)
-_SECRET_FLAG = re.compile(r"(--?[\w-]*(?:api[-_]?key|token|password|passwd|secret))(=|\s+)(\S+)", re.IGNORECASE)
-_SECRET_ENV = re.compile(r"\b([A-Z0-9_]*(?:KEY|TOKEN|SECRET|PASSWORD))=(\S+)")
-
-
-def redact_command(cmd: str | None) -> str | None:
-    """A shell command with the values of secret-looking flags and variables replaced by ``***``:
-    ``vllm serve M --api-key sk-1`` -> ``vllm serve M --api-key ***``; ``HF_TOKEN=x cmd`` -> ``HF_TOKEN=*** cmd``."""
-    if not cmd:
-        return cmd
-    cmd = redact_url_passwords(cmd)
-    cmd = _SECRET_FLAG.sub(lambda m: f"{m.group(1)}{m.group(2)}***", cmd)
-    return _SECRET_ENV.sub(lambda m: f"{m.group(1)}=***", cmd)
-
-
-def redact_header(h: str) -> str:
-    """``"Authorization: Bearer x"`` -> ``"Authorization: ***"`` for headers that carry secrets."""
-    name, sep, _ = h.partition(":")
-    if sep and (name.strip().lower() in SECRET_KEYS or "key" in name.lower() or "token" in name.lower()):
-        return f"{name}: ***"
-    return h

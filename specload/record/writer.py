@@ -18,6 +18,7 @@ from specload import __version__
 from specload.clock import SYSTEM_CLOCK, Clock
 from specload.record import schema
 from specload.records import CrashEvent, RequestRecord, RunEvent, ServerSample
+from specload.secrets import Scrubber, redact_config
 from specload.stats.levels import LevelSummary
 
 
@@ -59,7 +60,7 @@ class Recorder:
         t0_ns: int | None = None,
         with_chunks: bool = False,
         max_batch: int = 512,
-        secrets: tuple[str, ...] = (),
+        scrubber: Scrubber | None = None,
     ) -> None:
         self.path = path
         self.clock = clock
@@ -73,7 +74,7 @@ class Recorder:
         self.ok = 0
         self.closed = False
         # the last line of defence: any known secret value is masked in every line written
-        self._secrets = tuple(x.encode() for x in secrets if x)
+        self._scrubber = scrubber or Scrubber()
 
     def open(self, header: dict) -> None:
         check_writable(self.path)
@@ -87,16 +88,15 @@ class Recorder:
             "specload": __version__,
             "started_at": _iso(self.clock.wall_time()),
         }
-        line.update(schema.redact(header))
+        line.update(redact_config(header))  # type: ignore[arg-type]
         self._put(line, flush=True)
 
     def _put(self, obj: dict, *, flush: bool) -> None:
         if self.closed:
             return
         data = orjson.dumps(obj, option=orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY)
-        for secret in self._secrets:
-            if secret in data:
-                data = data.replace(secret, b"***")
+        if self._scrubber:
+            data = self._scrubber.scrub_bytes(data)
         self._buf.append(data)
         if flush or len(self._buf) >= self.max_batch:
             self.flush()

@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 from specload.cli_run import build_config, run_command
-from specload.record.schema import redact_command
+from specload.secrets import redact_command
 from specload.session import Session
 
 KEY = "sk-SECRET-0123456789"
