@@ -107,6 +107,7 @@ class Session:
         self._url_found: asyncio.Future[str] | None = None
         self._end_reason: str | None = None
         self._interrupted = False
+        self.signal: int | None = None  # the signal that interrupted the run, if one did
         self._starting: asyncio.Future | None = None
         self._stash: list[tuple[str, object]] = []  # record lines from before the record was opened
         # values that must never reach the screen, the record or a request error (specload.secrets)
@@ -141,6 +142,12 @@ class Session:
             self.runner.stop(reason)
             self.runner.cancel_in_flight()
 
+    def signalled(self, sig: int) -> None:
+        """SIGINT, SIGTERM, SIGHUP: quit as 'q' does; the exit status says which (128 + signal)."""
+        if self.signal is None:
+            self.signal = sig
+        self.interrupt()
+
     async def run(self) -> SessionResult:
         loop = asyncio.get_running_loop()
         if self.handle_signals:
@@ -148,7 +155,7 @@ class Session:
             # a session of its own and would be left running, the record without its end line
             for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
                 try:
-                    loop.add_signal_handler(sig, self.interrupt)
+                    loop.add_signal_handler(sig, self.signalled, sig)
                 except (NotImplementedError, RuntimeError):
                     pass
         outcome: tuple[str, int, str | None]
@@ -160,7 +167,7 @@ class Session:
                 if not self._interrupted:
                     raise
             if self._interrupted:
-                outcome = ("interrupted", EXIT_INTERRUPTED, None)
+                outcome = ("interrupted", self._interrupted_code(), None)
             else:
                 await self._build()
                 self.phase = "running"
@@ -170,7 +177,7 @@ class Session:
                     "completed": EXIT_OK,
                     "crashed": EXIT_CRASHED,
                     "server down": EXIT_SERVER_DOWN,
-                    "interrupted": EXIT_INTERRUPTED,
+                    "interrupted": self._interrupted_code(),
                 }.get(reason, EXIT_OK)
                 outcome = (reason, code, None)
         except (TargetError, RecordError, PromptError, SessionError) as e:
@@ -179,6 +186,10 @@ class Session:
             # torn down before the record is closed: crashes the detector still holds get recorded
             await self._teardown()
         return self._finish(*outcome)
+
+    def _interrupted_code(self) -> int:
+        # a shell reports a process ended by signal N as 128 + N: 130 Ctrl-C, 143 SIGTERM, 129 SIGHUP
+        return 128 + self.signal if self.signal is not None else EXIT_INTERRUPTED
 
     # ------------------------------------------------------------------ phases
 
@@ -200,8 +211,16 @@ class Session:
             self._start_log_sources()
             return
         health_url = None if self.url is None else self.url + "/health"
+        env = None
+        if self.builtin_sim:
+            import os
+
+            from specload.sim.cli import PARENT_ENV
+
+            # the simulator leaves by itself when specload is gone, even by SIGKILL
+            env = {**os.environ, PARENT_ENV: str(os.getpid())}
         self._launched = LaunchedServer(
-            cmd, health_url, ready_timeout=w.ready_timeout_s, grace=w.stop_grace_s, on_notice=self._notice
+            cmd, health_url, ready_timeout=w.ready_timeout_s, grace=w.stop_grace_s, on_notice=self._notice, env=env
         )
         self.phase = "waiting for server"
         self.listener("phase", self.phase)

@@ -166,6 +166,58 @@ def sim_command(**options: object) -> None:
     sys.exit(run(config))
 
 
+# Set by specload for the built-in simulator it starts: that process's pid. specload stops the
+# simulator itself on every way out it can catch; this covers SIGKILL (and the OOM killer), which it
+# cannot. The simulator runs under a shell in a session of its own, so neither the terminal's
+# signals nor a parent-death signal of its direct parent (the shell) would reach it.
+PARENT_ENV = "SPECLOAD_PARENT_PID"
+PARENT_POLL_S = 0.25
+
+
+def _start_time(pid: int) -> str | None:
+    """The process's start time in clock ticks (/proc), which tells it from a later one that reuses
+    the pid; None when it is gone (or there is no /proc: then only liveness is checked)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return None if fields[0] == "Z" else fields[19]
+
+
+def _parent_watch(stop: asyncio.Event) -> asyncio.Task | None:
+    import os
+
+    raw = os.environ.get(PARENT_ENV)
+    if not raw or not raw.isdigit():
+        return None
+    pid = int(raw)
+    born = _start_time(pid)
+
+    async def watch() -> None:
+        while True:
+            if born is not None:
+                alive = _start_time(pid) == born
+            else:
+                try:
+                    os.kill(pid, 0)
+                    alive = True
+                except ProcessLookupError:
+                    alive = False
+                except PermissionError:
+                    alive = True
+            if not alive:
+                stop.set()
+                try:  # the pipe it read is likely gone with it
+                    print(f"specload sim: specload (pid {pid}) is gone: stopping", file=sys.stderr, flush=True)
+                except (OSError, ValueError):
+                    pass
+                return
+            await asyncio.sleep(PARENT_POLL_S)
+
+    return asyncio.ensure_future(watch())
+
+
 def run(config: SimConfig) -> int:
     """Serve until SIGTERM/SIGINT (exit 0) or, with ``crash_exit``, until the simulated crash (exit 1)."""
     try:
@@ -191,6 +243,7 @@ async def _serve(config: SimConfig) -> int:
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
     loop.add_signal_handler(signal.SIGINT, lambda: (interrupted.set(), stop.set()))
+    parent = _parent_watch(stop)
     crashed = asyncio.ensure_future(server.crashed.wait())
     stopped = asyncio.ensure_future(stop.wait())
     try:
@@ -199,6 +252,8 @@ async def _serve(config: SimConfig) -> int:
     finally:
         crashed.cancel()
         stopped.cancel()
+        if parent is not None:
+            parent.cancel()
     if config.crash_exit and server.crashed.is_set():
         # SGLang's parent kills the process tree after the child's sigquit: no graceful shutdown
         sys.stdout.flush()

@@ -118,6 +118,7 @@ class SpecloadApp(App[int]):
         self.result: SessionResult | None = None
         self._quitting = False
         self._hung_up = False
+        self._signal: int | None = None  # the signal that asked the app to quit, if one did
         self._ticks = 0
         self.key_settle_s = KEY_SETTLE_S
         self._settle_timer = None
@@ -193,14 +194,20 @@ class SpecloadApp(App[int]):
         self.sample()
         self.set_interval(self.refresh_s, self.sample)
         if self.session is not None:
-            self.run_worker(self._run_session(), name="session", exit_on_error=False)
+            loop = asyncio.get_running_loop()
             try:
+                # SIGINT and SIGTERM quit as 'q' does (record closed, in-flight requests recorded as
+                # cancelled, the launched server stopped), with exit status 128 + the signal. Caught
+                # before the session starts, so no signal can leave a server without its stop.
+                for sig in (signal.SIGINT, signal.SIGTERM):
+                    loop.add_signal_handler(sig, self._signalled, sig)
                 # the terminal went away (ssh dropped, tmux killed): quit as 'q' does, so the
                 # launched server (in a session of its own, out of the hangup's reach) is stopped
                 # and the record closed
-                asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, self._hang_up)
+                loop.add_signal_handler(signal.SIGHUP, self._hang_up)
             except (NotImplementedError, RuntimeError, ValueError):
                 pass
+            self.run_worker(self._run_session(), name="session", exit_on_error=False)
 
     async def _run_session(self) -> None:
         assert self.session is not None
@@ -284,10 +291,19 @@ class SpecloadApp(App[int]):
         line = f": {msg.last_line}" if msg.last_line else ""
         self.notify(f"waiting for the server ({msg.elapsed_s:.0f} s){line}", timeout=4)
 
+    def _signalled(self, sig: int) -> None:
+        """SIGINT/SIGTERM: what 'q' does; a second one while quitting changes nothing (the grace
+        timer still ends the app if the teardown hangs)."""
+        if self._signal is None:
+            self._signal = sig
+        self.action_quit_run()
+
     def _hang_up(self) -> None:
         """SIGHUP: the terminal is gone. Quit as 'q' does, then leave without restoring the terminal:
         Textual's shutdown waits on its input thread, which spins on the dead tty and never ends."""
         self._hung_up = True
+        if self._signal is None:
+            self._signal = signal.SIGHUP
         if self.session is None or self.result is not None:
             os._exit(self.exit_code)
         self.action_quit_run()
@@ -317,7 +333,10 @@ class SpecloadApp(App[int]):
 
     @property
     def exit_code(self) -> int:
-        """The process exit status: quitting with 'q' is a normal end unless a crash or error happened."""
+        """The process exit status: quitting with 'q' is a normal end unless a crash or error happened;
+        a signal gives 128 + its number (130 SIGINT, 143 SIGTERM, 129 SIGHUP)."""
+        if self._signal is not None:
+            return 128 + self._signal  # as a shell reports a process ended by that signal
         r = self.result
         if r is None:
             return EXIT_OK
