@@ -26,6 +26,7 @@ _CLEAR = "\r\x1b[K"
 class HeadlessPrinter:
     def __init__(self, stream=None) -> None:  # noqa: ANN001 - a text stream, stderr by default
         self.saturated_levels: set[int] = set()
+        self.starved_levels: set[int] = set()
         self.stream = stream if stream is not None else sys.stderr
         self.status_shown = False
 
@@ -78,12 +79,13 @@ class HeadlessPrinter:
                 _err(f"specload: server {payload.value}")
         elif kind == "saturated":
             load, level = payload  # type: ignore[misc]
-            if level not in self.saturated_levels:
+            if load.starved:
+                if level not in self.starved_levels:
+                    self.starved_levels.add(level)
+                    _err(f"specload: WARNING {load.warning(level)}")
+            elif level not in self.saturated_levels:
                 self.saturated_levels.add(level)
-                _err(
-                    f"specload: WARNING client saturated at C={level} (cpu {load.cpu_pct:.0f}%, loop lag "
-                    f"{load.loop_lag_ms:.0f} ms): latencies at this level are client-bound"
-                )
+                _err(f"specload: WARNING {load.warning(level)}")
         elif kind == "waiting":
             elapsed, line = payload  # type: ignore[misc]
             _err(f"specload: waiting for the server ({elapsed:.0f} s){': ' + line if line else ''}")
@@ -153,7 +155,8 @@ def run_headless(cfg: RunConfig, *, as_json: bool) -> int:
     if result.reason == "error":
         return result.exit_code or EXIT_ERROR
     try:
-        print_summary(session, result, as_json=as_json, saturated=printer.saturated_levels)
+        print_summary(session, result, as_json=as_json, saturated=printer.saturated_levels,
+                      starved=printer.starved_levels)
     except OSError:  # stdout gone (terminal hung up, pipe closed): the record has it all
         pass
     snap = session.stats.snapshot()
@@ -163,7 +166,9 @@ def run_headless(cfg: RunConfig, *, as_json: bool) -> int:
     return result.exit_code
 
 
-def print_summary(session: Session, result: SessionResult, *, as_json: bool, saturated: set[int]) -> None:
+def print_summary(
+    session: Session, result: SessionResult, *, as_json: bool, saturated: set[int], starved: set[int] = frozenset()
+) -> None:
     from specload.record.report import level_table, summary_json
 
     levels = list(result.levels)
@@ -191,6 +196,7 @@ def print_summary(session: Session, result: SessionResult, *, as_json: bool, sat
                 for c in snap.crashes
             ],
             "client_saturated_levels": sorted(saturated),
+            "client_starved_levels": sorted(starved),
             "record": session.cfg.record.path,
         }
         sys.stdout.write(orjson.dumps(summary_json(levels, extra), option=orjson.OPT_INDENT_2).decode() + "\n")

@@ -34,6 +34,7 @@ from specload.secrets import Scrubber, redact_command
 from specload.stats.client_load import ClientLoad, ClientLoadMonitor
 from specload.stats.levels import LevelSummary
 from specload.stats.live import LiveStats, StatsSnapshot
+from specload.warmup import after_load, settle_before_load
 
 Listener = Callable[[str, object], None]
 
@@ -170,6 +171,7 @@ class Session:
                 outcome = ("interrupted", self._interrupted_code(), None)
             else:
                 await self._build()
+                settle_before_load()
                 self.phase = "running"
                 self.listener("phase", self.phase)
                 reason = await self._run_load()
@@ -183,6 +185,7 @@ class Session:
         except (TargetError, RecordError, PromptError, SessionError) as e:
             outcome = ("error", EXIT_ERROR, str(e))
         finally:
+            after_load()
             # torn down before the record is closed: crashes the detector still holds get recorded
             await self._teardown()
         return self._finish(*outcome)
@@ -603,19 +606,22 @@ class Session:
 
     def _client_load(self, load: ClientLoad) -> None:
         worker_loads = getattr(self.client, "worker_loads", None)
-        if worker_loads:
-            # with --workers the streams are read in the workers: the busiest process decides
-            cpus = [c for c, _ in worker_loads if c is not None]
-            lags = [lag for _, lag in worker_loads if lag is not None]
-            if cpus:
-                cpu = max([load.cpu_pct, *cpus])
-                lag = max([load.loop_lag_ms, *lags])
-                load = ClientLoad(load.t_ns, cpu, lag, self._load_monitor.judge(cpu, lag))
-        self.stats.on_client_load(load.cpu_pct, load.loop_lag_ms, load.saturated)
+        if worker_loads and self._load_monitor is not None:
+            # with --workers the streams are read in the workers: the most delayed process decides
+            # (its CPU and the run-queue share of its delay come with it)
+            for cpu, lag, wait in worker_loads:
+                if cpu is None or lag is None:
+                    continue
+                if lag > load.loop_lag_ms or cpu > load.cpu_pct:
+                    load = self._load_monitor.sample(
+                        load.t_ns, max(cpu, load.cpu_pct), max(lag, load.loop_lag_ms),
+                        wait if lag > load.loop_lag_ms else load.lag_cpu_wait_ms,
+                    )
+        self.stats.on_client_load(load.cpu_pct, load.loop_lag_ms, load.saturated, load.starved)
         level = self.runner.target if self.runner is not None else 0
         if self.recorder is not None:
-            self.recorder.client(self.clock.now_ns(), load.cpu_pct, load.loop_lag_ms, load.saturated, level)
-        if load.saturated:
+            self.recorder.client(self.clock.now_ns(), load, level)
+        if load.saturated or load.starved:
             self.listener("saturated", (load, level))
 
     async def _flush_record(self) -> None:

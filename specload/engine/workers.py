@@ -29,6 +29,7 @@ from specload.engine.api import RequestOptions
 from specload.engine.client import StreamingClient
 from specload.records import ErrorKind, RequestRecord
 from specload.secrets import Scrubber
+from specload.stats.client_load import ClientLoadMonitor
 
 _STREAM_LIMIT = 64 * 1024 * 1024  # a record with every chunk offset can be long
 
@@ -62,6 +63,7 @@ class _Worker:
         self.in_flight = 0
         self.cpu_pct: float | None = None
         self.lag_ms: float | None = None
+        self.lag_wait_ms: float | None = None  # of the worst delay, the time spent waiting for a CPU
 
     def write(self, obj: dict) -> None:
         assert self.proc.stdin is not None
@@ -118,8 +120,8 @@ class WorkerPoolClient:
         self._closing = False
 
     @property
-    def worker_loads(self) -> list[tuple[float | None, float | None]]:
-        return [(w.cpu_pct, w.lag_ms) for w in self._workers]
+    def worker_loads(self) -> list[tuple[float | None, float | None, float | None]]:
+        return [(w.cpu_pct, w.lag_ms, w.lag_wait_ms) for w in self._workers]
 
     async def start(self) -> None:
         if self._workers:
@@ -152,7 +154,7 @@ class WorkerPoolClient:
                     if not entry[0].done():
                         entry[0].set_result(record_from_wire(msg))
             elif op == "load":
-                w.cpu_pct, w.lag_ms = msg["cpu"], msg["lag"]
+                w.cpu_pct, w.lag_ms, w.lag_wait_ms = msg["cpu"], msg["lag"], msg.get("wait")
         # the worker is gone: its requests cannot finish
         for rid, (fut, owner) in list(self._pending.items()):
             if owner is w and not fut.done():
@@ -262,23 +264,17 @@ async def _worker_main() -> None:
         emit(record_to_wire(rec))
 
     async def report() -> None:
-        cpu0, wall0 = time.process_time(), time.perf_counter()
-        worst = 0.0
-        next_load = wall0 + 1.0
         while True:
-            before = time.perf_counter()
             await asyncio.sleep(0.05)
-            now = time.perf_counter()
-            worst = max(worst, now - before - 0.05)
             if tokens[0]:
                 emit({"op": "tokens", "t": tokens[1], "n": tokens[0]})
                 tokens[0] = 0
-            if now >= next_load:
-                cpu = time.process_time()
-                emit({"op": "load", "cpu": 100 * (cpu - cpu0) / (now - wall0), "lag": worst * 1e3})
-                cpu0, wall0, worst, next_load = cpu, now, 0.0, now + 1.0
 
-    reporter = asyncio.ensure_future(report())
+    # the same monitor as the main process's: its samples are judged there (starved or saturated)
+    monitor = ClientLoadMonitor(
+        on_sample=lambda s: emit({"op": "load", "cpu": s.cpu_pct, "lag": s.loop_lag_ms, "wait": s.lag_cpu_wait_ms})
+    )
+    reporter = asyncio.gather(report(), monitor.run())
     try:
         while True:
             line = await reader.readline()

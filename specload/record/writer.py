@@ -19,6 +19,7 @@ from specload.clock import SYSTEM_CLOCK, Clock
 from specload.record import schema
 from specload.records import CrashEvent, RequestRecord, RunEvent, ServerSample
 from specload.secrets import Scrubber, redact_config
+from specload.stats.client_load import ClientLoad
 from specload.stats.levels import LevelSummary
 
 
@@ -136,17 +137,20 @@ class Recorder:
     def server(self, sample: ServerSample) -> None:
         self._put(schema.server_line(sample, self.t0_ns), flush=False)
 
-    def client(self, t_ns: int, cpu_pct: float | None, lag_ms: float | None, saturated: bool, level: int) -> None:
+    def client(self, t_ns: int, load: ClientLoad, level: int) -> None:
+        wait = load.lag_cpu_wait_ms
         self._put(
             {
                 "type": "client",
                 "t_s": round((t_ns - self.t0_ns) / 1e9, 6),
-                "cpu_pct": None if cpu_pct is None else round(cpu_pct, 1),
-                "loop_lag_ms": None if lag_ms is None else round(lag_ms, 2),
-                "saturated": saturated,
+                "cpu_pct": round(load.cpu_pct, 1),
+                "loop_lag_ms": round(load.loop_lag_ms, 2),
+                "lag_cpu_wait_ms": None if wait is None else round(wait, 2),
+                "saturated": load.saturated,
+                "starved": load.starved,
                 "level": level,
             },
-            flush=saturated,
+            flush=load.saturated or load.starved,
         )
 
     def close(self, reason: str, extra: dict | None = None) -> None:

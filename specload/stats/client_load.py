@@ -1,17 +1,35 @@
-"""Is specload itself the bottleneck? Its own CPU use and event-loop lag, measured every second.
+"""Is specload itself the bottleneck, or is it not getting the CPU? Its own CPU use and event-loop
+lag, measured every second, and which of the two it was.
 
-A load client that saturates reports its own queueing as the server's latency. This monitor wakes
-every ``tick_s``, measures how late it woke (event-loop lag: time the loop spent busy elsewhere) and,
-once per ``interval_s``, the process's CPU share. Over either threshold the sample is flagged
-``saturated``: latencies measured in that second are client-bound.
+A load client that is behind reports its own delay as the server's latency. Two different causes
+look alike from inside (the event loop wakes up late) and need different answers:
+
+- **saturated**: specload's own work (or a blocking call) holds its loop: its CPU is near a core,
+  or the loop was late while its thread was not waiting for a CPU. More workers or a lighter
+  configuration help.
+- **starved**: the loop was late because its thread was runnable but not running: another process
+  held the CPUs (a busy-polling server on the same machine starves every other process for
+  hundreds of ms). specload's own CPU is low; the latencies include scheduling delay.
+
+The monitor wakes every ``tick_s`` (5 ms: a 10 ms stall of the loop delays at least one wake-up by
+5 ms or more, so it shows) and measures how late it woke; on Linux it also reads its thread's
+run-queue wait (``/proc/thread-self/schedstat``) around each wait, so the worst late wake-up of an
+interval comes with how much of it was spent waiting for a CPU. Once per ``interval_s`` it takes
+the process's CPU share and judges the interval. Without schedstat, "starved" falls back to the
+issue's rule of thumb: loop lag high while specload's CPU is low.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+
+OK = "ok"
+SATURATED = "saturated"
+STARVED = "starved"
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,6 +38,50 @@ class ClientLoad:
     cpu_pct: float  # of one core
     loop_lag_ms: float  # the worst wake-up delay in the interval
     saturated: bool
+    starved: bool = False
+    # of the worst wake-up delay, the time the loop's thread spent waiting for a CPU (None: unknown)
+    lag_cpu_wait_ms: float | None = None
+
+    @property
+    def state(self) -> str:
+        return STARVED if self.starved else SATURATED if self.saturated else OK
+
+    def warning(self, level: int) -> str:
+        """What an interval in which specload was behind means, worded by its cause."""
+        if self.starved:
+            wait = self.lag_cpu_wait_ms
+            of_it = f", {wait:.0f} ms of it waiting for a CPU" if wait is not None else ""
+            return (
+                f"client starved at C={level} (cpu {self.cpu_pct:.0f}%, loop lag {self.loop_lag_ms:.0f} ms{of_it}): "
+                "another process holds the CPU; latencies at this level include scheduling delay"
+            )
+        return (
+            f"client saturated at C={level} (cpu {self.cpu_pct:.0f}%, loop lag {self.loop_lag_ms:.0f} ms): "
+            "latencies at this level are client-bound"
+        )
+
+
+class _RunQueueWait:
+    """The calling thread's total run-queue wait (ns) from the kernel, or None where unavailable."""
+
+    def __init__(self) -> None:
+        try:
+            self._fd: int | None = os.open("/proc/thread-self/schedstat", os.O_RDONLY)
+        except OSError:
+            self._fd = None
+
+    def read(self) -> int | None:
+        if self._fd is None:
+            return None
+        try:
+            return int(os.pread(self._fd, 128, 0).split()[1])
+        except (OSError, ValueError, IndexError):
+            return None
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
 
 class ClientLoadMonitor:
@@ -27,15 +89,17 @@ class ClientLoadMonitor:
         self,
         *,
         interval_s: float = 1.0,
-        tick_s: float = 0.05,
+        tick_s: float = 0.005,
         cpu_threshold_pct: float = 90.0,
         lag_threshold_ms: float = 50.0,
+        starved_cpu_pct: float = 50.0,
         on_sample: Callable[[ClientLoad], None] | None = None,
     ) -> None:
         self.interval_s = interval_s
         self.tick_s = tick_s
         self.cpu_threshold_pct = cpu_threshold_pct
         self.lag_threshold_ms = lag_threshold_ms
+        self.starved_cpu_pct = starved_cpu_pct
         self.on_sample = on_sample or (lambda s: None)
         self.last: ClientLoad | None = None
         self._stop = asyncio.Event()
@@ -43,25 +107,54 @@ class ClientLoadMonitor:
     def stop(self) -> None:
         self._stop.set()
 
-    def judge(self, cpu_pct: float, lag_ms: float) -> bool:
-        return cpu_pct >= self.cpu_threshold_pct or lag_ms >= self.lag_threshold_ms
+    def judge(self, cpu_pct: float, lag_ms: float, lag_cpu_wait_ms: float | None = None) -> tuple[bool, bool]:
+        """(saturated, starved) for one interval; at most one of them is true."""
+        if cpu_pct >= self.cpu_threshold_pct:
+            return True, False  # using a core: whatever else happens, specload is the limit
+        if lag_ms < self.lag_threshold_ms:
+            return False, False
+        if lag_cpu_wait_ms is not None:
+            # late mostly because the thread waited in the run queue: another process had the CPU
+            starved = lag_cpu_wait_ms >= 0.5 * lag_ms
+        else:
+            starved = cpu_pct < self.starved_cpu_pct
+        return not starved, starved
+
+    def sample(self, t_ns: int, cpu_pct: float, lag_ms: float, lag_cpu_wait_ms: float | None) -> ClientLoad:
+        saturated, starved = self.judge(cpu_pct, lag_ms, lag_cpu_wait_ms)
+        return ClientLoad(t_ns, cpu_pct, lag_ms, saturated, starved, lag_cpu_wait_ms)
 
     async def run(self) -> None:
+        rq = _RunQueueWait()
+        try:
+            await self._run(rq)
+        finally:
+            rq.close()
+
+    async def _run(self, rq: _RunQueueWait) -> None:
         wall0 = time.perf_counter()
         cpu0 = time.process_time()
         worst_lag = 0.0
+        worst_wait: float | None = None
         next_report = wall0 + self.interval_s
+        tick = self.tick_s
         while not self._stop.is_set():
+            w0 = rq.read()
             before = time.perf_counter()
-            await asyncio.sleep(self.tick_s)
+            await asyncio.sleep(tick)
             now = time.perf_counter()
-            worst_lag = max(worst_lag, now - before - self.tick_s)
+            lag = now - before - tick
+            if lag > worst_lag:
+                w1 = rq.read()
+                worst_lag = lag
+                worst_wait = None if w0 is None or w1 is None else (w1 - w0) / 1e9
             if now >= next_report:
                 cpu = time.process_time()
                 cpu_pct = 100.0 * (cpu - cpu0) / max(1e-9, now - wall0)
-                lag_ms = worst_lag * 1e3
-                sample = ClientLoad(time.perf_counter_ns(), cpu_pct, lag_ms, self.judge(cpu_pct, lag_ms))
-                self.last = sample
-                self.on_sample(sample)
-                wall0, cpu0, worst_lag = now, cpu, 0.0
+                s = self.sample(
+                    time.perf_counter_ns(), cpu_pct, worst_lag * 1e3, None if worst_wait is None else worst_wait * 1e3
+                )
+                self.last = s
+                self.on_sample(s)
+                wall0, cpu0, worst_lag, worst_wait = now, cpu, 0.0, None
                 next_report = now + self.interval_s

@@ -15,6 +15,7 @@ import numpy as np
 
 from specload.records import RequestRecord
 from specload.stats.histogram import LogHistogram
+from specload.stats.quantiles import percentiles
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,8 +220,8 @@ def _pct(values: array, scale: float) -> tuple[float | None, float | None, float
     if not len(values):
         return None, None, None
     a = np.frombuffer(values, dtype=np.float64) / scale
-    p50, p99 = np.percentile(a, (50, 99))
-    return float(a.mean()), float(p50), float(p99)
+    p50, p99 = percentiles(a, (50, 99))
+    return float(a.mean()), p50, p99
 
 
 def _scaled(v: float | None, scale: float) -> float | None:

@@ -2,8 +2,11 @@
 
 Producers push cheaply: ``on_tokens`` per streamed chunk (one integer add in the common case) and
 ``on_record`` per finished request. Consumers pull ``snapshot()`` on a timer (the UI at about 4 Hz,
-headless progress at 1 Hz); everything costly (percentiles, series) happens there or once per
-second when a bucket closes, never per token.
+headless progress at 1 Hz); everything costly (percentiles, series) happens there, never on the push
+side: closing a second on the push side only appends two counts and notes the second, whose rolling
+percentiles the next snapshot computes. (They used to be computed when a token crossed into a new
+second, inside a stream's read; the first such call imported numpy.ma and delayed the streams of
+that moment by 10-20 ms.)
 
 Rates use per-second buckets and exclude the current second, which is always under-counted.
 Rolling latency percentiles cover the requests that ended in the last ``window_s`` seconds.
@@ -19,6 +22,7 @@ import numpy as np
 from specload.clock import SYSTEM_CLOCK, Clock
 from specload.records import CrashEvent, RequestRecord, RunEvent, ServerSample
 from specload.stats.levels import LevelSummary
+from specload.stats.quantiles import percentiles
 
 NS = 1_000_000_000
 
@@ -69,6 +73,7 @@ class StatsSnapshot:
     client_cpu_pct: float | None
     loop_lag_ms: float | None
     client_saturated: bool
+    client_starved: bool = False  # behind because another process held the CPU, not its own work
 
 
 class _Ring:
@@ -97,6 +102,13 @@ class _Ring:
         t = self.t[: self.n]
         return self.v[: self.n][t >= t0]
 
+    def between(self, t0: int, t1: int) -> np.ndarray:
+        """Values with t0 <= t < t1."""
+        if self.n == 0:
+            return self.v[:0]
+        t = self.t[: self.n]
+        return self.v[: self.n][(t >= t0) & (t < t1)]
+
 
 class LiveStats:
     def __init__(
@@ -113,6 +125,8 @@ class LiveStats:
         self._tok_hist: deque[float] = deque(maxlen=history_s)
         self._req_hist: deque[float] = deque(maxlen=history_s)
         self._lat_hist = {k: (deque(maxlen=history_s), deque(maxlen=history_s)) for k in ("ttft", "tpot", "e2e")}
+        # closed seconds whose rolling percentiles the next snapshot computes (their end times)
+        self._lat_pending: deque[int] = deque(maxlen=history_s)
         self.tokens_total = 0.0
         self.requests_total = 0
         self.requests_ok = 0
@@ -129,6 +143,7 @@ class LiveStats:
         self.client_cpu_pct: float | None = None
         self.loop_lag_ms: float | None = None
         self.client_saturated = False
+        self.client_starved = False
 
     # ---- push side (cheap) ----
 
@@ -147,17 +162,24 @@ class LiveStats:
         self._req_hist.append(float(self._sec_requests))
         self._sec_tokens = 0.0
         self._sec_requests = 0
-        end = self.t0 + (self._sec + 1) * NS
-        for key, ring in self._rings.items():
-            vals = ring.since(end - self.window_ns)
-            p50s, p99s = self._lat_hist[key]
-            if vals.size:
-                p50, p99 = np.percentile(vals, (50, 99))
-                p50s.append(float(p50) / 1e6)
-                p99s.append(float(p99) / 1e6)
-            else:
-                p50s.append(float("nan"))
-                p99s.append(float("nan"))
+        self._lat_pending.append(self.t0 + (self._sec + 1) * NS)
+
+    def _settle_latency_history(self) -> None:
+        """The rolling percentiles of the seconds closed since the last snapshot (pull side)."""
+        pending = self._lat_pending
+        while pending:
+            end = pending.popleft()
+            for key, ring in self._rings.items():
+                # values that ended before this second's end: later ones belong to later seconds
+                vals = ring.between(end - self.window_ns, end)
+                p50s, p99s = self._lat_hist[key]
+                if vals.size:
+                    p50, p99 = percentiles(vals, (50, 99))
+                    p50s.append(p50 / 1e6)
+                    p99s.append(p99 / 1e6)
+                else:
+                    p50s.append(float("nan"))
+                    p99s.append(float("nan"))
 
     def on_tokens(self, now_ns: int, n: float) -> None:
         if (now_ns - self.t0) // NS != self._sec:
@@ -205,14 +227,18 @@ class LiveStats:
         if event.kind == "health":
             self.health = str(event.value)
 
-    def on_client_load(self, cpu_pct: float | None, lag_ms: float | None, saturated: bool) -> None:
+    def on_client_load(
+        self, cpu_pct: float | None, lag_ms: float | None, saturated: bool, starved: bool = False
+    ) -> None:
         self.client_cpu_pct, self.loop_lag_ms, self.client_saturated = cpu_pct, lag_ms, saturated
+        self.client_starved = starved
 
     # ---- pull side ----
 
     def snapshot(self, now_ns: int | None = None) -> StatsSnapshot:
         now = self._clock.now_ns() if now_ns is None else now_ns
         self._roll(now)
+        self._settle_latency_history()
         tok = tuple(self._tok_hist)
         req = tuple(self._req_hist)
         last10, req10 = tok[-10:], req[-10:]
@@ -243,14 +269,15 @@ class LiveStats:
             client_cpu_pct=self.client_cpu_pct,
             loop_lag_ms=self.loop_lag_ms,
             client_saturated=self.client_saturated,
+            client_starved=self.client_starved,
         )
 
     def _latency(self, key: str, now: int) -> LatencyView:
         vals = self._rings[key].since(now - self.window_ns)
         p50s, p99s = self._lat_hist[key]
         if vals.size:
-            p50, p99 = np.percentile(vals, (50, 99))
-            cur50, cur99 = float(p50) / 1e6, float(p99) / 1e6
+            p50, p99 = percentiles(vals, (50, 99))
+            cur50, cur99 = p50 / 1e6, p99 / 1e6
         else:
             cur50 = cur99 = None
         return LatencyView(tuple(p50s), tuple(p99s), cur50, cur99)

@@ -122,7 +122,7 @@ class SpecloadApp(App[int]):
         self._ticks = 0
         self.key_settle_s = KEY_SETTLE_S
         self._settle_timer = None
-        self._saturated_levels: set[int] = set()
+        self._saturated_levels: set[tuple[int, bool]] = set()  # (level, starved) already announced
         self._startup_notices: list[tuple[str, str]] = []
         self._register_themes(theme, theme_dirs)
 
@@ -279,12 +279,13 @@ class SpecloadApp(App[int]):
             dash.show_panel("crashes")
 
     def on_client_saturated(self, msg: ClientSaturated) -> None:
-        if msg.level in self._saturated_levels:
+        key = (msg.level, msg.starved)
+        if key in self._saturated_levels:
             return
-        self._saturated_levels.add(msg.level)
+        self._saturated_levels.add(key)
         self.notify(
-            f"cpu {msg.cpu_pct:.0f}% · loop lag {msg.loop_lag_ms:.0f} ms at C={msg.level}: latencies are client-bound",
-            title="⚠ client saturated", severity="warning", timeout=8,
+            msg.text.split(" ", 2)[-1] if msg.text else f"cpu {msg.cpu_pct:.0f}% · loop lag {msg.loop_lag_ms:.0f} ms",
+            title="⚠ client starved" if msg.starved else "⚠ client saturated", severity="warning", timeout=8,
         )
 
     def on_waiting_for_server(self, msg: WaitingForServer) -> None:

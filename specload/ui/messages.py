@@ -51,9 +51,12 @@ class CrashReported(Message):
 
 
 class ClientSaturated(Message):
-    def __init__(self, cpu_pct: float, loop_lag_ms: float, level: int) -> None:
+    """specload was behind in an interval: ``text`` says whether it was saturated or starved."""
+
+    def __init__(self, cpu_pct: float, loop_lag_ms: float, level: int, starved: bool = False, text: str = "") -> None:
         super().__init__()
         self.cpu_pct, self.loop_lag_ms, self.level = cpu_pct, loop_lag_ms, level
+        self.starved, self.text = starved, text
 
 
 class WaitingForServer(Message):
@@ -85,7 +88,7 @@ def to_message(kind: str, payload: object) -> Message | None:
         return CrashReported(payload)
     if kind == "saturated":
         load, level = payload  # type: ignore[misc]
-        return ClientSaturated(load.cpu_pct, load.loop_lag_ms, int(level))
+        return ClientSaturated(load.cpu_pct, load.loop_lag_ms, int(level), load.starved, load.warning(int(level)))
     if kind == "waiting":
         elapsed, line = payload  # type: ignore[misc]
         return WaitingForServer(float(elapsed), line)

@@ -67,6 +67,17 @@ _COUNTERS: dict[str, dict[str, str]] = {
 }
 _ENGINES = ("vllm", "sglang", "llamacpp")
 
+# Every sample name read below. A scrape keeps only these lines before parsing: vLLM's /metrics is
+# ~600 lines, mostly histogram buckets, and parsing all of it took 6-9 ms of CPU per scrape on the
+# event loop that reads the streams; the dozen lines we use parse in well under a millisecond.
+_GAUGES = (
+    "vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
+    "vllm:gpu_cache_usage_perc", "sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:token_usage",
+    "sglang:gen_throughput", "sglang:spec_accept_length", "sglang:spec_accept_rate",
+    "llamacpp:requests_processing", "llamacpp:requests_deferred", "llamacpp:kv_cache_usage_ratio",
+)
+_USED = frozenset(_GAUGES) | frozenset(n for roles in _COUNTERS.values() for n in roles.values())
+
 
 @dataclass(frozen=True, slots=True)
 class MetricsState:
@@ -112,6 +123,31 @@ def _normalise(name: str) -> str:
     return name
 
 
+def used_lines(text: str) -> str:
+    """The sample lines of ``text`` whose metric is one we read (comments and the rest dropped).
+
+    Without their ``# TYPE`` lines the parser reads them as untyped samples of the same names,
+    which is all ``parse_metrics_text`` looks at.
+    """
+    keep = []
+    lines = text.splitlines()
+    for line in lines:
+        if not line or line[0] == "#":
+            continue
+        end = len(line)
+        for sep in ("{", " "):
+            i = line.find(sep)
+            if 0 <= i < end:
+                end = i
+        if _normalise(line[:end]) in _USED:
+            keep.append(line)
+    if not keep:
+        # none of ours: still tell Prometheus text from an error page (the parser raises on the
+        # latter within its first lines), without parsing a whole unknown server's exposition
+        return "\n".join(lines[:20]) + "\n"
+    return "\n".join(keep) + "\n"
+
+
 def parse_metrics_text(text: str) -> _Series:
     """Parse Prometheus text; raises ValueError when it is not Prometheus text."""
     series = _Series()
@@ -149,7 +185,7 @@ def samples_from_metrics(
     changed, and when nothing was drafted in the interval (acceptance of zero drafts is unknown,
     not zero). Raises ValueError when ``text`` is not Prometheus text.
     """
-    series = parse_metrics_text(text)
+    series = parse_metrics_text(used_lines(text))
     engine = _detect_engine(series)
     counters: dict[str, float] = {}
     if engine is not None:

@@ -68,6 +68,7 @@ class RunHeader(Widget):
     target_info: var[tuple[str, str, str]] = var(("", "", ""))
 
     _api = ""
+    _starved_shown = False
 
     def compose(self) -> ComposeResult:
         with Horizontal():
@@ -103,7 +104,11 @@ class RunHeader(Widget):
         self.query_one("#h-client", ValueLabel).show(
             f"{api}client cpu {num(snap.client_cpu_pct, '{:.0f}')}% · loop lag {num(snap.loop_lag_ms, '{:.1f}')} ms"
         )
-        self.query_one("#h-saturated", Label).set_class(snap.client_saturated, "-on")
+        flag = self.query_one("#h-saturated", Label)
+        flag.set_class(snap.client_saturated or snap.client_starved, "-on")
+        if snap.client_starved != self._starved_shown:
+            self._starved_shown = snap.client_starved
+            flag.update("⚠ CLIENT STARVED" if snap.client_starved else "⚠ CLIENT SATURATED")
         crashes = self.query_one("#h-crashes", ValueLabel)
         n = len(snap.crashes)
         crashes.set_class(n > 0, "-on")

@@ -1,0 +1,62 @@
+"""Paying first-call costs before the load, and keeping the garbage collector off the streams.
+
+Found with the slow-callback probe (``specload.stats.slow_callbacks``, ``benchmarks/loop_stalls.py``):
+during a load, the callbacks that held specload's event loop for more than a few milliseconds were
+not the per-chunk path but things done for the first time (a lazy ``numpy.ma`` import inside the
+first percentile, 7 ms; first calls of the summary and record code) and the cyclic garbage
+collector's full collections, which walk every object of the process (numpy, aiohttp, the whole
+program: 15-22 ms each). Both delay whichever stream is read next, so a request that started then
+shows a TTFT the server never had.
+
+``settle_before_load`` runs each per-request and per-level path once on a made-up request (nothing is
+recorded or shown), collects, and freezes what exists (``gc.freeze``): later collections only walk
+objects created during the load. ``after_load`` unfreezes, so a process that runs several sessions
+(the test suite, the TUI's next run) frees them normally.
+"""
+
+from __future__ import annotations
+
+import gc
+
+from specload.records import RequestRecord
+
+_frozen = False
+
+
+def _exercise() -> None:
+    from specload.clock import FakeClock
+    from specload.record import schema
+    from specload.stats.levels import LevelColumns
+    from specload.stats.live import LiveStats
+
+    rec = RequestRecord(
+        request_id=0, level=1, level_index=0, warmup=False, start_ns=1_000_000_000, end_ns=1_200_000_000,
+        ttft_ns=20_000_000, e2e_ns=200_000_000, output_tokens=10, tokens_estimated=False, prompt_tokens=5,
+        chunks=4, chunk_offsets_ns=(20_000_000, 80_000_000, 140_000_000, 200_000_000), chunk_tokens=(1, 3, 3, 3),
+    )
+    cols = LevelColumns(0, 1)
+    cols.add(rec)
+    cols.summary().as_record()
+    schema.request_line(rec, 0, with_chunks=True)
+    clock = FakeClock(start_ns=0)
+    live = LiveStats(clock)
+    live.on_tokens(500_000_000, 3)
+    live.on_record(rec)
+    clock.set_ns(3_000_000_000)
+    live.snapshot()
+
+
+def settle_before_load() -> None:
+    """Called once the client, the watchers and the record are set up, right before the first request."""
+    global _frozen
+    _exercise()
+    gc.collect()
+    gc.freeze()
+    _frozen = True
+
+
+def after_load() -> None:
+    global _frozen
+    if _frozen:
+        gc.unfreeze()
+        _frozen = False
