@@ -5,8 +5,10 @@ from __future__ import annotations
 import random
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from specload.engine.sse import DONE, SSEDecoder
+from specload.engine.sse import DONE, SSEDecoder, SSEEventTooLarge
 
 STREAM = (
     b'data: {"a":1}\n\n'
@@ -46,6 +48,12 @@ def test_any_split_gives_the_same_events(seed: int) -> None:
     assert decode_all(parts) == EXPECTED
 
 
+def test_an_event_ended_by_a_cr_at_the_end_of_a_read_is_not_held_back() -> None:
+    d = SSEDecoder()
+    assert d.feed(b"data: x\r\r") == [(None, b"x")]  # the second CR is a blank line, whatever follows
+    assert d.feed(b"\ndata: y\r\n\r\n") == [(None, b"y")]  # that LF was half of a CRLF: no extra line
+
+
 def test_byte_by_byte() -> None:
     assert decode_all([bytes([b]) for b in STREAM]) == EXPECTED
 
@@ -73,3 +81,103 @@ def test_pending_bytes_tracks_incomplete_event() -> None:
     assert d.feed(b'data: {"par') == []
     assert d.pending_bytes > 0
     assert d.feed(b'tial":1}\n\n') == [(None, b'{"partial":1}')]
+
+
+# ---------------------------------------------------------------- hostile input: bounded, linear, total
+
+
+def reference_events(stream: bytes) -> list[tuple[int, tuple[str | None, bytes]]]:
+    """A slow, obviously right SSE reader: (offset just past the line end that completed it, event)."""
+    out = []
+    data: list[bytes] = []
+    event = None
+    i = 0
+    while True:
+        j = min([k for k in (stream.find(b"\n", i), stream.find(b"\r", i)) if k >= 0], default=-1)
+        if j < 0:
+            break
+        line = stream[i:j]
+        end = j + 1  # the event is complete once its last line end has arrived (a CR of a CRLF too)
+        i = j + 2 if stream[j:j + 2] == b"\r\n" else j + 1
+        if not line:
+            if data:
+                out.append((end, (event.decode("utf-8", "replace") if event else None, b"\n".join(data))))
+            data, event = [], None
+        elif line.startswith(b"data:"):
+            v = line[5:]
+            data.append(v[1:] if v[:1] == b" " else v)
+        elif line.startswith(b"event:"):
+            v = line[6:].strip()
+            event = v[:200] if v and v != b"message" else None
+    return out
+
+
+def test_a_line_without_end_is_capped() -> None:
+    d = SSEDecoder(max_event_bytes=1 << 20)
+    d.feed(b"data: ")
+    with pytest.raises(SSEEventTooLarge, match="1 MiB"):
+        for _ in range(100):
+            d.feed(b"x" * 65536)
+    assert d.pending_bytes == 0  # nothing held after the error
+
+
+def test_an_event_of_endless_data_lines_is_capped() -> None:
+    d = SSEDecoder(max_event_bytes=1 << 20)
+    with pytest.raises(SSEEventTooLarge):
+        for _ in range(10_000):
+            d.feed(b"data: " + b"y" * 200 + b"\n")
+
+
+def test_an_event_just_under_the_cap_is_delivered() -> None:
+    d = SSEDecoder(max_event_bytes=1 << 20)
+    body = b"z" * ((1 << 20) - 100)
+    events = [e for piece in (b"data: ", body[: len(body) // 2], body[len(body) // 2:], b"\n\n") for e in d.feed(piece)]
+    assert events == [(None, body)]
+
+
+def test_an_unfinished_line_is_kept_in_pieces_not_copied_per_read() -> None:
+    # the structure that makes a huge line linear: each read is kept as it came, joined once when
+    # the line ends (joining the tail to every read copied the line again per read: quadratic)
+    d = SSEDecoder()
+    d.feed(b"data: ")
+    for _ in range(1000):
+        d.feed(b"q" * 1000)
+    assert len(d._pending) == 1001 and d.pending_bytes == 6 + 1000 * 1000
+    assert d.feed(b"\n\n") == [(None, b"q" * 1_000_000)]
+
+
+def test_events_of_many_lines_are_parsed_as_their_lines_arrive() -> None:
+    d = SSEDecoder()
+    for i in range(1000):
+        d.feed(b"data: %d\n" % i)
+        assert d._pending_len == 0  # complete lines are not held raw for re-splitting
+    assert d.feed(b"\n") == [(None, b"\n".join(b"%d" % i for i in range(1000)))]
+
+
+SSE_BYTES = st.lists(
+    st.sampled_from([b"data: ", b"data:", b"event: ", b"event: message", b"id: 1", b":c", b"x", b'{"a":1}',
+                     b"[DONE]", b"\n", b"\r", b"\r\n", b"\n\n", b" ", b"\xff", b"retry: 5"]) | st.binary(max_size=8),
+    max_size=60,
+).map(b"".join)
+
+
+@settings(max_examples=500, deadline=None)
+@given(stream=SSE_BYTES, cuts=st.lists(st.integers(min_value=0, max_value=400), max_size=12))
+def test_any_bytes_any_split_events_come_exactly_when_completed(stream: bytes, cuts: list[int]) -> None:
+    """Property: the decoder never raises on arbitrary bytes under the cap, and every event comes out
+    of the very feed() whose bytes completed it (no event late: its timing is the measurement)."""
+    ref = reference_events(stream)
+    points = sorted({c for c in cuts if 0 < c < len(stream)})
+    d = SSEDecoder()
+    got: list[tuple[int, tuple[str | None, bytes]]] = []
+    prev = 0
+    for p in [*points, len(stream)]:
+        got.extend((p, e) for e in d.feed(stream[prev:p]))
+        prev = p
+    tail = d.finish()
+    for end, ev in ref:
+        fed_at = next(p for p in [*points, len(stream)] if p >= end)
+        assert (fed_at, ev) in got, (stream, points, ev)
+    assert [e for _, e in got] == [e for _, e in ref]
+    # finish() may deliver one last event not followed by a blank line, nothing else
+    assert len(tail) <= 1
