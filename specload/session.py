@@ -399,6 +399,7 @@ class Session:
             t0_ns=self.t0_ns,
             with_chunks=self.cfg.record.with_chunks,
             scrubber=self.scrub,
+            on_error=self._record_failed,
         )
         header = self.cfg.describe()
         header.update({"target": self.url, "model": self.model, "api": self.api, "builtin_sim": self.builtin_sim})
@@ -518,12 +519,13 @@ class Session:
             except RecordError:
                 pass
         if self.recorder is not None and not self.recorder.closed:
-            try:
-                end = {"server down": "stopped", "error": "crashed" if self.stats.snapshot().crashes else "stopped"}
-                self.recorder.close(end.get(reason, reason))
-            except RecordError as e:
-                message = message or str(e)
-                code = code or EXIT_ERROR
+            end = {"server down": "stopped", "error": "crashed" if self.stats.snapshot().crashes else "stopped"}
+            self.recorder.close(end.get(reason, reason))
+        if self.recorder is not None and self.recorder.error is not None:
+            r = self.recorder
+            lost = f"{r.lines_lost} record line{'s' if r.lines_lost != 1 else ''} lost"
+            message = message or f"{r.error}; {lost}, the record ends at its last complete line ({r.lines_written} lines)"
+            code = code or EXIT_ERROR
         result = SessionResult(reason, code, tuple(self.stats.snapshot().levels), message)
         self.listener("end", result)
         return result
@@ -626,15 +628,20 @@ class Session:
 
     async def _flush_record(self) -> None:
         assert self.recorder is not None
-        while True:
+        while self.recorder.error is None:
             await asyncio.sleep(0.5)
-            try:
-                self.recorder.flush()
-            except RecordError as e:
-                # the disk is full or gone: stop rather than run a load nobody can read back
-                self._notice(str(e))
-                self._end_reason = self._end_reason or "stopped"
-                if self.runner is not None:
-                    self.runner.stop("stopped")
-                    self.runner.cancel_in_flight()
-                return
+            self.recorder.flush()
+
+    def _record_failed(self, error: str) -> None:
+        """The record cannot be written (a full disk, a vanished mount): stop rather than run a
+        load nobody can read back. Called from inside the recorder, which may be inside the
+        runner's bookkeeping of a finished request: the stop itself waits for the next loop turn."""
+        self._end_reason = self._end_reason or "stopped"
+        self._notice(f"{error}: stopping the run")
+
+        def stop() -> None:
+            if self.runner is not None:
+                self.runner.stop("stopped")
+                self.runner.cancel_in_flight()
+
+        asyncio.get_running_loop().call_soon(stop)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import orjson
@@ -53,6 +54,13 @@ def check_writable(path: str) -> None:
 
 
 class Recorder:
+    """Writes one run's record. A write that fails (a full disk, a vanished file system) never
+    raises into the run: the file is cut back to its last complete line, so it stays readable by
+    ``report``; every line from then on is counted as lost (and not kept: memory stays bounded);
+    ``error`` says what happened and ``on_error`` is called once, so the session can stop the run
+    with a one-line error. ``close`` tries the end line once more (with ``lines_lost``), in case
+    space came back."""
+
     def __init__(
         self,
         path: str,
@@ -62,6 +70,7 @@ class Recorder:
         with_chunks: bool = False,
         max_batch: int = 512,
         scrubber: Scrubber | None = None,
+        on_error: Callable[[str], None] | None = None,
     ) -> None:
         self.path = path
         self.clock = clock
@@ -70,7 +79,11 @@ class Recorder:
         self.max_batch = max_batch
         self._buf: list[bytes] = []
         self._fd: int | None = None
+        self._size = 0  # bytes of complete lines in the file
         self.lines_written = 0
+        self.lines_lost = 0
+        self.error: str | None = None
+        self.on_error = on_error
         self.requests = 0
         self.ok = 0
         self.closed = False
@@ -91,11 +104,19 @@ class Recorder:
         }
         line.update(redact_config(header))  # type: ignore[arg-type]
         self._put(line, flush=True)
+        if self.error is not None:  # not even the header fits: nothing to run for
+            raise RecordError(self.error)
 
     def _put(self, obj: dict, *, flush: bool) -> None:
         if self.closed:
             return
-        data = orjson.dumps(obj, option=orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY)
+        if self.error is not None:
+            self.lines_lost += 1
+            return
+        try:
+            data = orjson.dumps(obj, option=orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY)
+        except TypeError as e:  # orjson.JSONEncodeError: a value no JSON can hold must not stop the run
+            data = orjson.dumps({"type": obj.get("type"), "unwritable": f"line could not be written as JSON: {e}"})
         if self._scrubber:
             data = self._scrubber.scrub_bytes(data)
         self._buf.append(data)
@@ -105,17 +126,39 @@ class Recorder:
     def flush(self) -> None:
         if not self._buf or self._fd is None:
             return
-        data = b"\n".join(self._buf) + b"\n"
-        n = len(self._buf)
+        lines = self._buf
         self._buf = []
+        data = b"\n".join(lines) + b"\n"
+        done = 0
         try:
             view = memoryview(data)
             while view:
                 written = os.write(self._fd, view)
+                done += written
                 view = view[written:]
         except OSError as e:
-            raise RecordError(f"writing record {self.path} failed: {e.strerror}") from None
-        self.lines_written += n
+            self._write_failed(e, data, done, len(lines))
+            return
+        self._size += len(data)
+        self.lines_written += len(lines)
+
+    def _write_failed(self, e: OSError, data: bytes, done: int, count: int) -> None:
+        """Keep the complete lines of the batch that reached the file, cut off the partial one."""
+        assert self._fd is not None
+        keep = data.rfind(b"\n", 0, done) + 1
+        kept = data.count(b"\n", 0, keep)
+        self._size += keep
+        try:
+            os.ftruncate(self._fd, self._size)
+            os.lseek(self._fd, self._size, os.SEEK_SET)
+        except OSError:
+            pass  # the file is as the failed write left it; the reader drops a cut last line
+        self.lines_written += kept
+        self.lines_lost += count - kept
+        if self.error is None:
+            self.error = f"writing record {self.path} failed: {e.strerror or e}"
+            if self.on_error is not None:
+                self.on_error(self.error)
 
     def request(self, rec: RequestRecord) -> None:
         if not rec.warmup:
@@ -167,7 +210,15 @@ class Recorder:
         }
         if extra:
             line.update(extra)
-        self._put(line, flush=True)
+        if self.error is not None:
+            # one more try for the end line, saying what is missing: space may have come back
+            line.update({"record_error": self.error, "lines_lost": self.lines_lost})
+            error, on_error = self.error, self.on_error
+            self.error, self.on_error = None, None
+            self._put(line, flush=True)  # if it fails again, it counts as lost like the others
+            self.error, self.on_error = error, on_error
+        else:
+            self._put(line, flush=True)
         self.closed = True
         os.close(self._fd)
         self._fd = None

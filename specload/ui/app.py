@@ -322,7 +322,7 @@ class SpecloadApp(App[int]):
         if self._quitting:
             self.exit(self.exit_code)
             return
-        if result.reason == "error":
+        if result.reason == "error" or result.message:  # e.g. stopped because the disk is full
             self.notify(result.message or "the run failed", title="error", severity="error", timeout=30)
         else:
             self.notify(f"run ended: {result.reason} (q to quit)", timeout=10)
