@@ -1,0 +1,484 @@
+"""The capacity search as a state machine: which load to probe next, and what the probes found.
+
+``specload run --find-max`` (and the TUI's search key) looks for the highest load (concurrency, or
+with ``--rate`` the request rate) at which the latency objectives still hold and added load still
+adds tokens. It grows the load geometrically from the start until a probe is *unacceptable*, then
+bisects between the last acceptable and the first unacceptable probe. This module decides; it never
+sends a request, sleeps or reads a clock (the driver passes the elapsed time in), so every rule is
+unit-tested with made-up probe outcomes.
+
+A probe is **acceptable** when
+
+- its objectives were met with confidence (``met``; ``undecided`` at the request cap counts as not
+  met: the search only claims a load it could confirm), and
+- it is not **saturated**: going from it to the next higher probe still added tokens. The search
+  measures this as the *scaling efficiency* between two loads, the throughput gain over the load
+  gain, ``e = (T2/T1 - 1) / (C2/C1 - 1)``: 1 when throughput grows in proportion (every added stream
+  decodes at full speed), 0 when added load only queues. A probe whose step up has ``e`` below
+  ``min_efficiency`` (10 %) is at or past the knee: more load there adds latency, not tokens. The
+  highest probe has no step up yet and counts as not saturated.
+
+Comparing each probe with the *next* probe above it (not with the one below) is what makes the knee
+land on the right load: with a batch limit of 10 and probes at 8, 16 and 32, the step 8->16 still
+gains (e = 0.25) and 16->32 does not, so the knee lies in (8, 16]; bisecting it probes 12 (12->16
+gains nothing: saturated), 10 (saturated), 9 (9->10 gains: not), and ends at 10.
+
+Decisions use intervals: a probe's throughput carries a 95 % interval, and an efficiency is decided
+only when its interval lies on one side of the threshold. A probe whose objectives or efficiencies
+straddle their limits gets more requests (``look``), up to a cap; at the cap the point estimate
+decides for saturation, and objectives still undecided count as not met.
+
+The **result**: the best load (the highest acceptable probe, or the knee itself when the objectives
+hold there), its bracket (the true limit lies between the best and the first unacceptable probe),
+the throughput, goodput and request rate there with their intervals, and the knee of the throughput
+curve (the lowest saturated probe, with the bracket it lies in). A search that is stopped, runs out
+of probes or time, or never finds an unacceptable load says so; one aborted by a server crash gives
+no best point at all, since the probes it cut short say nothing about the server's capacity.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+
+CONCURRENCY = "concurrency"
+RATE = "rate"
+Z95 = 1.959964
+
+MET, MISSED, UNDECIDED, NONE = "met", "missed", "undecided", "none"
+
+
+@dataclass(frozen=True, slots=True)
+class Interval:
+    """A figure with its 95 % interval (lo == hi == value when the figure is exact)."""
+
+    value: float
+    lo: float
+    hi: float
+
+    @classmethod
+    def exact(cls, v: float) -> Interval:
+        return cls(v, v, v)
+
+    def as_list(self, nd: int = 3) -> list[float]:
+        return [round(self.value, nd), round(self.lo, nd), round(self.hi, nd)]
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeOutcome:
+    """What one probe level says, as far as the search needs it (the driver builds it from the level's
+    summary, either at a look while the probe runs or once it has ended)."""
+
+    value: float  # the load probed: concurrency, or request rate (req/s)
+    requests: int  # requests counted
+    objectives: str  # met, missed, undecided, none (no objectives given)
+    throughput: Interval  # output tok/s
+    level_index: int = -1
+    complete: bool = True  # False: cut short by a stop; never used for a decision
+    req_s: Interval | None = None  # achieved request rate
+    goodput_req_s: Interval | None = None
+    goodput_tok_s: Interval | None = None
+    good_share: Interval | None = None
+    in_flight: float | None = None  # mean requests in flight (the concurrency a rate probe held)
+
+
+@dataclass(frozen=True, slots=True)
+class SearchSettings:
+    axis: str = CONCURRENCY
+    start: float = 1.0  # the first load probed
+    growth: float = 2.0  # the factor between probes while growing
+    max_value: float = 1024.0  # never probe above this load
+    min_value: float = 1.0  # never probe below (when even the start is unacceptable, the search goes down)
+    # bisection ends when the bracket is this narrow: for concurrency, hi - lo <= max(1, resolution * lo);
+    # for rates, hi / lo <= 1 + resolution
+    resolution: float = 0.1
+    max_probes: int = 12
+    budget_s: float | None = 900.0  # no new probe or extra requests once this much time has passed
+    min_efficiency: float = 0.1  # below this scaling efficiency a step up is saturated
+    requests: int = 0  # requests per probe; 0: auto (see probe_requests)
+    min_requests: int = 10  # at least this many (the objectives' minimum sample goes here)
+    rounds: int = 4  # auto: this many rounds of C requests (concurrency) or seconds of arrivals (rate)
+    max_looks: int = 4  # cap: a probe runs at most max_looks x its base request count
+
+    def __post_init__(self) -> None:
+        if self.axis not in (CONCURRENCY, RATE):
+            raise ValueError(f"axis must be {CONCURRENCY} or {RATE}")
+        if not self.start > 0 or not self.max_value >= self.start or not self.min_value > 0:
+            raise ValueError("the search needs 0 < min <= start <= max")
+        if not self.growth > 1:
+            raise ValueError("growth must be above 1")
+        if self.max_probes < 1 or self.max_looks < 1:
+            raise ValueError("max probes and max looks must be at least 1")
+
+    def probe_requests(self, value: float) -> int:
+        """The base request count of a probe at ``value``: enough rounds for steady load and enough
+        requests for the objectives to be decidable."""
+        if self.requests:
+            return max(self.requests, self.min_requests)
+        return max(self.min_requests, math.ceil(self.rounds * value))
+
+
+@dataclass(frozen=True, slots=True)
+class ProbePlan:
+    """The next probe to run."""
+
+    number: int  # 1-based
+    value: float
+    requests: int  # base count; a look may add as many again, up to cap
+    cap: int
+    phase: str  # grow, down, bisect
+    bracket: tuple[float | None, float | None]
+
+
+@dataclass(frozen=True, slots=True)
+class Knee:
+    value: float | None  # the lowest saturated probe; None: not reached
+    below: float | None  # the highest probe under it that still scaled (the knee lies in (below, value])
+    reached: bool
+
+
+@dataclass(frozen=True, slots=True)
+class SearchResult:
+    axis: str
+    reason: str  # found, not reached, none acceptable, max probes, time budget, stopped, crashed
+    best: ProbeOutcome | None
+    bracket: tuple[float | None, float | None]  # (last acceptable, first unacceptable)
+    limited_by: str | None  # objectives, saturation, or None (not reached / no result)
+    knee: Knee
+    probes: tuple[ProbeOutcome, ...]  # complete probes, in the order they ran
+    undecided: tuple[float, ...]  # probes whose objectives were still undecided at the cap
+    message: str  # one line for people
+
+    def as_record(self) -> dict:
+        b = self.best
+        return {
+            "axis": self.axis,
+            "reason": self.reason,
+            "message": self.message,
+            "best": None if b is None else _outcome_record(b),
+            "bracket": list(self.bracket),
+            "limited_by": self.limited_by,
+            "knee": {"value": self.knee.value, "below": self.knee.below, "reached": self.knee.reached},
+            "undecided": list(self.undecided),
+            "probes": [_outcome_record(p) for p in self.probes],
+        }
+
+
+def _outcome_record(p: ProbeOutcome) -> dict:
+    def iv(x: Interval | None) -> list[float] | None:
+        return None if x is None else x.as_list()
+
+    return {
+        "value": p.value,
+        "level_index": p.level_index,
+        "requests": p.requests,
+        "objectives": p.objectives,
+        "throughput_tok_s": iv(p.throughput),
+        "req_s": iv(p.req_s),
+        "goodput_req_s": iv(p.goodput_req_s),
+        "goodput_tok_s": iv(p.goodput_tok_s),
+        "good_share": iv(p.good_share),
+        "in_flight": None if p.in_flight is None else round(p.in_flight, 2),
+    }
+
+
+def efficiency(low: ProbeOutcome, high: ProbeOutcome) -> Interval:
+    """Scaling efficiency from ``low`` to ``high`` with a 95 % interval: (T2/T1 - 1) / (L2/L1 - 1).
+
+    The ratio's interval combines the two throughput intervals on the log scale (each interval's
+    half-width taken as 1.96 standard errors of log T; the levels are independent samples).
+    """
+    t1, t2 = low.throughput, high.throughput
+    gain = high.value / low.value - 1.0
+    if gain <= 0:
+        raise ValueError("efficiency needs a higher load")
+    if t1.value <= 0:
+        e = math.inf if t2.value > 0 else 0.0
+        return Interval(e, e, e)
+    r = t2.value / t1.value
+    se = math.hypot(_log_se(t1), _log_se(t2))
+    r_lo, r_hi = r * math.exp(-Z95 * se), r * math.exp(Z95 * se)
+    return Interval((r - 1.0) / gain, (r_lo - 1.0) / gain, (r_hi - 1.0) / gain)
+
+
+def _log_se(t: Interval) -> float:
+    if t.value <= 0 or t.lo <= 0 or t.hi <= t.lo:
+        return 0.0 if t.hi <= t.lo else math.inf
+    return (math.log(t.hi) - math.log(t.lo)) / (2 * Z95)
+
+
+def _side(iv: Interval, threshold: float) -> bool | None:
+    """True: the whole interval is below ``threshold``; False: at or above it; None: it straddles."""
+    if iv.hi < threshold:
+        return True
+    if iv.lo >= threshold:
+        return False
+    return None
+
+
+@dataclass(slots=True)
+class _Probe:
+    plan: ProbePlan
+    outcome: ProbeOutcome | None = None
+    looks: int = 0
+
+
+@dataclass(slots=True)
+class CapacitySearch:
+    """Feed it outcomes; ask it what to probe next. See the module docstring for the rules."""
+
+    settings: SearchSettings
+    min_requests: int = 0  # the objectives' minimum sample (SloSpec.min_requests)
+    _done: list[ProbeOutcome] = field(default_factory=list)  # complete probes in running order
+    _current: _Probe | None = None
+    _number: int = 0
+    _end: str | None = None  # why the search is over
+    _abort_detail: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.min_requests > self.settings.min_requests:
+            self.settings = replace(self.settings, min_requests=self.min_requests)
+
+    # ---------------------------------------------------------------- state
+
+    @property
+    def finished(self) -> bool:
+        return self._end is not None
+
+    @property
+    def current(self) -> ProbePlan | None:
+        return self._current.plan if self._current is not None else None
+
+    @property
+    def probes(self) -> tuple[ProbeOutcome, ...]:
+        return tuple(self._done)
+
+    @property
+    def phase(self) -> str:
+        if self._end is not None:
+            return "done"
+        lo, hi = self.bracket()
+        if hi is None:
+            return "grow"
+        if lo is None:
+            return "down"
+        return "bisect"
+
+    def _sorted(self) -> list[ProbeOutcome]:
+        return sorted(self._done, key=lambda p: p.value)
+
+    def saturated(self, p: ProbeOutcome) -> bool | None:
+        """Is the step from ``p`` to the next higher probe saturated? None: no higher probe yet.
+        Undecided efficiencies fall to the point estimate (the probe already had its extra requests)."""
+        up = self._neighbour(p.value, above=True)
+        if up is None:
+            return None
+        e = efficiency(p, up)
+        side = _side(e, self.settings.min_efficiency)
+        return side if side is not None else e.value < self.settings.min_efficiency
+
+    def acceptable(self, p: ProbeOutcome) -> bool:
+        return p.objectives in (MET, NONE) and not self.saturated(p)
+
+    def bracket(self) -> tuple[float | None, float | None]:
+        """(highest acceptable probe below the first unacceptable one, lowest unacceptable probe)."""
+        ordered = self._sorted()
+        hi = next((p.value for p in ordered if not self.acceptable(p)), None)
+        lo = None
+        for p in ordered:
+            if hi is not None and p.value >= hi:
+                break
+            if self.acceptable(p):
+                lo = p.value
+        return lo, hi
+
+    def _neighbour(self, value: float, *, above: bool) -> ProbeOutcome | None:
+        best = None
+        for p in self._done:
+            if above and p.value > value and (best is None or p.value < best.value):
+                best = p
+            elif not above and p.value < value and (best is None or p.value > best.value):
+                best = p
+        return best
+
+    def _find(self, value: float | None) -> ProbeOutcome | None:
+        return next((p for p in self._done if p.value == value), None)
+
+    # ---------------------------------------------------------------- driving
+
+    def next_probe(self, elapsed_s: float = 0.0) -> ProbePlan | None:
+        """The next probe to run, or None when the search is over (then ``result()``)."""
+        if self._end is not None:
+            return None
+        if self._current is not None:
+            raise RuntimeError("the current probe has not been observed")
+        s = self.settings
+        if self._done and len(self._done) >= s.max_probes:
+            return self._finish("max probes")
+        if self._done and s.budget_s is not None and elapsed_s >= s.budget_s:
+            return self._finish("time budget")
+        value = self._next_value()
+        if value is None:
+            return None
+        self._number += 1
+        base = s.probe_requests(value)
+        plan = ProbePlan(self._number, value, base, base * s.max_looks, self.phase, self.bracket())
+        self._current = _Probe(plan)
+        return plan
+
+    def _next_value(self) -> float | None:
+        s = self.settings
+        if not self._done:
+            return self._round(s.start)
+        lo, hi = self.bracket()
+        if hi is None:  # everything so far acceptable: grow
+            top = max(p.value for p in self._done)
+            if top >= s.max_value:
+                return self._finish("not reached")
+            return self._round(min(top * s.growth, s.max_value))
+        if lo is None:  # even the lowest probe is unacceptable: go down
+            bottom = min(p.value for p in self._done)
+            if bottom <= s.min_value:
+                return self._finish("none acceptable")
+            return self._round(max(bottom / s.growth, s.min_value))
+        if self._narrow(lo, hi):
+            return self._finish("found")
+        return self._round(self._mid(lo, hi))
+
+    def _narrow(self, lo: float, hi: float) -> bool:
+        s = self.settings
+        if s.axis == CONCURRENCY:
+            return hi - lo <= max(1.0, s.resolution * lo)
+        return hi / lo <= 1.0 + s.resolution
+
+    def _mid(self, lo: float, hi: float) -> float:
+        if self.settings.axis == CONCURRENCY:
+            return float((int(lo) + int(hi)) // 2)
+        return math.sqrt(lo * hi)  # rates: halve the ratio, not the difference
+
+    def _round(self, v: float) -> float:
+        if self.settings.axis == CONCURRENCY:
+            return float(max(1, round(v)))
+        return float(f"{v:.4g}")
+
+    def look(self, partial: ProbeOutcome, started: int, elapsed_s: float = 0.0) -> int:
+        """The current probe has started all its requests so far; ``partial`` is what its completed
+        ones say. Returns how many more requests to start (0: let the probe end)."""
+        cur = self._current
+        if cur is None or self._end is not None:
+            return 0
+        s = self.settings
+        cur.looks += 1
+        if started + cur.plan.requests > cur.plan.cap:
+            return 0
+        if s.budget_s is not None and elapsed_s >= s.budget_s:
+            return 0
+        if self._decided(partial):
+            return 0
+        return cur.plan.requests
+
+    def _decided(self, p: ProbeOutcome) -> bool:
+        if p.objectives == UNDECIDED:
+            return False
+        e_min = self.settings.min_efficiency
+        below = self._neighbour(p.value, above=False)
+        if below is not None and below.objectives in (MET, NONE) and _side(efficiency(below, p), e_min) is None:
+            return False
+        above = self._neighbour(p.value, above=True)
+        if above is not None and p.objectives in (MET, NONE) and _side(efficiency(p, above), e_min) is None:
+            return False
+        return True
+
+    def observe(self, outcome: ProbeOutcome) -> None:
+        """The current probe has ended; ``outcome`` is its final figure."""
+        if self._current is None:
+            raise RuntimeError("no probe is running")
+        self._current = None
+        if outcome.complete:
+            self._done.append(outcome)
+
+    def stop(self, reason: str = "stopped") -> None:
+        """End the search where it stands (user's stop key, the run's end); the result keeps what the
+        completed probes established."""
+        if self._end is None:
+            self._current = None
+            self._end = reason
+
+    def abort(self, detail: str) -> None:
+        """The server crashed (or went away): the search ends without a best point."""
+        self._end = "crashed"
+        self._abort_detail = detail
+        self._current = None
+
+    def _finish(self, reason: str) -> None:
+        self._end = reason
+        return None
+
+    # ---------------------------------------------------------------- result
+
+    def knee(self) -> Knee:
+        ordered = self._sorted()
+        below = None
+        for p in ordered:
+            sat = self.saturated(p)
+            if sat:
+                return Knee(p.value, below, True)
+            below = p.value
+        return Knee(None, below, False)
+
+    def result(self) -> SearchResult:
+        lo, hi = self.bracket()
+        knee = self.knee()
+        undecided = tuple(p.value for p in self._sorted() if p.objectives == UNDECIDED)
+        reason = self._end or "stopped"
+        unit = "C=" if self.settings.axis == CONCURRENCY else ""
+        suffix = "" if self.settings.axis == CONCURRENCY else " req/s"
+
+        def v(x: float | None) -> str:
+            return "?" if x is None else f"{unit}{x:g}{suffix}"
+
+        if reason == "crashed":
+            held = [p.value for p in self._sorted() if self.acceptable(p)]
+            msg = f"the server crashed ({self._abort_detail or 'no detail'}); no best point"
+            if held:
+                msg += f" (loads that held before the crash: up to {v(max(held))})"
+            return SearchResult(self.settings.axis, reason, None, (lo, hi), None, knee, self.probes, undecided, msg)
+
+        best: ProbeOutcome | None = None
+        limited_by: str | None = None
+        hi_p = self._find(hi)
+        if hi_p is not None:
+            objectives_ok = hi_p.objectives in (MET, NONE)
+            limited_by = "saturation" if objectives_ok else "objectives"
+            lo_hi_narrow = lo is not None and self._narrow(lo, hi)  # type: ignore[arg-type]
+            if objectives_ok and self.saturated(hi_p) and (lo_hi_narrow or lo is None):
+                # the knee itself: objectives hold there and nothing above it adds tokens
+                best = hi_p
+            elif lo is not None:
+                best = self._find(lo)
+        elif lo is not None:
+            best = self._find(lo)
+        if best is not None and reason == "none acceptable":
+            reason = "found"  # the lowest load is already the knee, and the objectives hold there
+        if best is None:
+            if reason in ("found", "none acceptable"):
+                reason = "none acceptable"
+                msg = f"no load met the objectives (even {v(min((p.value for p in self._done), default=None))})"
+            else:
+                msg = f"search {reason} before any load was confirmed"
+        else:
+            if hi is None and reason == "found":
+                reason = "not reached"
+            if reason == "not reached":
+                msg = f"best {v(best.value)}: objectives held and throughput still grew up to the highest load probed"
+            else:
+                where = f"between {v(best.value)} and {v(hi)}" if hi is not None and hi != best.value else ""
+                why = {"objectives": "the objectives", "saturation": "saturation"}.get(limited_by or "", "")
+                msg = f"best {v(best.value)}" + (f", limited by {why}" if why else "")
+                if where and best.value != hi:
+                    msg += f" (the limit lies {where})"
+                if reason != "found":
+                    msg += f"; search ended early: {reason}"
+        if knee.reached:
+            msg += f"; knee at {v(knee.value)}" + (f" (after {v(knee.below)})" if knee.below is not None else "")
+        return SearchResult(self.settings.axis, reason, best, (lo, hi), limited_by, knee, self.probes, undecided, msg)

@@ -1,0 +1,225 @@
+"""Service-level objectives: the ``--slo`` spec, and what one request's figures say against it.
+
+A spec is a comma-separated list of terms, for example ``ttft_p99<=500ms,tpot_p50<=40ms,e2e<=10s``:
+
+- ``METRIC_pQ<=LIMIT`` is a *percentile* objective on the level: the level's Q-th percentile of the
+  metric must be at most LIMIT. METRIC is ``ttft``, ``tpot``, ``itl`` or ``e2e``; Q is any percentile
+  (``p50``, ``p90``, ``p99``, ``p99.9``); LIMIT carries its unit (``ms`` or ``s``).
+- ``METRIC<=LIMIT`` (no percentile) is a *per-request* objective: a request is *good* when it meets
+  every per-request objective, and goodput counts good requests. The level holds its per-request
+  objectives when at least ``attainment`` of its requests are good (``attainment>=95%``; default 90 %,
+  the attainment DistServe reports); "every request" cannot be confirmed by any finite sample.
+
+Both kinds say the same thing in two ways: ``ttft_p99<=500ms`` holds exactly when at least 99 % of
+the requests have a TTFT of at most 500 ms. So every objective becomes a per-request threshold and a
+share of requests that must meet it, and one statistical test (a share against its target) decides
+both; the percentile itself is shown because that is the figure people quote.
+
+A failed request meets no objective (a server that sheds load with errors must not look fast); a
+request that specload cancelled (quit, end of the run) is not counted at all. A request of one token
+has no TPOT and no inter-token gap: those objectives cannot be missed by it.
+
+Per request, ITL is the request's worst per-token gap (``RequestRecord.itl_per_token_ns``): "every
+token arrived within the limit". A level's ITL percentile pools the tokens of all its requests, as
+the level table's ITL does, and its share counts tokens.
+
+Pure: parsing and arithmetic, no I/O, nothing heavier than the standard library.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+from specload.records import ErrorKind, RequestRecord
+
+METRICS = ("ttft", "tpot", "itl", "e2e")
+DEFAULT_ATTAINMENT = 0.90
+CONFIDENCE = 0.95
+
+_TERM = re.compile(
+    r"^(?P<metric>[a-z0-9]+?)(?:_p(?P<q>\d+(?:\.\d+)?))?\s*(?P<op><=|<|>=|>|=)\s*"
+    r"(?P<value>[0-9]*\.?[0-9]+(?:e[-+]?\d+)?)\s*(?P<unit>[a-z%]*)$"
+)
+_UNITS_MS = {"ms": 1.0, "s": 1000.0}
+
+
+class SloError(ValueError):
+    """A bad ``--slo`` spec; the message is one line for the user."""
+
+
+@dataclass(frozen=True, slots=True)
+class Objective:
+    metric: str  # ttft, tpot, itl, e2e
+    quantile: float | None  # 0.99 for p99; None: a per-request objective
+    limit_ms: float
+
+    @property
+    def name(self) -> str:
+        """``ttft_p99`` or ``ttft`` (per request)."""
+        if self.quantile is None:
+            return self.metric
+        return f"{self.metric}_p{_fmt_q(self.quantile * 100)}"
+
+    @property
+    def per_request(self) -> bool:
+        return self.quantile is None
+
+    def text(self) -> str:
+        return f"{self.name}<={_fmt_limit(self.limit_ms)}"
+
+
+@dataclass(frozen=True, slots=True)
+class SloSpec:
+    objectives: tuple[Objective, ...]
+    attainment: float = DEFAULT_ATTAINMENT  # share of requests that must meet the per-request objectives
+
+    @property
+    def per_request(self) -> tuple[Objective, ...]:
+        return tuple(o for o in self.objectives if o.quantile is None)
+
+    @property
+    def percentiles(self) -> tuple[Objective, ...]:
+        return tuple(o for o in self.objectives if o.quantile is not None)
+
+    def text(self) -> str:
+        """The spec in its canonical spelling (the record keeps this)."""
+        parts = [o.text() for o in self.objectives]
+        if self.per_request:
+            parts.append(f"attainment>={_fmt_q(self.attainment * 100)}%")
+        return ",".join(parts)
+
+    def targets(self) -> tuple[tuple[str, float], ...]:
+        """(name, the share of requests that must meet it) for each decision the level needs: one per
+        percentile objective, and ``attainment`` for the per-request objectives together."""
+        out = [(o.name, o.quantile) for o in self.percentiles]
+        if self.per_request:
+            out.append(("attainment", self.attainment))
+        return tuple(out)  # type: ignore[return-value]
+
+    def min_requests(self, confidence: float = CONFIDENCE) -> int:
+        """Fewest requests that can confirm every objective held.
+
+        A level whose n requests all meet a limit confirms "at least a share q meet it" only when
+        q^n < 1 - confidence (the chance of n successes if exactly q of all requests met it): 299
+        requests for a p99 objective, 29 for p90, 5 for p50. Fewer can never be decided "met".
+        """
+        alpha = 1.0 - confidence
+        need = 1
+        for _, q in self.targets():
+            if q >= 1.0:
+                continue
+            need = max(need, math.floor(math.log(alpha) / math.log(q)) + 1)
+        return need
+
+    def request_values(self, rec: RequestRecord) -> RequestFigures:
+        """One request's figures in ms (None where the request has none), for the checks below."""
+        if not rec.ok:
+            return RequestFigures(failed=rec.error_kind is not ErrorKind.CANCELLED, cancelled=rec.error_kind is ErrorKind.CANCELLED)
+        itl = rec.itl_per_token_ns() if any(o.metric == "itl" for o in self.objectives) else []
+        tpot = rec.tpot_ns
+        return RequestFigures(
+            ttft_ms=None if rec.ttft_ns is None else rec.ttft_ns / 1e6,
+            tpot_ms=None if tpot is None else tpot / 1e6,
+            e2e_ms=None if rec.e2e_ns is None else rec.e2e_ns / 1e6,
+            itl_max_ms=max(itl) / 1e6 if itl else None,
+            itl_ms=tuple(v / 1e6 for v in itl),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class RequestFigures:
+    """A request as the objectives see it: its latencies in ms, or that it failed."""
+
+    ttft_ms: float | None = None
+    tpot_ms: float | None = None
+    e2e_ms: float | None = None
+    itl_max_ms: float | None = None  # the worst per-token gap
+    itl_ms: tuple[float, ...] = ()  # every per-token gap (pooled by a level's ITL percentiles)
+    failed: bool = False  # an error: meets no objective
+    cancelled: bool = False  # stopped by specload: not counted
+
+    def value(self, metric: str) -> float | None:
+        """The figure a per-request objective on ``metric`` is checked against."""
+        return {"ttft": self.ttft_ms, "tpot": self.tpot_ms, "e2e": self.e2e_ms, "itl": self.itl_max_ms}[metric]
+
+    def meets(self, o: Objective) -> bool:
+        """Does this request meet ``o``'s threshold? A failed request never does; a figure the request
+        does not have (TPOT of a one-token answer) cannot be missed."""
+        if self.failed:
+            return False
+        v = self.value(o.metric)
+        return v is None or v <= o.limit_ms
+
+    def good(self, spec: SloSpec) -> bool:
+        """Meets every per-request objective (with none, every request that did not fail is good)."""
+        if self.failed or self.cancelled:
+            return False
+        return all(self.meets(o) for o in spec.per_request)
+
+
+def parse_slo(text: str) -> SloSpec:
+    """``"ttft_p99<=500ms,tpot_p50<=40ms,e2e<=10s"`` -> SloSpec, or SloError with a one-line message."""
+    if text is None or not text.strip():
+        raise SloError("--slo is empty: give objectives like 'ttft_p99<=500ms,tpot_p50<=40ms'")
+    objectives: list[Objective] = []
+    attainment: float | None = None
+    seen: set[str] = set()
+    for raw in text.split(","):
+        term = raw.strip().lower()
+        if not term:
+            continue
+        m = _TERM.match(term)
+        if m is None:
+            raise SloError(f"--slo term {raw.strip()!r}: expected METRIC[_pNN]<=LIMIT with a unit, e.g. ttft_p99<=500ms")
+        metric, q, op, value, unit = m["metric"], m["q"], m["op"], m["value"], m["unit"]
+        if metric == "attainment":
+            if q is not None:
+                raise SloError(f"--slo term {raw.strip()!r}: attainment takes no percentile")
+            if op not in (">=", ">"):
+                raise SloError(f"--slo term {raw.strip()!r}: attainment is a floor, write attainment>={value}{unit}")
+            share = float(value) / 100.0 if unit == "%" else float(value) if unit == "" else None
+            if share is None:
+                raise SloError(f"--slo term {raw.strip()!r}: attainment is a share, e.g. attainment>=95%")
+            if not 0.0 < share < 1.0:
+                raise SloError(f"--slo term {raw.strip()!r}: attainment must be between 0 and 100 % (exclusive)")
+            attainment = share
+            continue
+        if metric not in METRICS:
+            raise SloError(f"--slo term {raw.strip()!r}: unknown metric {metric!r} (use {', '.join(METRICS)})")
+        if op not in ("<=", "<"):
+            raise SloError(f"--slo term {raw.strip()!r}: latency objectives are ceilings, write {metric}<=...")
+        if unit not in _UNITS_MS:
+            if unit == "":
+                raise SloError(f"--slo term {raw.strip()!r}: the limit needs a unit, ms or s (e.g. {value}ms)")
+            raise SloError(f"--slo term {raw.strip()!r}: unknown unit {unit!r} (use ms or s)")
+        limit_ms = float(value) * _UNITS_MS[unit]
+        if not (limit_ms > 0 and math.isfinite(limit_ms)):
+            raise SloError(f"--slo term {raw.strip()!r}: the limit must be positive")
+        quantile = None
+        if q is not None:
+            pct = float(q)
+            if not 0.0 < pct < 100.0:
+                raise SloError(f"--slo term {raw.strip()!r}: the percentile must be between p0 and p100 (exclusive)")
+            quantile = pct / 100.0
+        o = Objective(metric, quantile, limit_ms)
+        if o.name in seen:
+            raise SloError(f"--slo names {o.name} twice")
+        seen.add(o.name)
+        objectives.append(o)
+    if not objectives:
+        raise SloError("--slo has no latency objective: give at least one, e.g. ttft_p99<=500ms")
+    if attainment is not None and not any(o.per_request for o in objectives):
+        raise SloError("--slo attainment applies to per-request objectives (e.g. ttft<=500ms); there are none")
+    return SloSpec(tuple(objectives), DEFAULT_ATTAINMENT if attainment is None else attainment)
+
+
+def _fmt_q(pct: float) -> str:
+    return f"{pct:.6g}"
+
+
+def _fmt_limit(ms: float) -> str:
+    if ms >= 1000 and (ms / 1000).is_integer():
+        return f"{ms / 1000:g}s"
+    return f"{ms:g}ms"

@@ -1,0 +1,240 @@
+"""The capacity search's rules, driven by made-up servers: no clock, no HTTP.
+
+Each fake server is a throughput curve T(load) and an objectives rule; ``drive`` runs the search
+loop the way the engine's driver does (next probe, looks at each quota, observe) and records what
+was probed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from specload.engine.search import (
+    MET,
+    MISSED,
+    NONE,
+    RATE,
+    UNDECIDED,
+    CapacitySearch,
+    Interval,
+    ProbeOutcome,
+    SearchSettings,
+    efficiency,
+)
+
+
+def batch_limited(max_batch: float, slope: float = 0.0) -> Callable[[float], float]:
+    """The simulator's batch model: C streams decode together up to max_batch, each step slower by
+    ``slope`` per extra sequence; beyond max_batch requests queue and throughput stays flat."""
+
+    def t(c: float) -> float:
+        b = min(c, max_batch)
+        return 1000.0 * b / (1.0 + slope * (b - 1))
+
+    return t
+
+
+def outcome(value: float, t: float, objectives: str = NONE, *, rel: float = 0.01, requests: int = 100,
+            complete: bool = True) -> ProbeOutcome:
+    return ProbeOutcome(value=value, requests=requests, objectives=objectives,
+                        throughput=Interval(t, t * (1 - rel), t * (1 + rel)), complete=complete,
+                        req_s=Interval.exact(t / 100), goodput_tok_s=Interval.exact(t))
+
+
+def drive(search: CapacitySearch, curve: Callable[[float], float],
+          objectives: Callable[[float, int], str] = lambda c, n: NONE,
+          rel: Callable[[int], float] = lambda n: 0.01, elapsed: Callable[[int], float] = lambda i: 0.0) -> list[float]:
+    probed = []
+    i = 0
+    while (plan := search.next_probe(elapsed(i))) is not None:
+        i += 1
+        probed.append(plan.value)
+        started = plan.requests
+        while True:
+            partial = outcome(plan.value, curve(plan.value), objectives(plan.value, started), rel=rel(started))
+            more = search.look(partial, started, elapsed(i))
+            if not more:
+                break
+            started += more
+        search.observe(outcome(plan.value, curve(plan.value), objectives(plan.value, started), rel=rel(started),
+                               requests=started))
+    return probed
+
+
+def test_the_knee_of_a_batch_limit_is_found_exactly() -> None:
+    s = CapacitySearch(SearchSettings())
+    probed = drive(s, batch_limited(8))
+    r = s.result()
+    assert probed[:5] == [1, 2, 4, 8, 16]  # grows geometrically until a step up adds nothing
+    assert r.best is not None and r.best.value == 8
+    assert r.knee.value == 8 and r.knee.reached
+    assert r.limited_by == "saturation" and r.reason == "found"
+
+
+def test_a_knee_inside_a_geometric_step_is_bisected_from_below() -> None:
+    # probes 8 -> 16 still gain (e = 0.25), 16 -> 32 does not: the knee is in (8, 16]
+    s = CapacitySearch(SearchSettings())
+    probed = drive(s, batch_limited(10))
+    r = s.result()
+    assert r.knee.value == 10 and r.knee.below == 9
+    assert r.best is not None and r.best.value == 10
+    assert set(probed) >= {8, 16, 32, 12, 10, 9}
+
+
+def test_a_concave_curve_with_batch_slowdown_has_its_knee_at_the_batch_limit() -> None:
+    # the simulator's default timing: each extra sequence makes a step 3 % slower; at 32 it still scales
+    # with efficiency about 0.5, so the knee is where the queue starts
+    s = CapacitySearch(SearchSettings(resolution=0.0))
+    drive(s, batch_limited(32, slope=0.03))
+    assert s.result().knee.value == 32
+    assert s.result().best.value == 32
+
+
+def test_objectives_limit_the_load_before_saturation() -> None:
+    s = CapacitySearch(SearchSettings())
+    drive(s, batch_limited(1000), objectives=lambda c, n: MET if c <= 12 else MISSED)
+    r = s.result()
+    assert r.best is not None and r.best.value == 12
+    assert r.bracket == (12, 13)
+    assert r.limited_by == "objectives"
+    assert not r.knee.reached  # throughput still scaled at every probe
+
+
+def test_a_wide_bracket_is_narrowed_to_the_resolution() -> None:
+    s = CapacitySearch(SearchSettings(resolution=0.1))
+    drive(s, batch_limited(1000), objectives=lambda c, n: MET if c <= 100 else MISSED)
+    lo, hi = s.result().bracket
+    assert lo <= 100 < hi and hi - lo <= max(1, 0.1 * lo)
+
+
+def test_undecided_objectives_get_more_requests_up_to_the_cap_then_count_as_not_met() -> None:
+    looks: list[int] = []
+
+    def objectives(c: float, n: int) -> str:
+        looks.append(n)
+        return MET if c < 8 else UNDECIDED
+
+    settings = SearchSettings(requests=20, max_looks=3, max_probes=4)
+    s = CapacitySearch(settings)
+    drive(s, batch_limited(1000), objectives)
+    r = s.result()
+    assert r.undecided == (8.0,)
+    assert r.best is not None and r.best.value == 4  # 8 could not be confirmed: not claimed
+    at_eight = [p.requests for p in r.probes if p.value == 8]
+    assert at_eight == [60]  # 20 + 20 + 20: the cap, never more
+
+
+def test_decided_probes_get_no_extra_requests() -> None:
+    s = CapacitySearch(SearchSettings(requests=20))
+    drive(s, batch_limited(8), objectives=lambda c, n: MET)
+    assert all(p.requests == 20 for p in s.result().probes)
+
+
+def test_a_noisy_step_gets_more_requests_and_noise_alone_is_not_saturation() -> None:
+    # throughput intervals of +-30 % at the base count shrink as requests are added; the search must not
+    # call a still-scaling step saturated on noise, and must look again while it straddles
+    s = CapacitySearch(SearchSettings(requests=10, max_looks=8))
+    drive(s, batch_limited(8), rel=lambda n: 3.0 / n)
+    r = s.result()
+    assert r.knee.value == 8
+    assert any(p.requests > 10 for p in r.probes)
+
+
+def test_the_start_unacceptable_goes_down_and_none_acceptable_gives_no_best() -> None:
+    s = CapacitySearch(SearchSettings(start=8))
+    probed = drive(s, batch_limited(1000), objectives=lambda c, n: MISSED)
+    r = s.result()
+    assert probed == [8, 4, 2, 1]
+    assert r.best is None and r.reason == "none acceptable"
+    assert "no load met the objectives" in r.message
+
+
+def test_a_start_above_the_limit_searches_downwards() -> None:
+    s = CapacitySearch(SearchSettings(start=32))
+    drive(s, batch_limited(1000), objectives=lambda c, n: MET if c <= 5 else MISSED)
+    assert s.result().best.value == 5
+
+
+def test_nothing_breaks_below_the_maximum() -> None:
+    s = CapacitySearch(SearchSettings(max_value=64))
+    drive(s, batch_limited(1000))
+    r = s.result()
+    assert r.reason == "not reached" and r.best.value == 64 and r.bracket == (64, None)
+    assert r.limited_by is None
+
+
+def test_max_probes_ends_the_search_with_what_was_confirmed() -> None:
+    s = CapacitySearch(SearchSettings(max_probes=5))
+    probed = drive(s, batch_limited(1000), objectives=lambda c, n: MET if c <= 100 else MISSED)
+    r = s.result()
+    assert len(probed) == 5 and r.reason == "max probes"
+    assert r.best.value == 16  # 1, 2, 4, 8, 16: all held
+    assert "ended early" in r.message or r.bracket[1] is None
+
+
+def test_the_time_budget_stops_new_probes_and_extra_requests() -> None:
+    s = CapacitySearch(SearchSettings(budget_s=30.0, requests=10, max_looks=5))
+    probed = drive(s, batch_limited(1000), objectives=lambda c, n: UNDECIDED if c == 4 else MET,
+                   elapsed=lambda i: 12.0 * i)
+    r = s.result()
+    assert probed == [1, 2, 4]  # 36 s after the third probe started: no fourth
+    assert r.reason == "time budget"
+    assert [p.requests for p in r.probes if p.value == 4] == [10]  # no extension past the budget
+
+
+def test_a_crash_aborts_without_a_best_point() -> None:
+    s = CapacitySearch(SearchSettings())
+    for _ in range(3):
+        plan = s.next_probe()
+        s.observe(outcome(plan.value, 1000 * plan.value, MET))
+    plan = s.next_probe()
+    assert plan.value == 8
+    s.abort("AttributeError: 'EAGLEWorkerV2' object has no attribute 'x'")
+    r = s.result()
+    assert r.best is None and r.reason == "crashed"
+    assert "crashed" in r.message and "up to C=4" in r.message
+    assert s.next_probe() is None
+
+
+def test_a_probe_cut_short_is_not_used() -> None:
+    s = CapacitySearch(SearchSettings())
+    plan = s.next_probe()
+    s.observe(outcome(plan.value, 1000, MISSED, complete=False))
+    s.stop()
+    r = s.result()
+    assert r.probes == () and r.best is None
+
+
+def test_rate_axis_bisects_geometrically() -> None:
+    # open loop: achieved throughput follows the offered rate up to capacity 37 req/s, then stays flat
+    s = CapacitySearch(SearchSettings(axis=RATE, start=2.0, max_value=10_000, min_value=0.1, resolution=0.05))
+    probed = drive(s, lambda r: 100.0 * min(r, 37.0))
+    r = s.result()
+    assert probed[:6] == [2, 4, 8, 16, 32, 64]
+    assert 37.0 / 1.06 <= r.knee.value <= 37.0 * 1.06
+    assert r.best is not None and abs(r.best.value - 37.0) / 37.0 < 0.06
+    assert "req/s" in r.message
+
+
+def test_efficiency_interval() -> None:
+    a = ProbeOutcome(8, 10, NONE, Interval(800, 790, 810))
+    b = ProbeOutcome(16, 10, NONE, Interval(1600, 1580, 1620))
+    e = efficiency(a, b)
+    assert e.value == pytest.approx(1.0)
+    assert e.lo < 1.0 < e.hi and e.hi - e.lo < 0.1
+    flat = ProbeOutcome(16, 10, NONE, Interval(800, 790, 810))
+    assert efficiency(a, flat).value == pytest.approx(0.0)
+
+
+def test_settings_checks() -> None:
+    with pytest.raises(ValueError):
+        SearchSettings(start=0)
+    with pytest.raises(ValueError):
+        SearchSettings(growth=1.0)
+    with pytest.raises(ValueError):
+        SearchSettings(axis="tokens")
+    assert SearchSettings().probe_requests(16) == 64
+    assert SearchSettings(min_requests=299).probe_requests(16) == 299
+    assert CapacitySearch(SearchSettings(), min_requests=299).settings.probe_requests(1) == 299
