@@ -14,6 +14,9 @@ class LevelSpec:
     concurrency: int
     requests: int | None = None  # the level ends once it has started this many requests
     duration_s: float | None = None  # ... or once it has run this long (pauses not counted)
+    # per level, for levels decided while the run goes (the capacity search): None takes the plan's
+    rate: float | None = None  # open loop at this rate, the concurrency as its cap
+    drain: bool | None = None  # wait for the level's requests before the next one
 
 
 @dataclass(frozen=True, slots=True)

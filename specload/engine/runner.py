@@ -10,6 +10,11 @@ Levels: the plan's levels run in order; a level ends after its request count or 
 held), and in drain mode the dispatcher waits for the level's requests to finish before the next.
 A concurrency change made by the user starts a new, held "manual" level, so every level in the
 table has one concurrency; releasing the hold resumes the plan with its next level.
+
+A ``LevelSource`` (the capacity search) decides levels while the run goes: while one is set, its
+levels come before the plan's remaining ones, and when a level has started its requests the source
+may ask for more in the same level (a probe whose verdict is not yet decided). Setting a source ends
+the current level; a source that has no more levels hands back to the plan.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import asyncio
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 from specload.clock import SYSTEM_CLOCK, Clock
 from specload.engine.client import StreamingClient
@@ -32,6 +38,18 @@ MAX_CONCURRENCY = 100_000
 def scaled(n: int, factor: float) -> int:
     """``n`` doubled (factor 2) or halved (factor 0.5, rounding down), never below 1."""
     return max(1, min(MAX_CONCURRENCY, round(n * factor) if factor >= 1 else n // round(1 / factor)))
+
+
+class LevelSource(Protocol):
+    """Levels decided as the run goes. Both methods are called from the dispatcher, synchronously."""
+
+    def next_level(self, level_index: int) -> LevelSpec | None:
+        """The spec of level ``level_index`` (about to start), or None: no more levels from this source."""
+        ...
+
+    def more_requests(self, level_index: int, started: int) -> int:
+        """The level has started ``started`` requests, its count so far: how many more to start (0: end)."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +77,7 @@ class RunnerState:
     paused: bool
     held: bool
     started: int  # requests started in the whole run
+    sourced: bool = False  # the current level comes from a level source (a capacity search probe)
 
 
 class Runner:
@@ -74,6 +93,7 @@ class Runner:
         on_level: Callable[[LevelSummary], None] | None = None,
         stay_open: bool = False,
         seed: int = 0,
+        source: LevelSource | None = None,
     ) -> None:
         self.client = client
         self.prompts = prompts
@@ -83,6 +103,8 @@ class Runner:
         self._on_event = on_event or (lambda e: None)
         self._on_level = on_level or (lambda s: None)
         self.stay_open = stay_open
+        self.source = source
+        self._seed = seed
         self._arrivals = Arrivals(plan.rate, plan.burstiness, seed) if plan.rate else None
         self.book = LevelBook()
         client.on_cancelled = self._finished
@@ -106,6 +128,8 @@ class Runner:
         self._level_index = -1
         self._level_number = 0
         self._level_spec: LevelSpec | None = None
+        self._level_quota: int | None = None  # the level's request count, as a source extends it
+        self._sourced = False
         self._level_started = 0
         self._level_active_ns = 0
         self._level_resumed_at: int | None = None
@@ -164,6 +188,16 @@ class Runner:
     def toggle_hold(self) -> None:
         self.set_hold(not self.held)
 
+    def set_source(self, source: LevelSource | None) -> None:
+        """Hand the levels to ``source`` (the current level ends), or take them back (None)."""
+        self.source = source
+        if source is not None:
+            self._manual = None
+            if self.held:
+                self.set_hold(False)
+            self._skip = True
+        self._wake.set()
+
     def next_level(self) -> None:
         self._skip = True
         self._emit("next", self._level_index)
@@ -195,9 +229,9 @@ class Runner:
         total: float | None = None
         unit = ""
         done: float = 0.0
-        if spec is not None and not self.held and self._level_number:
-            if spec.requests is not None:
-                total, unit, done = float(spec.requests), "requests", float(self._level_started)
+        if spec is not None and not self.held and (self._level_number or self._sourced):
+            if self._level_quota is not None:
+                total, unit, done = float(self._level_quota), "requests", float(self._level_started)
             elif spec.duration_s is not None:
                 total, unit, done = spec.duration_s, "s", self._active_ns() / 1e9
         return RunnerState(
@@ -214,6 +248,7 @@ class Runner:
             paused=self.paused,
             held=self.held,
             started=self.started,
+            sourced=self._sourced,
         )
 
     def _set_state(self) -> None:
@@ -251,16 +286,23 @@ class Runner:
 
     async def run(self) -> str:
         try:
-            if self.plan.warmup_requests and self.plan.levels:
-                warm = LevelSpec(self.plan.levels[0].concurrency, self.plan.warmup_requests, None)
+            if self.plan.warmup_requests and (self.plan.levels or self.source is not None):
+                warm = LevelSpec(self.target, self.plan.warmup_requests, None)
                 await self._run_level(warm, index=-1, number=0, warmup=True)
             index = 0
             while not self._stop:
                 manual = self._manual
+                sourced = None
+                if manual is None and self.source is not None:
+                    sourced = self.source.next_level(index)
+                    if sourced is None:
+                        self.source = None  # the source is done: the plan goes on
                 if manual is not None:
                     self._manual = None
                     self.held = True
                     spec, number = LevelSpec(manual), 0
+                elif sourced is not None:
+                    spec, number = sourced, 0
                 elif self._cursor < len(self.plan.levels):
                     spec, number = self.plan.levels[self._cursor], self._cursor + 1
                     self._cursor += 1
@@ -273,7 +315,7 @@ class Runner:
                     continue
                 else:
                     break
-                await self._run_level(spec, index=index, number=number, warmup=False)
+                await self._run_level(spec, index=index, number=number, warmup=False, sourced=sourced is not None)
                 index += 1
             if self.end_reason is None:
                 self.end_reason = "completed"
@@ -287,9 +329,13 @@ class Runner:
             self.state = "finished" if self.end_reason == "completed" else "stopped"
         return self.end_reason or "completed"
 
-    async def _run_level(self, spec: LevelSpec, *, index: int, number: int, warmup: bool) -> None:
+    async def _run_level(
+        self, spec: LevelSpec, *, index: int, number: int, warmup: bool, sourced: bool = False
+    ) -> None:
         now = self.clock.now_ns()
         self._level_index, self._level_number, self._level_spec = index, number, spec
+        self._sourced = sourced
+        self._level_quota = spec.requests
         self._level_started = 0
         self._level_active_ns = 0
         self._level_resumed_at = None if self.paused else now
@@ -298,17 +344,33 @@ class Runner:
             self.target = spec.concurrency
             self._emit("concurrency", self.target)
         if not warmup:
-            self._emit("level", {"index": index, "concurrency": spec.concurrency, "manual": number == 0})
+            value = {"index": index, "concurrency": spec.concurrency, "manual": number == 0 and not sourced}
+            if spec.rate is not None:
+                value["rate"] = spec.rate
+            if sourced:
+                value["probe"] = True
+            self._emit("level", value)
         self.book.open(index, spec.concurrency)
         plan = self.plan
+        rate = spec.rate if spec.rate is not None else plan.rate
+        if rate:
+            if self._arrivals is None:
+                self._arrivals = Arrivals(rate, plan.burstiness, self._seed)
+            self._arrivals.rate = rate
+        arrivals = self._arrivals if rate else None
+        drain = plan.drain_between_levels if spec.drain is None else spec.drain
         arrival_at: int | None = None
         while True:
             self._set_state()
             if self._stop or self._skip:
                 break
             if not (self.held and not warmup):
-                if spec.requests is not None and self._level_started >= spec.requests:
-                    break
+                if self._level_quota is not None and self._level_started >= self._level_quota:
+                    more = self.source.more_requests(index, self._level_started) if sourced and self.source else 0
+                    if more <= 0:
+                        break
+                    self._level_quota += more
+                    continue
                 if spec.duration_s is not None and self._active_ns() >= spec.duration_s * 1e9:
                     break
             if plan.max_requests is not None and self.started >= plan.max_requests:
@@ -320,18 +382,18 @@ class Runner:
             if self.paused or self.in_flight >= self.target:
                 await self._sleep_until_woken(self._time_left_s(spec))
                 continue
-            if self._arrivals is not None:
+            if arrivals is not None:
                 now = self.clock.now_ns()
                 if arrival_at is None:
-                    arrival_at = now + int(self._arrivals.next_gap_s() * 1e9)
+                    arrival_at = now + int(arrivals.next_gap_s() * 1e9)
                 if now < arrival_at:
                     left = self._time_left_s(spec)
                     await self._sleep_until_woken(min((arrival_at - now) / 1e9, 1e9 if left is None else left))
                     continue
-                arrival_at += int(self._arrivals.next_gap_s() * 1e9)
+                arrival_at += int(arrivals.next_gap_s() * 1e9)
             self._launch(index, spec.concurrency, warmup)
         self._pause_clock()
-        if (warmup or plan.drain_between_levels) and not self._stop:
+        if (warmup or drain) and not self._stop:
             self.state = "draining"
             while self.book.in_flight(index) > 0 and not self._stop:
                 if self._run_time_left_s() == 0.0:

@@ -267,3 +267,72 @@ async def test_level_figures_follow_the_pinned_server(sim) -> None:
     assert 10 * 0.99 <= lv.tpot_ms_p50 <= 10 * 2
     assert all(0.330 * 0.99 <= e <= 0.330 + 1.0 for e in e2e_s)
     assert lv.itl_ms_p50 is not None and 10 * 0.5 <= lv.itl_ms_p50 <= 10 * 2
+
+
+class ScriptedSource:
+    """A level source that plays a fixed list of levels and asks for ``extra`` more requests once."""
+
+    def __init__(self, specs: list[LevelSpec], extra: dict[int, int]) -> None:
+        self.specs = list(specs)
+        self.extra = dict(extra)
+        self.asked: list[tuple[int, int]] = []
+        self.indices: list[int] = []
+
+    def next_level(self, level_index: int) -> LevelSpec | None:
+        if not self.specs:
+            return None
+        self.indices.append(level_index)
+        return self.specs.pop(0)
+
+    def more_requests(self, level_index: int, started: int) -> int:
+        self.asked.append((level_index, started))
+        return self.extra.pop(level_index, 0)
+
+
+async def test_a_level_source_decides_levels_extends_them_and_hands_back_to_the_plan(sim) -> None:
+    server = await sim(ttft_ms=2, itl_ms=2, spec_tokens=0)
+    # the plan's own level (C=1, 3 requests) runs after the source has no more levels
+    plan = build_plan((1,), requests_per_level=3, duration_per_level=None, drain=False)
+    source = ScriptedSource([LevelSpec(2, 6, drain=True), LevelSpec(8, 10, rate=200.0, drain=True)], {0: 4})
+    runner, sink = make_runner(server.url, plan, max_tokens=3)
+    runner.source = source
+    await runner.client.start()
+    try:
+        reason = await asyncio.wait_for(runner.run(), 30)
+    finally:
+        await runner.client.close()
+    assert reason == "completed"
+    assert source.indices == [0, 1]
+    # level 0 was asked at its quota of 6 and got 4 more; then asked again at 10 and ended
+    assert source.asked[:2] == [(0, 6), (0, 10)]
+    assert [(s.level_index, s.concurrency, s.requests) for s in sink.levels] == [(0, 2, 10), (1, 8, 10), (2, 1, 3)]
+    by_level = {i: [r for r in sink.records if r.level_index == i] for i in range(3)}
+    # the source's levels drain although the plan does not
+    assert max(r.end_ns for r in by_level[0]) <= min(r.start_ns for r in by_level[1])
+    assert max(r.end_ns for r in by_level[1]) <= min(r.start_ns for r in by_level[2])
+    level_events = [e.value for e in sink.events if e.kind == "level"]
+    assert level_events[0]["probe"] is True and level_events[0]["manual"] is False
+    assert level_events[1]["rate"] == 200.0
+    assert "probe" not in level_events[2]
+
+
+async def test_setting_a_source_ends_the_current_level(sim) -> None:
+    server = await sim(ttft_ms=2, itl_ms=5, spec_tokens=0)
+    plan = build_plan((2,), requests_per_level=10_000, duration_per_level=None, drain=False, max_requests=2000)
+    runner, sink = make_runner(server.url, plan, max_tokens=5, stay_open=True)
+    await runner.client.start()
+    task = asyncio.ensure_future(runner.run())
+    try:
+        await wait_for(lambda: runner.started >= 4)
+        runner.set_hold(True)
+        source = ScriptedSource([LevelSpec(3, 6, drain=True)], {})
+        runner.set_source(source)
+        assert not runner.held
+        await wait_for(lambda: len(sink.levels) >= 2)
+        await wait_for(lambda: runner.source is None and runner.state == "finished")
+        runner.stop("interrupted")
+        await asyncio.wait_for(task, 10)
+    finally:
+        await runner.client.close()
+    assert [s.concurrency for s in sink.levels][:2] == [2, 3]
+    assert sink.levels[1].requests == 6
