@@ -9,11 +9,25 @@ The bytes come from a server, so they are bounded: an event (its data lines and 
 being read) larger than ``max_event_bytes`` raises ``SSEEventTooLarge`` rather than growing without
 end, and an unfinished line is kept as a list of pieces joined once when its line end arrives, so a
 huge line costs linear time (joining the tail to every read made a 40 MB line cost 24 s of CPU).
+
+``feed_runs`` is the steady-state path: servers serialise the plain text chunks of one response
+identically except for the text (compact JSON from vLLM, SGLang, llama.cpp, TGI), so once the client
+has parsed one such event and knows its bytes around the text (an ``EventTemplate``), a run of them
+is recognised and counted with a few C-level scans of the whole read, without splitting it into
+events. Anything else in the read (the finish and usage chunks, errors, keep-alives) is decoded as
+usual. Byte searches use ``find``/``count``, never ``in``: CPython's ``bytes.__contains__`` first
+tries its argument as an integer and formats a TypeError message each time (a third of the
+client's instructions per token when it was used per event).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 DONE = b"[DONE]"
+# unnamed events offered to ``learn`` before a stream is decoded event by event to its end (a chat
+# stream's first event is the role chunk; some servers send an empty text first)
+LEARN_TRIES = 4
 
 # No LLM server sends an event anywhere near this (SGLang's /generate repeats the whole text so far
 # in each event: 4 MiB is a million tokens of text); memory stays bounded at this per stream.
@@ -24,6 +38,52 @@ class SSEEventTooLarge(ValueError):
     """An SSE event (or a line without its end) grew past the cap; one line for the record."""
 
 
+class EventTemplate:
+    """The bytes of one stream's plain text events around their text: ``prefix + TEXT + suffix``.
+
+    ``prefix`` starts with ``data: `` and ends where the JSON string of the text starts; ``suffix``
+    starts with the quote that closes it and ends with the blank line. Built from an event the
+    client has parsed and found to be a plain text chunk (text, no finish, no usage, no error), so
+    any event with the same bytes around a non-empty text is one too. A valid JSON string cannot
+    contain the suffix (its quotes would be escaped), which is what makes counting them sound.
+    """
+
+    __slots__ = ("prefix", "suffix", "boundary", "empty", "newlines")
+
+    def __init__(self, prefix: bytes, suffix: bytes) -> None:
+        self.prefix = prefix
+        self.suffix = suffix
+        self.boundary = suffix + prefix  # one event ending where the next begins
+        self.empty = prefix + suffix  # an event with empty text
+        self.newlines = prefix.count(b"\n") + suffix.count(b"\n")  # per event: 2 (the blank line)
+
+    @classmethod
+    def around(cls, data: bytes, key: bytes) -> EventTemplate | None:
+        """The template of an event whose ``data:`` is ``data``, around the JSON string after ``key``.
+
+        ``key`` is the field with its opening quote (``b'"text":"'``). None when the key is absent or
+        appears twice, the string is empty or not closed, or the data is not one line.
+        """
+        k = data.find(key)
+        if k < 0 or data.find(b"\n") >= 0 or data.find(b"\r") >= 0:  # one line, or no template
+            return None
+        k += len(key)
+        j = k
+        while True:
+            j = data.find(b'"', j)
+            if j < 0:
+                return None
+            b = j
+            while b > k and data[b - 1] == 0x5C:  # backslashes before the quote
+                b -= 1
+            if (j - b) % 2 == 0:  # an even number of them: the quote is not escaped
+                break
+            j += 1
+        if j == k or data.find(key, j) >= 0:
+            return None
+        return cls(b"data: " + data[:k], data[j:] + b"\n\n")
+
+
 class SSEDecoder:
     """Incremental SSE decoder. ``feed`` returns the events completed by the new bytes.
 
@@ -31,9 +91,16 @@ class SSEDecoder:
     ``data`` the joined ``data:`` lines as bytes (not decoded). Lines may end in LF, CRLF or CR.
     """
 
-    __slots__ = ("_pending", "_pending_len", "_data", "_data_len", "_event", "_cr_end", "max_event_bytes")
+    __slots__ = (
+        "_pending", "_pending_len", "_data", "_data_len", "_event", "_cr_end", "max_event_bytes",
+        "learn", "template", "_tries",
+    )
 
-    def __init__(self, max_event_bytes: int = MAX_EVENT_BYTES) -> None:
+    def __init__(
+        self,
+        max_event_bytes: int = MAX_EVENT_BYTES,
+        learn: Callable[[bytes], EventTemplate | None] | None = None,
+    ) -> None:
         # the bytes after the last complete line (or, on the fast path, after the last complete
         # event, when they hold no line end), as received: joined only when a line end arrives
         self._pending: list[bytes] = []
@@ -45,28 +112,40 @@ class SSEDecoder:
         # between reads) arrives at the start of the next read and must not count as a blank line
         self._cr_end = False
         self.max_event_bytes = max_event_bytes
+        # feed_runs: given the data of an unnamed event, the stream's plain-event template or None
+        # (the client decides, by parsing the event, what counts as a plain text event)
+        self.learn = learn
+        self.template: EventTemplate | None = None
+        self._tries = 0
 
     def feed(self, chunk: bytes) -> list[tuple[str | None, bytes]]:
+        buf = self._gather(chunk)
+        return self._split(buf) if buf is not None else []
+
+    def _gather(self, chunk: bytes) -> bytes | None:
+        """The bytes to decode now: held pieces joined with the new ones, or None while the held
+        line still has no end."""
         if self._cr_end and chunk:
             self._cr_end = False
             if chunk[:1] == b"\n":
                 chunk = chunk[1:]
         pending = self._pending
-        if pending:
-            if b"\n" not in chunk and b"\r" not in chunk:
-                # still no line end: keep the piece, copy nothing (linear in the line's length)
-                pending.append(chunk)
-                self._pending_len += len(chunk)
-                if self._pending_len + self._data_len > self.max_event_bytes:
-                    self._too_large()
-                return []
+        if not pending:
+            return chunk
+        if chunk.find(b"\n") < 0 and chunk.find(b"\r") < 0:
+            # still no line end: keep the piece, copy nothing (linear in the line's length)
             pending.append(chunk)
-            buf = b"".join(pending)
-            self._pending = []
-            self._pending_len = 0
-        else:
-            buf = chunk
-        if b"\r" in buf or self._data or self._event is not None:
+            self._pending_len += len(chunk)
+            if self._pending_len + self._data_len > self.max_event_bytes:
+                self._too_large()
+            return None
+        pending.append(chunk)
+        self._pending = []
+        self._pending_len = 0
+        return b"".join(pending)
+
+    def _split(self, buf: bytes) -> list[tuple[str | None, bytes]]:
+        if buf.find(b"\r") >= 0 or self._data or self._event is not None:
             return self._feed_lines(buf)
         # Fast path, taken for nearly every LLM stream: LF line ends and events that are one
         # ``data:`` line. Whole events are cut at blank lines; anything unusual inside an event
@@ -76,12 +155,12 @@ class SSEDecoder:
         out: list[tuple[str | None, bytes]] = []
         append = out.append
         for ev in parts:
-            if ev[:6] == b"data: " and b"\n" not in ev:
+            if ev[:6] == b"data: " and ev.find(b"\n") < 0:
                 append((None, ev[6:]))
             elif ev:
                 out.extend(self._lines(ev.split(b"\n") + [b""]))
         if tail:
-            if b"\n" in tail:
+            if tail.find(b"\n") >= 0:
                 # an unfinished event with complete lines: parse them now, so that only the last
                 # partial line waits (an event of many lines is never re-split)
                 lines = tail.split(b"\n")
@@ -90,6 +169,81 @@ class SSEDecoder:
             if tail:
                 self._hold(tail)
         return out
+
+    def feed_runs(self, chunk: bytes) -> list[tuple[str | None, bytes | int]]:
+        """``feed`` that counts runs of plain text events instead of splitting them out.
+
+        Returns the events in stream order, with each run of complete events that are
+        ``template.prefix + TEXT + template.suffix`` (TEXT not empty) as one item ``(None, n)``,
+        ``n`` an int. Until the stream's template is known, the first events are split one at a time
+        and offered to ``learn`` (at most ``LEARN_TRIES`` of them), so that a response that
+        arrives in one read (the usual case for a client at its ceiling) is counted from the first
+        plain event on. When a run is not clean (another event inside it, an empty TEXT), every
+        event of the read is returned as ``feed`` returns it.
+        """
+        buf = self._gather(chunk)
+        if buf is None:
+            return []
+        if self._data or self._event is not None:
+            return self._split(buf)  # in the middle of an event: the line parser's business
+        tpl = self.template
+        if tpl is None:
+            if self.learn is None or self._tries >= LEARN_TRIES:
+                return self._split(buf)
+            out: list[tuple[str | None, bytes | int]] = []
+            while tpl is None and self._tries < LEARN_TRIES:
+                cut = buf.find(b"\n\n")
+                if cut < 0:
+                    break
+                events = self._split(buf[:cut + 2])
+                buf = buf[cut + 2:]
+                out.extend(events)
+                for name, data in events:
+                    if name is None and tpl is None:
+                        self._tries += 1
+                        tpl = self.template = self.learn(data)
+                if self._data or self._event is not None:
+                    break  # (a CR made those lines end elsewhere) the rest goes the usual way
+            if buf:
+                out.extend(self._run(buf, tpl) if tpl is not None and not self._data else self._split(buf))
+            return out
+        return self._run(buf, tpl)
+
+    def _run(self, buf: bytes, tpl: EventTemplate) -> list[tuple[str | None, bytes | int]]:
+        begin = buf.find(tpl.prefix)
+        end = buf.rfind(tpl.suffix)
+        if begin >= 0 and end > begin and (begin == 0 or buf[begin - 2:begin] == b"\n\n"):
+            end += len(tpl.suffix)
+            # [begin, end) starts with the prefix and ends with the suffix; with n - 1 suffixes
+            # each directly followed by a prefix it is n events prefix + TEXT + suffix, provided
+            # there is no other line end in it (an event or a line hidden inside a TEXT takes a
+            # newline or a CR) and no TEXT is empty.
+            n = buf.count(tpl.boundary, begin, end) + 1
+            if (
+                buf.count(b"\n", begin, end) == n * tpl.newlines
+                and buf.find(b"\r", begin, end) < 0
+                and buf.find(tpl.empty, begin, end) < 0
+            ):
+                out: list[tuple[str | None, bytes | int]] = []
+                if begin:
+                    out.extend(self._split(buf[:begin]))
+                    if self._pending or self._data or self._event is not None or self._cr_end:
+                        # the bytes before the run did not end at an event boundary after all
+                        self._reset()
+                        return self._split(buf)
+                out.append((None, n))
+                if end < len(buf):
+                    out.extend(self._split(buf[end:]))
+                return out
+        return self._split(buf)
+
+    def _reset(self) -> None:
+        self._pending = []
+        self._pending_len = 0
+        self._data = []
+        self._data_len = 0
+        self._event = None
+        self._cr_end = False
 
     def _hold(self, tail: bytes) -> None:
         self._pending = [tail]
@@ -109,7 +263,7 @@ class SSEDecoder:
         )
 
     def _feed_lines(self, buf: bytes) -> list[tuple[str | None, bytes]]:
-        if b"\r" in buf:
+        if buf.find(b"\r") >= 0:
             # CRLF and lone CR are both line ends in SSE. A CR ending this read ends its line now
             # (an event it completes is not held back a read); a LF starting the next read is then
             # the second half of that CRLF, not a blank line.

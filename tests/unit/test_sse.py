@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specload.engine.sse import DONE, SSEDecoder, SSEEventTooLarge
+from specload.engine.sse import DONE, LEARN_TRIES, EventTemplate, SSEDecoder, SSEEventTooLarge
 
 STREAM = (
     b'data: {"a":1}\n\n'
@@ -181,3 +181,166 @@ def test_any_bytes_any_split_events_come_exactly_when_completed(stream: bytes, c
     assert [e for _, e in got] == [e for _, e in ref]
     # finish() may deliver one last event not followed by a blank line, nothing else
     assert len(tail) <= 1
+
+
+# ------------------------------------------------------------------ runs of plain text events
+
+HEAD = b'{"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":'
+TAIL = b',"logprobs":null,"finish_reason":null}]}'
+KEY = b'"content":"'
+
+
+def chat_event(text: bytes) -> bytes:
+    return HEAD + b'{"content":"' + text + b'"}' + TAIL
+
+
+PLAIN = "plain"
+ROLE = HEAD + b'{"role":"assistant","content":""}' + TAIL  # ends like a plain event, starts otherwise
+FINISH = HEAD.replace(b'"delta":', b'"delta":{}') + b',"logprobs":null,"finish_reason":"length"}]}'
+USAGE = b'{"id":"c1","choices":[],"usage":{"prompt_tokens":3,"completion_tokens":9}}'
+
+
+def sse(*datas: bytes) -> bytes:
+    return b"".join(b"data: " + d + b"\n\n" for d in datas)
+
+
+def test_template_around_the_text() -> None:
+    tpl = EventTemplate.around(chat_event(b" hello"), KEY)
+    assert tpl is not None
+    assert tpl.prefix == b"data: " + HEAD + b'{"content":"'
+    assert tpl.suffix == b'"}' + TAIL + b"\n\n"
+    # escaped quotes and backslashes inside the text do not end it
+    for text in (rb"a\"b", rb"a\\", rb"\\\"", rb'\u0022'):
+        t = EventTemplate.around(chat_event(text), KEY)
+        assert t is not None and t.suffix == tpl.suffix, text
+    assert EventTemplate.around(chat_event(b""), KEY) is None  # empty text: not a text event
+    assert EventTemplate.around(USAGE, KEY) is None  # no text field
+    assert EventTemplate.around(b'{"content":"x","content":"y"}', KEY) is None  # the key twice
+    assert EventTemplate.around(b'{"content":"unterminated', KEY) is None
+
+
+def is_plain(name: str | None, data: bytes, tpl: EventTemplate) -> bool:
+    wire = b"data: " + data + b"\n\n"
+    return (name is None and wire.startswith(tpl.prefix) and wire.endswith(tpl.suffix)
+            and len(wire) > len(tpl.prefix) + len(tpl.suffix))
+
+
+def learner(calls: list[bytes]):
+    """The client's side: a plain text event (here: a chat event with text) gives the template."""
+    def learn(data: bytes) -> EventTemplate | None:
+        calls.append(data)
+        return EventTemplate.around(data, KEY) if data.startswith(HEAD + b'{"content":"') else None
+    return learn
+
+
+def run_reads(parts: list[bytes], learn) -> tuple[list, SSEDecoder]:
+    """Every event, in order; plain text events as PLAIN, whether counted in a run or returned."""
+    d = SSEDecoder(learn=learn)
+    out: list = []
+    for p in parts:
+        for name, data in d.feed_runs(p):
+            if isinstance(data, int):
+                out.extend([PLAIN] * data)
+            elif d.template is not None and is_plain(name, data, d.template):
+                out.append(PLAIN)
+            else:
+                out.append((name, data))
+    out.extend(d.finish())
+    return out, d
+
+
+STREAM_RUN = (
+    sse(ROLE)
+    + sse(*(chat_event(b" w%d" % i) for i in range(12)))
+    + b": keep-alive\n\n"
+    + sse(chat_event(rb' \"quoted\"","logprobs\":null'), chat_event(b""), ROLE, chat_event(b" back"))
+    + b"event: error\ndata: " + chat_event(b"not plain: named event") + b"\n\n"
+    + sse(*(chat_event(b" v%d" % i) for i in range(9)), FINISH, USAGE, DONE)
+)
+
+
+def expected_events(stream: bytes) -> list:
+    tpl = EventTemplate.around(chat_event(b"x"), KEY)
+    assert tpl is not None
+    return [PLAIN if is_plain(name, data, tpl) else (name, data) for name, data in decode_all([stream])]
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_feed_runs_gives_the_same_events_in_order_for_any_split(seed: int) -> None:
+    rng = random.Random(seed)
+    cuts = sorted(rng.sample(range(1, len(STREAM_RUN)), rng.randint(0, 30)))
+    parts = [STREAM_RUN[i:j] for i, j in zip([0, *cuts], [*cuts, len(STREAM_RUN)], strict=True)]
+    expected = expected_events(STREAM_RUN)
+    assert expected.count(PLAIN) == 12 + 2 + 9  # the empty one and the named event are not plain
+    calls: list[bytes] = []
+    got, d = run_reads(parts, learner(calls))
+    assert got == expected
+    assert d.template is not None and calls[:2] == [ROLE, chat_event(b" w0")]  # learnt from the first text
+
+
+def test_a_response_in_one_read_is_counted_from_its_first_plain_event() -> None:
+    calls: list[bytes] = []
+    d = SSEDecoder(learn=learner(calls))
+    body = sse(ROLE, *(chat_event(b" t%d" % i) for i in range(50)), FINISH, USAGE, DONE)
+    assert d.feed_runs(body + b'data: {"par') == [
+        (None, ROLE), (None, chat_event(b" t0")), (None, 49), (None, FINISH), (None, USAGE), (None, DONE)]
+    assert d.pending_bytes > 0  # the unfinished event waits for the next read
+    assert d.feed_runs(b'tial":1}\n\n') == [(None, b'{"partial":1}')]
+    assert len(calls) == 2
+
+
+def test_learning_gives_up_after_a_few_events() -> None:
+    calls: list[bytes] = []
+    d = SSEDecoder(learn=learner(calls))
+    body = sse(*(USAGE for _ in range(10)))  # never a text event: continuous usage, say
+    assert d.feed_runs(body) == [(None, USAGE)] * 10
+    assert d.feed_runs(body) == [(None, USAGE)] * 10
+    assert len(calls) == LEARN_TRIES and d.template is None
+
+
+def test_feed_runs_falls_back_when_an_event_inside_the_run_differs() -> None:
+    # an empty text, a role chunk (same suffix, other prefix), malformed events, and line ends
+    # inside a text (an SSE line end there would hide a line or an event)
+    odds = (chat_event(b""), ROLE, b"{not json", chat_event(b"a") + b"junk", chat_event(b"a\nb"),
+            chat_event(b"a\rb"), chat_event(b"a\r\n\r\nb"), chat_event(b"a") + b"\n\n\ndata: " + chat_event(b"b"))
+    for odd in odds:
+        d = SSEDecoder(learn=learner([]))
+        d.template = EventTemplate.around(chat_event(b"x"), KEY)
+        body = sse(chat_event(b"a"), odd, chat_event(b"b"))
+        assert d.feed_runs(body) == decode_all([body]), odd
+    assert EventTemplate.around(chat_event(b"a\nb"), KEY) is None
+    assert EventTemplate.around(chat_event(b"a\rb"), KEY) is None
+
+
+FRAGMENTS = [
+    *(sse(chat_event(t)) for t in (b" a", b" bb", rb"\"q\"", rb"x\\", b"")),
+    sse(*(chat_event(b" r%d" % i) for i in range(12))), sse(*(chat_event(b" s%d" % i) for i in range(12))),
+    sse(ROLE), sse(FINISH), sse(USAGE), sse(DONE), b": keep-alive\n\n", b"event: error\ndata: boom\n\n",
+    b"data: " + chat_event(b"crlf") + b"\r\n\r\n", sse(chat_event(b"cr\rin text")), b"\n", b"\r", b"data: ", b"junk", b'"},"logprobs"',
+]
+
+
+@settings(max_examples=300, deadline=None)
+@given(parts=st.lists(st.sampled_from(FRAGMENTS), max_size=40),
+       cuts=st.lists(st.integers(min_value=0, max_value=4000), max_size=12))
+def test_feed_runs_any_mix_any_split_gives_the_events_feed_gives(parts: list[bytes], cuts: list[int]) -> None:
+    """Property: whatever the stream (plain events, other events, junk, CR line ends) and however it
+    is split, feed_runs gives the events feed gives, in order, each in the same read, with runs
+    standing for plain text events only."""
+    stream = b"".join(parts)
+    points = sorted({c for c in cuts if 0 < c < len(stream)}) + [len(stream)]
+    tpl = EventTemplate.around(chat_event(b"x"), KEY)
+    assert tpl is not None
+    plain, runs = SSEDecoder(), SSEDecoder(learn=learner([]))
+    prev = 0
+    for p in points:
+        want = [PLAIN if is_plain(n, e, tpl) else (n, e) for n, e in plain.feed(stream[prev:p])]
+        got: list = []
+        for n, e in runs.feed_runs(stream[prev:p]):
+            if isinstance(e, int):
+                got.extend([PLAIN] * e)
+            else:
+                got.append(PLAIN if is_plain(n, e, tpl) else (n, e))
+        assert got == want, (stream, points, p)
+        prev = p
+    assert runs.finish() == plain.finish()
