@@ -78,6 +78,7 @@ class RunConfig:
     sim_args: tuple[str, ...] = ()  # options for the built-in simulator when no URL is given
     seed: int = 0
     workers: int = 1
+    on_worker_death: str = "continue"  # continue (on the other workers) or stop
 
     def api_key(self) -> str | None:
         name = self.target.api_key_env
@@ -138,6 +139,7 @@ class RunConfig:
             "sim_args": [redact_command(a) for a in self.sim_args],
             "seed": self.seed,
             "workers": self.workers,
+            "on_worker_death": self.on_worker_death,
         }
 
 

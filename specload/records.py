@@ -23,6 +23,8 @@ class ErrorKind(StrEnum):
     MALFORMED = "malformed"  # the response could not be parsed (bad SSE, bad JSON, no end of stream)
     STREAM_ERROR = "stream_error"  # the server reported an error inside a 200 stream (`{"error": ...}`)
     CANCELLED = "cancelled"  # specload itself stopped the request (quit, Ctrl-C, stop on crash)
+    # the load worker (process or Ray actor) sending it died: what the server did is unknown
+    LOST = "lost"
 
 
 @dataclass(frozen=True, slots=True)

@@ -43,6 +43,7 @@ EXIT_ERROR = 1
 EXIT_CRASHED = 3
 EXIT_SERVER_DOWN = 4
 EXIT_ALL_FAILED = 5  # headless: the run completed but not one request succeeded
+EXIT_WORKER_LOST = 6  # a load worker died and the run stopped (all of them, or --on-worker-death stop)
 EXIT_INTERRUPTED = 130
 
 _LISTENING = re.compile(r"listening on (https?://\S+)")
@@ -179,6 +180,7 @@ class Session:
                     "completed": EXIT_OK,
                     "crashed": EXIT_CRASHED,
                     "server down": EXIT_SERVER_DOWN,
+                    "worker lost": EXIT_WORKER_LOST,
                     "interrupted": self._interrupted_code(),
                 }.get(reason, EXIT_OK)
                 outcome = (reason, code, None)
@@ -373,6 +375,8 @@ class Session:
             on_tokens=self.stats.on_tokens,
             scrubber=self.scrub,
         )
+        if hasattr(self.client, "on_worker_lost"):
+            self.client.on_worker_lost = self._worker_lost
         await self.client.start()
         self.runner = Runner(
             self.client,
@@ -519,7 +523,8 @@ class Session:
             except RecordError:
                 pass
         if self.recorder is not None and not self.recorder.closed:
-            end = {"server down": "stopped", "error": "crashed" if self.stats.snapshot().crashes else "stopped"}
+            end = {"server down": "stopped", "worker lost": "stopped",
+                   "error": "crashed" if self.stats.snapshot().crashes else "stopped"}
             self.recorder.close(end.get(reason, reason))
         if self.recorder is not None and self.recorder.error is not None:
             r = self.recorder
@@ -568,6 +573,18 @@ class Session:
         elif self.on_crash == "stop":
             self._end_reason = self._end_reason or "crashed"
             self.runner.stop("crashed")
+            self.runner.cancel_in_flight()
+
+    def _worker_lost(self, index: int, why: str, left: int) -> None:
+        """A load worker died (``--workers``): its in-flight requests come back as ``lost``
+        records; the run goes on with the others, or stops when none is left or the user said so."""
+        stop = left == 0 or self.cfg.on_worker_death == "stop"
+        self._event(RunEvent(self.clock.now_ns(), "worker_lost", {"worker": index, "detail": why, "left": left}))
+        then = "stopping" if stop else f"continuing on {left} worker{'s' if left != 1 else ''}"
+        self._notice(f"load {why}: its requests in flight are recorded as lost; {then}")
+        if stop and self.runner is not None:
+            self._end_reason = self._end_reason or "worker lost"
+            self.runner.stop("stopped")
             self.runner.cancel_in_flight()
 
     def _health_change(self, ev: RunEvent, detail: str) -> None:

@@ -12,6 +12,13 @@ in; ``rec``, ``tokens``, ``load`` out). Because it is messages and not shared me
 split can later run across machines: a worker is anything that speaks these lines (README:
 "More than one core"). Times are ``perf_counter_ns`` (CLOCK_MONOTONIC), which all processes on one
 machine share, so records from every worker sit on one timeline.
+
+A worker that dies (its pipe closes, it exits or is killed, it sends a line that is not the
+protocol, or it stays silent for ``heartbeat_timeout_s`` although it reports every second) is taken
+out of the pool at once: nothing more is sent to it, each request it had in flight comes back as a
+``lost`` record naming it (the server may or may not have finished it), and ``on_worker_lost`` tells
+the session, which continues on the others or stops the run. Without that, a dead worker's
+requests were awaited forever and the least-busy choice kept sending it more.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import os
+import signal
 import sys
 import time
 from collections.abc import Callable
@@ -57,21 +65,40 @@ def record_from_wire(d: dict) -> RequestRecord:
 
 
 class _Worker:
-    def __init__(self, index: int, proc: asyncio.subprocess.Process) -> None:
+    def __init__(self, index: int, proc: asyncio.subprocess.Process, now: float) -> None:
         self.index = index
         self.proc = proc
         self.in_flight = 0
         self.cpu_pct: float | None = None
         self.lag_ms: float | None = None
         self.lag_wait_ms: float | None = None  # of the worst delay, the time spent waiting for a CPU
+        self.alive = True
+        self.last_seen = now  # loop time of the last line read from it
+        self.why: str | None = None  # set when the pool itself ends the worker (silent, bad line)
+
+    @property
+    def name(self) -> str:
+        return f"worker {self.index} (pid {self.proc.pid})"
 
     def write(self, obj: dict) -> None:
         assert self.proc.stdin is not None
         self.proc.stdin.write(orjson.dumps(obj) + b"\n")
 
 
-class WorkerError(RuntimeError):
-    pass
+class WorkerLost(RuntimeError):
+    """The worker a request was sent to died; the message names it and says how."""
+
+
+def exit_description(code: int | None) -> str:
+    if code is None:
+        return "stopped answering"
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"was killed by {name}"
+    return f"exited with code {code}"
 
 
 class WorkerPoolClient:
@@ -89,9 +116,11 @@ class WorkerPoolClient:
         keepalive: bool = True,
         on_tokens: Callable[[int, int], None] | None = None,
         scrubber: Scrubber | None = None,
+        heartbeat_timeout_s: float = 30.0,
         **_: object,
     ) -> None:
         self.n = n
+        self.heartbeat_timeout_s = heartbeat_timeout_s
         self._init = {
             "op": "init",
             "base_url": base_url,
@@ -114,85 +143,177 @@ class WorkerPoolClient:
         }
         self.on_tokens = on_tokens or (lambda t, n: None)
         self.on_cancelled: Callable[[RequestRecord], None] = lambda rec: None
+        # (worker index, what happened, workers still alive): set by the session, which records an
+        # event and continues or stops the run.
+        self.on_worker_lost: Callable[[int, str, int], None] = lambda index, why, left: None
         self._workers: list[_Worker] = []
+        self._alive: list[_Worker] = []
         self._pending: dict[int, tuple[asyncio.Future, _Worker]] = {}
-        self._readers: list[asyncio.Task] = []
+        self._tasks: list[asyncio.Task] = []
         self._closing = False
 
     @property
     def worker_loads(self) -> list[tuple[float | None, float | None, float | None]]:
-        return [(w.cpu_pct, w.lag_ms, w.lag_wait_ms) for w in self._workers]
+        return [(w.cpu_pct, w.lag_ms, w.lag_wait_ms) for w in self._alive]
+
+    @property
+    def workers_alive(self) -> int:
+        return len(self._alive)
+
+    @property
+    def worker_pids(self) -> list[int]:
+        return [w.proc.pid for w in self._workers]
+
+    @property
+    def worker_in_flight(self) -> list[int]:
+        return [w.in_flight if w.alive else 0 for w in self._workers]
 
     async def start(self) -> None:
         if self._workers:
             return
+        loop = asyncio.get_running_loop()
         for i in range(self.n):
             proc = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "specload.engine.workers",
                 stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, limit=_STREAM_LIMIT,
             )
-            w = _Worker(i, proc)
+            w = _Worker(i, proc, loop.time())
             w.write(self._init)
             self._workers.append(w)
-            self._readers.append(asyncio.ensure_future(self._read(w)))
+            self._alive.append(w)
+            self._tasks.append(asyncio.ensure_future(self._read(w)))
+        self._tasks.append(asyncio.ensure_future(self._watch_silence()))
 
     async def _read(self, w: _Worker) -> None:
         assert w.proc.stdout is not None
         on_tokens = self.on_tokens
-        while True:
-            line = await w.proc.stdout.readline()
-            if not line:
-                break
-            msg = orjson.loads(line)
-            op = msg.get("op")
-            if op == "tokens":
-                on_tokens(msg["t"], msg["n"])
-            elif op == "rec":
-                entry = self._pending.pop(msg["request_id"], None)
-                if entry is not None:
-                    w.in_flight -= 1
-                    if not entry[0].done():
-                        entry[0].set_result(record_from_wire(msg))
-            elif op == "load":
-                w.cpu_pct, w.lag_ms, w.lag_wait_ms = msg["cpu"], msg["lag"], msg.get("wait")
-        # the worker is gone: its requests cannot finish
+        loop = asyncio.get_running_loop()
+        try:
+            while True:
+                line = await w.proc.stdout.readline()
+                if not line:
+                    break
+                w.last_seen = loop.time()
+                try:
+                    msg = orjson.loads(line)
+                    op = msg.get("op")
+                    if op == "tokens":
+                        on_tokens(msg["t"], msg["n"])
+                    elif op == "rec":
+                        entry = self._pending.pop(msg["request_id"], None)
+                        if entry is not None:
+                            w.in_flight -= 1
+                            if not entry[0].done():
+                                entry[0].set_result(record_from_wire(msg))
+                    elif op == "load":
+                        w.cpu_pct, w.lag_ms, w.lag_wait_ms = msg["cpu"], msg["lag"], msg.get("wait")
+                except (orjson.JSONDecodeError, AttributeError, KeyError, TypeError, ValueError) as e:
+                    # not the protocol: nothing it says can be trusted any more
+                    w.why = f"sent a line that is not the worker protocol ({type(e).__name__}); killed"
+                    break
+        except (ConnectionError, asyncio.LimitOverrunError, ValueError) as e:
+            w.why = f"its pipe failed ({type(e).__name__}); killed"
+        await self._gone(w)
+
+    async def _gone(self, w: _Worker) -> None:
+        """The worker's output ended: reap it and, unless the pool is closing, report it lost."""
+        if w.why is not None and w.proc.returncode is None:
+            w.proc.kill()
+        try:
+            async with asyncio.timeout(5):
+                code = await w.proc.wait()
+        except TimeoutError:
+            # it closed its output but lives on: of no use any more
+            w.proc.kill()
+            code = await w.proc.wait()
+        if not w.alive:
+            return
+        w.alive = False
+        self._alive = [x for x in self._alive if x.alive]
+        why = f"{w.name} {w.why or exit_description(code)}"
+        if self._closing:
+            self._fail_pending(w, why + " while specload was stopping")
+            return
+        # Its requests are failed first, the session told second, in the same loop step: the
+        # runner, told to stop, launches nothing more before their tasks wake up.
+        self._fail_pending(w, why)
+        self.on_worker_lost(w.index, why, len(self._alive))
+
+    def _fail_pending(self, w: _Worker, why: str) -> None:
         for rid, (fut, owner) in list(self._pending.items()):
-            if owner is w and not fut.done():
-                fut.set_exception(WorkerError(f"worker {w.index} exited"))
+            if owner is w:
                 self._pending.pop(rid, None)
+                if not fut.done():
+                    fut.set_exception(WorkerLost(why))
+        w.in_flight = 0
+
+    async def _watch_silence(self) -> None:
+        """A worker reports its load every second; one silent for ``heartbeat_timeout_s`` is hung
+        (stopped, deadlocked) and is killed, which its reader then reports as a lost worker."""
+        loop = asyncio.get_running_loop()
+        last = loop.time()
+        while True:
+            await asyncio.sleep(1.0)
+            now = loop.time()
+            if now - last > 5.0:
+                # this loop itself was held up: a worker's silence may be ours, judge nothing
+                for w in self._alive:
+                    w.last_seen = max(w.last_seen, now)
+            last = now
+            for w in self._alive:
+                if w.why is None and now - w.last_seen > self.heartbeat_timeout_s:
+                    w.why = f"sent nothing for {self.heartbeat_timeout_s:g} s (hung or stopped); killed"
+                    w.proc.kill()
 
     async def send(
         self, prompt: str, *, request_id: int = 0, level: int = 0, level_index: int = 0, warmup: bool = False
     ) -> RequestRecord:
-        w = min(self._workers, key=lambda x: x.in_flight)
+        start = time.perf_counter_ns()
+        if not self._alive:
+            return self._lost_record(request_id, level, level_index, warmup, start, "no load worker left")
+        w = min(self._alive, key=lambda x: x.in_flight)
         fut: asyncio.Future = asyncio.get_running_loop().create_future()
         self._pending[request_id] = (fut, w)
         w.in_flight += 1
-        start = time.perf_counter_ns()
-        w.write({"op": "send", "id": request_id, "prompt": prompt, "level": level, "level_index": level_index,
-                 "warmup": warmup})
+        try:
+            w.write({"op": "send", "id": request_id, "prompt": prompt, "level": level, "level_index": level_index,
+                     "warmup": warmup})
+        except (ConnectionError, RuntimeError):
+            pass  # its pipe is closing: the reader reports the worker lost and fails this request
         try:
             return await fut
         except asyncio.CancelledError:
-            if not self._closing:
-                w.write({"op": "cancel", "id": request_id})
+            if not self._closing and w.alive:
+                try:
+                    w.write({"op": "cancel", "id": request_id})
+                except (ConnectionError, RuntimeError):
+                    pass
             try:
-                rec = await asyncio.wait_for(asyncio.shield(fut), 5)
-            except (TimeoutError, asyncio.CancelledError, WorkerError):
+                async with asyncio.timeout(5):
+                    rec = await asyncio.shield(fut)
+            except WorkerLost as e:
+                # the worker died first (a run stopped because of it cancels every request): the
+                # request was lost, not cancelled
+                rec = self._lost_record(request_id, level, level_index, warmup, start, str(e))
+            except (TimeoutError, asyncio.CancelledError):
                 self._pending.pop(request_id, None)
                 now = time.perf_counter_ns()
                 rec = RequestRecord(request_id, level, level_index, warmup, start, now, None, None, 0, True, None, 0,
                                     error_kind=ErrorKind.CANCELLED, error_detail="cancelled by specload")
             self.on_cancelled(rec)
             raise
-        except WorkerError as e:
-            now = time.perf_counter_ns()
-            return RequestRecord(request_id, level, level_index, warmup, start, now, None, None, 0, True, None, 0,
-                                 error_kind=ErrorKind.CANCELLED, error_detail=str(e))
+        except WorkerLost as e:
+            return self._lost_record(request_id, level, level_index, warmup, start, str(e))
+
+    @staticmethod
+    def _lost_record(rid: int, level: int, level_index: int, warmup: bool, start: int, why: str) -> RequestRecord:
+        now = time.perf_counter_ns()
+        return RequestRecord(rid, level, level_index, warmup, start, now, None, None, 0, True, None, 0,
+                             error_kind=ErrorKind.LOST, error_detail=why)
 
     async def close(self) -> None:
         self._closing = True
-        for w in self._workers:
+        for w in self._alive:
             try:
                 w.write({"op": "exit"})
             except (ConnectionError, RuntimeError):
@@ -204,10 +325,18 @@ class WorkerPoolClient:
             except TimeoutError:
                 w.proc.kill()
                 await w.proc.wait()
-        for t in self._readers:
+        # the readers end on their own once the workers' output closes; the silence watch does not
+        readers, watch = self._tasks[:-1], self._tasks[-1:]
+        try:
+            async with asyncio.timeout(10):
+                await asyncio.gather(*readers, return_exceptions=True)
+        except TimeoutError:
+            pass
+        for t in self._tasks:
             t.cancel()
-        await asyncio.gather(*self._readers, return_exceptions=True)
+        await asyncio.gather(*readers, *watch, return_exceptions=True)
         self._workers.clear()
+        self._alive.clear()
 
     async def __aenter__(self) -> WorkerPoolClient:
         await self.start()
@@ -304,8 +433,6 @@ async def _worker_main() -> None:
 
 
 def main() -> None:
-    import signal
-
     # Ctrl-C in the terminal reaches the whole process group: the main process decides what
     # happens to in-flight requests (recorded as cancelled), so workers ignore it.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
