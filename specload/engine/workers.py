@@ -101,6 +101,75 @@ def exit_description(code: int | None) -> str:
     return f"exited with code {code}"
 
 
+def worker_init(
+    base_url: str,
+    flavour: str,
+    options: RequestOptions,
+    *,
+    headers: dict[str, str] | None,
+    stall_timeout_s: float,
+    request_timeout_s: float | None,
+    connect_timeout_s: float,
+    keepalive: bool,
+    scrubber: Scrubber | None,
+) -> dict:
+    """What a worker (process or Ray actor) needs to build its ``StreamingClient``, as plain data."""
+    return {
+        "op": "init",
+        "base_url": base_url,
+        "flavour": flavour,
+        "options": {
+            "model": options.model,
+            "max_tokens": options.max_tokens,
+            "ignore_eos": options.ignore_eos,
+            "continuous_usage": options.continuous_usage,
+            "temperature": options.temperature,
+            "extra_body": [list(kv) for kv in options.extra_body],
+        },
+        # secrets travel as data, never on a command line where `ps` would show them
+        "headers": headers or {},
+        "stall_timeout_s": stall_timeout_s,
+        "request_timeout_s": request_timeout_s,
+        "connect_timeout_s": connect_timeout_s,
+        "keepalive": keepalive,
+        "secrets": list(scrubber.values) if scrubber is not None else [],
+    }
+
+
+def client_from_init(
+    init: dict, on_tokens: Callable[[int, int], None], on_cancelled: Callable[[RequestRecord], None]
+) -> StreamingClient:
+    o = init["options"]
+    return StreamingClient(
+        init["base_url"],
+        init["flavour"],
+        RequestOptions(
+            model=o["model"], max_tokens=o["max_tokens"], ignore_eos=o["ignore_eos"],
+            continuous_usage=o["continuous_usage"], temperature=o["temperature"],
+            extra_body=tuple(tuple(kv) for kv in o["extra_body"]),
+        ),
+        headers=init["headers"],
+        stall_timeout_s=init["stall_timeout_s"],
+        request_timeout_s=init["request_timeout_s"],
+        connect_timeout_s=init["connect_timeout_s"],
+        keepalive=init["keepalive"],
+        on_tokens=on_tokens,
+        on_cancelled=on_cancelled,
+        scrubber=Scrubber(init["secrets"]),
+    )
+
+
+def lost_record(rid: int, level: int, level_index: int, warmup: bool, start: int, why: str) -> RequestRecord:
+    """The record of a request whose worker died: no response known, the worker named in ``why``."""
+    return RequestRecord(rid, level, level_index, warmup, start, time.perf_counter_ns(), None, None, 0, True,
+                         None, 0, error_kind=ErrorKind.LOST, error_detail=why)
+
+
+def cancelled_record(rid: int, level: int, level_index: int, warmup: bool, start: int) -> RequestRecord:
+    return RequestRecord(rid, level, level_index, warmup, start, time.perf_counter_ns(), None, None, 0, True,
+                         None, 0, error_kind=ErrorKind.CANCELLED, error_detail="cancelled by specload")
+
+
 class WorkerPoolClient:
     def __init__(
         self,
@@ -121,26 +190,11 @@ class WorkerPoolClient:
     ) -> None:
         self.n = n
         self.heartbeat_timeout_s = heartbeat_timeout_s
-        self._init = {
-            "op": "init",
-            "base_url": base_url,
-            "flavour": flavour,
-            "options": {
-                "model": options.model,
-                "max_tokens": options.max_tokens,
-                "ignore_eos": options.ignore_eos,
-                "continuous_usage": options.continuous_usage,
-                "temperature": options.temperature,
-                "extra_body": [list(kv) for kv in options.extra_body],
-            },
-            # secrets travel over the pipe, never on a command line where `ps` would show them
-            "headers": headers or {},
-            "stall_timeout_s": stall_timeout_s,
-            "request_timeout_s": request_timeout_s,
-            "connect_timeout_s": connect_timeout_s,
-            "keepalive": keepalive,
-            "secrets": list(scrubber.values) if scrubber is not None else [],
-        }
+        self._init = worker_init(
+            base_url, flavour, options, headers=headers, stall_timeout_s=stall_timeout_s,
+            request_timeout_s=request_timeout_s, connect_timeout_s=connect_timeout_s, keepalive=keepalive,
+            scrubber=scrubber,
+        )
         self.on_tokens = on_tokens or (lambda t, n: None)
         self.on_cancelled: Callable[[RequestRecord], None] = lambda rec: None
         # (worker index, what happened, workers still alive): set by the session, which records an
@@ -270,7 +324,7 @@ class WorkerPoolClient:
     ) -> RequestRecord:
         start = time.perf_counter_ns()
         if not self._alive:
-            return self._lost_record(request_id, level, level_index, warmup, start, "no load worker left")
+            return lost_record(request_id, level, level_index, warmup, start, "no load worker left")
         w = min(self._alive, key=lambda x: x.in_flight)
         fut: asyncio.Future = asyncio.get_running_loop().create_future()
         self._pending[request_id] = (fut, w)
@@ -294,22 +348,14 @@ class WorkerPoolClient:
             except WorkerLost as e:
                 # the worker died first (a run stopped because of it cancels every request): the
                 # request was lost, not cancelled
-                rec = self._lost_record(request_id, level, level_index, warmup, start, str(e))
+                rec = lost_record(request_id, level, level_index, warmup, start, str(e))
             except (TimeoutError, asyncio.CancelledError):
                 self._pending.pop(request_id, None)
-                now = time.perf_counter_ns()
-                rec = RequestRecord(request_id, level, level_index, warmup, start, now, None, None, 0, True, None, 0,
-                                    error_kind=ErrorKind.CANCELLED, error_detail="cancelled by specload")
+                rec = cancelled_record(request_id, level, level_index, warmup, start)
             self.on_cancelled(rec)
             raise
         except WorkerLost as e:
-            return self._lost_record(request_id, level, level_index, warmup, start, str(e))
-
-    @staticmethod
-    def _lost_record(rid: int, level: int, level_index: int, warmup: bool, start: int, why: str) -> RequestRecord:
-        now = time.perf_counter_ns()
-        return RequestRecord(rid, level, level_index, warmup, start, now, None, None, 0, True, None, 0,
-                             error_kind=ErrorKind.LOST, error_detail=why)
+            return lost_record(request_id, level, level_index, warmup, start, str(e))
 
     async def close(self) -> None:
         self._closing = True
@@ -360,30 +406,13 @@ async def _worker_main() -> None:
         out.write(orjson.dumps(obj) + b"\n")
 
     init = orjson.loads(await reader.readline())
-    o = init["options"]
     tokens = [0, 0]  # [count since last report, last time]
 
     def on_tokens(t: int, n: int) -> None:
         tokens[0] += n
         tokens[1] = t
 
-    client = StreamingClient(
-        init["base_url"],
-        init["flavour"],
-        RequestOptions(
-            model=o["model"], max_tokens=o["max_tokens"], ignore_eos=o["ignore_eos"],
-            continuous_usage=o["continuous_usage"], temperature=o["temperature"],
-            extra_body=tuple(tuple(kv) for kv in o["extra_body"]),
-        ),
-        headers=init["headers"],
-        stall_timeout_s=init["stall_timeout_s"],
-        request_timeout_s=init["request_timeout_s"],
-        connect_timeout_s=init["connect_timeout_s"],
-        keepalive=init["keepalive"],
-        on_tokens=on_tokens,
-        on_cancelled=lambda rec: emit(record_to_wire(rec)),
-        scrubber=Scrubber(init["secrets"]),
-    )
+    client = client_from_init(init, on_tokens, lambda rec: emit(record_to_wire(rec)))
     await client.start()
     tasks: dict[int, asyncio.Task] = {}
 
