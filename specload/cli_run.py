@@ -7,6 +7,7 @@ in a one-line error and exit status 2; a target that cannot be reached in exit s
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 import sys
 from collections.abc import Callable
@@ -102,6 +103,8 @@ def load_options(f: Callable) -> Callable:
         click.option("--workers", type=int, default=1, show_default=True,
                      help="Processes sending the load (each its own event loop)."),
         click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON on stdout."),
+        click.option("--label", help="Name of this run in comparisons ('specload report A B'); kept in the "
+                                     "record (default: the record's file name)."),
     ]
     for o in reversed(opts):
         f = o(f)
@@ -222,6 +225,7 @@ def build_config(p: dict, *, ui: bool) -> RunConfig:
         sim_args=sim_args,
         seed=p["seed"],
         workers=p["workers"],
+        label=p.get("label") or None,
     )
 
 
@@ -247,6 +251,8 @@ def _config_or_exit(params: dict, *, ui: bool) -> RunConfig:
         cfg = build_config(params, ui=ui)
     except (ConfigError, PlanError, PromptError) as e:
         _fail(str(e))
+    # the command line as given, for the record (secrets are masked when it is written)
+    cfg = dataclasses.replace(cfg, command=shlex.join(["specload", *sys.argv[1:]]))
     if cfg.request.dataset or cfg.request.prompt_file:
         from specload.engine.prompts import PromptSource
 

@@ -79,6 +79,8 @@ class RunConfig:
     seed: int = 0
     workers: int = 1
     on_worker_death: str = "continue"  # continue (on the other workers) or stop
+    label: str | None = None  # names the run in comparisons (report A B); the file name otherwise
+    command: str | None = None  # the command line that started the run (secrets masked), for reports
 
     def api_key(self) -> str | None:
         name = self.target.api_key_env
@@ -140,6 +142,8 @@ class RunConfig:
             "seed": self.seed,
             "workers": self.workers,
             "on_worker_death": self.on_worker_death,
+            "label": self.label,
+            "command": redact_command(self.command),
         }
 
 

@@ -1,0 +1,305 @@
+"""The run model: a recorded run, from whatever file it came from, as one shape for reports.
+
+``load_run(path)`` reads a file into a ``Run``: its label, source, kind, a description (target, model,
+API, request shape, tool version, command), its levels as ``LevelRequests`` (the requests as numpy
+columns, plus the source's own level summaries) and its timeline (events, server samples, crashes,
+client load). ``specload report``, the comparison, the plots and the capacity search read runs only
+through this, so a reader for another tool's result files (``vllm bench serve``, SGLang's
+``bench_serving``) is one function that returns a ``Run``, registered with ``register_reader``.
+
+What a source lacks is ``None``, never zero or empty: a timeline list that is ``None`` means the
+source has no such lines (a peer tool's file has no server samples), while ``()`` means the source
+could have had them and there were none (a specload run without a crash). Columns of a level follow
+the same rule (see ``LevelRequests``). ``Run.lacks(...)`` answers it by name.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from specload.record.reader import RecordData, RecordReadError, read_record
+from specload.stats.level_metrics import LevelRequests
+from specload.stats.levels import LevelSummary
+
+
+class RunReadError(RecordReadError):
+    """A file that is not a run any reader understands, or that cannot be read; one line."""
+
+
+@dataclass(frozen=True)
+class RunDescription:
+    """What was run, as far as the source says (None: it does not say)."""
+
+    tool: str  # "specload", "vllm bench serve", "sglang bench_serving"
+    version: str | None = None  # the tool's version
+    target: str | None = None  # the server's URL (specload: None for the built-in simulator)
+    model: str | None = None
+    api: str | None = None  # chat, completions, generate
+    max_tokens: int | None = None
+    ignore_eos: bool | None = None
+    prompt_tokens: int | None = None  # requested (synthetic prompts); the levels have the counted ones
+    prompt_source: str | None = None  # synthetic, text, file, dataset
+    rate: float | None = None  # open loop: requests/s (None: closed loop)
+    command: str | None = None  # the command line, secrets masked
+    started_at: str | None = None
+    sim_args: tuple[str, ...] | None = None  # the built-in simulator's options, when it was the target
+    config: dict = field(default_factory=dict)  # everything else the source recorded
+
+    def request_shape(self) -> dict:
+        """The fields two runs must share for their figures to compare."""
+        return {
+            "api": self.api,
+            "model": self.model,
+            "max_tokens": self.max_tokens,
+            "ignore_eos": self.ignore_eos,
+            "prompt_tokens": self.prompt_tokens,
+            "prompt_source": self.prompt_source,
+            "rate": self.rate,
+        }
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """The run's lines over time, each a tuple of dicts as in the record (``t_s`` seconds since the run
+    started); ``None``: the source has no such lines."""
+
+    events: tuple[dict, ...] | None = None
+    server: tuple[dict, ...] | None = None
+    crashes: tuple[dict, ...] | None = None
+    client: tuple[dict, ...] | None = None
+
+    def server_series(self, key: str) -> tuple[np.ndarray, np.ndarray] | None:
+        """(t_s, value) of the server samples that carry ``key`` (e.g. ``accept_len``); None when the
+        source has no server samples or none carries it."""
+        if self.server is None:
+            return None
+        pts = [(s["t_s"], s[key]) for s in self.server if isinstance(s.get(key), (int, float))
+               and isinstance(s.get("t_s"), (int, float))]
+        if not pts:
+            return None
+        a = np.asarray(pts, dtype=np.float64)
+        return a[:, 0], a[:, 1]
+
+
+@dataclass(frozen=True)
+class Run:
+    label: str
+    source: str  # the file it was read from
+    kind: str  # "specload", "vllm-bench-serve", "sglang-bench-serving"
+    description: RunDescription
+    levels: tuple[LevelRequests, ...]
+    timeline: Timeline
+    end: dict | None = None  # the end line (reason, elapsed_s, ...); None: cut short or the source has none
+    truncated: bool = False
+    notes: tuple[str, ...] = ()  # things a reader should know (levels recomputed, definitions that differ)
+
+    def lacks(self, what: str) -> bool:
+        """True when the source has no such data at all: ``events``, ``server``, ``crashes``, ``client``,
+        ``accept_len``, or a request column (``start_s``, ``ttft_ms``, ``itl_ms``, ...)."""
+        if what in ("events", "server", "crashes", "client"):
+            return getattr(self.timeline, what) is None
+        if what == "accept_len":
+            return self.timeline.server_series("accept_len") is None
+        return all(getattr(lv, what, None) is None for lv in self.levels)
+
+    def level_window(self, level: LevelRequests) -> tuple[float, float] | None:
+        """First start to last end of the level's requests, in seconds since the run started."""
+        if level.start_s is None or level.end_s is None or level.n == 0:
+            return None
+        return float(np.nanmin(level.start_s)), float(np.nanmax(level.end_s))
+
+    def during(self, kind: str, level: LevelRequests) -> tuple[dict, ...] | None:
+        """Timeline lines of ``kind`` (events, server, crashes, client) inside the level's window."""
+        lines = getattr(self.timeline, kind)
+        w = self.level_window(level)
+        if lines is None or w is None:
+            return None
+        a, b = w
+        out = []
+        for x in lines:
+            t = x.get("first_seen_s", x.get("t_s")) if kind == "crashes" else x.get("t_s")
+            if isinstance(t, (int, float)) and a <= t <= b:
+                out.append(x)
+        return tuple(out)
+
+
+# ------------------------------------------------------------------------------------------ readers
+
+Sniff = Callable[[str, bytes], bool]  # (path, the file's first 64 KiB) -> is it mine?
+Read = Callable[[str, "str | None"], Run]  # (path, label) -> Run
+
+
+@dataclass(frozen=True)
+class RunReader:
+    kind: str
+    sniff: Sniff
+    read: Read
+
+
+_READERS: list[RunReader] = []
+
+
+def register_reader(kind: str, sniff: Sniff, read: Read) -> None:
+    """Add a reader for another tool's files; readers are asked in the order registered, the specload
+    record reader first."""
+    if any(r.kind == kind for r in _READERS):
+        return
+    _READERS.append(RunReader(kind, sniff, read))
+
+
+def readers() -> tuple[RunReader, ...]:
+    return tuple(_READERS)
+
+
+def load_run(path: str, label: str | None = None) -> Run:
+    """Read any supported result file as a ``Run``; ``RunReadError`` (one line) otherwise."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(65536)
+    except OSError as e:
+        raise RunReadError(f"cannot read {path}: {e.strerror}") from None
+    for r in _READERS:
+        if r.sniff(path, head):
+            return r.read(path, label)
+    raise RunReadError(f"{path} is not a specload record or a result file specload can read")
+
+
+def default_label(path: str) -> str:
+    base = os.path.basename(path)
+    for ext in (".jsonl", ".json"):
+        if base.endswith(ext):
+            return base[: -len(ext)]
+    return base
+
+
+# ------------------------------------------------------------------------------------------ specload
+
+
+def _is_specload(path: str, head: bytes) -> bool:
+    first = head.split(b"\n", 1)[0]
+    return first.startswith(b"{") and b'"type":"run"' in first.replace(b" ", b"")
+
+
+def read_specload(path: str, label: str | None = None) -> Run:
+    """A specload JSONL record as a ``Run`` (a record cut short keeps every complete line)."""
+    try:
+        data = read_record(path)
+    except RecordReadError as e:
+        raise RunReadError(str(e)) from None
+    return run_from_record(data, path, label)
+
+
+def run_from_record(data: RecordData, path: str, label: str | None = None) -> Run:
+    hdr = data.run or {}
+    rate = hdr.get("rate")
+    desc = RunDescription(
+        tool="specload",
+        version=hdr.get("specload"),
+        target=hdr.get("target"),
+        model=hdr.get("model"),
+        api=hdr.get("api"),
+        max_tokens=hdr.get("max_tokens"),
+        ignore_eos=hdr.get("ignore_eos"),
+        prompt_tokens=hdr.get("prompt_tokens") if hdr.get("prompt_source", "synthetic") == "synthetic" else None,
+        prompt_source=hdr.get("prompt_source"),
+        rate=rate,
+        command=hdr.get("command"),
+        started_at=hdr.get("started_at"),
+        sim_args=tuple(hdr["sim_args"]) if isinstance(hdr.get("sim_args"), list) and hdr.get("target") is None
+        else None,
+        config={k: v for k, v in hdr.items() if k != "type"},
+    )
+    manual: dict[int, bool] = {}
+    for ev in data.events:
+        v = ev.get("value")
+        if ev.get("kind") == "level" and isinstance(v, dict) and isinstance(v.get("index"), int):
+            manual[v["index"]] = bool(v.get("manual"))
+    summaries = {d.get("level_index"): d for d in data.levels}
+    by_level: dict[int, list[dict]] = {}
+    conc: dict[int, int] = {}
+    for r in data.requests:
+        if r.get("warmup"):
+            continue
+        idx = r.get("level_index", 0)
+        if not isinstance(idx, int) or idx < 0:
+            continue
+        by_level.setdefault(idx, []).append(r)
+        conc.setdefault(idx, r.get("level", 0))
+    levels = []
+    notes = []
+    for idx in sorted(set(by_level) | {k for k in summaries if isinstance(k, int) and k >= 0}):
+        reqs = by_level.get(idx, [])
+        sd = summaries.get(idx)
+        summary = LevelSummary.from_record(sd) if sd is not None else None
+        c = sd.get("concurrency") if sd is not None else conc.get(idx, 0)
+        levels.append(_level_from_lines(idx, int(c or 0), reqs, summary, manual.get(idx, False), rate is not None))
+        if sd is None and reqs:
+            notes.append(f"level {idx} (C={c}) has no level line: recomputed from its requests")
+    return Run(
+        label=label or hdr.get("label") or default_label(path),
+        source=path,
+        kind="specload",
+        description=desc,
+        levels=tuple(levels),
+        timeline=Timeline(
+            events=tuple(data.events),
+            server=tuple(data.servers),
+            crashes=tuple(data.crashes),
+            client=tuple(data.clients),
+        ),
+        end=data.end,
+        truncated=data.truncated,
+        notes=tuple(notes),
+    )
+
+
+def _col(reqs: list[dict], key: str, *, ok_only: bool = True) -> np.ndarray:
+    out = np.full(len(reqs), np.nan)
+    for i, r in enumerate(reqs):
+        v = r.get(key)
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and (r.get("ok") or not ok_only):
+            out[i] = float(v)
+    return out
+
+
+def _level_from_lines(idx: int, concurrency: int, reqs: list[dict], summary: LevelSummary | None,
+                      manual: bool, open_loop: bool) -> LevelRequests:
+    start = _col(reqs, "start_s", ok_only=False)
+    end = np.full(len(reqs), np.nan)
+    for i, r in enumerate(reqs):
+        e = r.get("end_s")
+        if isinstance(e, (int, float)):
+            end[i] = float(e)
+        elif isinstance(r.get("e2e_ms"), (int, float)) and math.isfinite(start[i]):
+            end[i] = start[i] + r["e2e_ms"] / 1e3  # old records without end_s
+    kinds: list[str | None] = []
+    for r in reqs:
+        err = r.get("error")
+        kinds.append(None if r.get("ok") else (err.get("kind") if isinstance(err, dict) else "error"))
+    tokens = _col(reqs, "output_tokens", ok_only=False)
+    return LevelRequests(
+        index=idx,
+        concurrency=concurrency,
+        ok=np.array([bool(r.get("ok")) for r in reqs], dtype=bool),
+        start_s=start,
+        end_s=end,
+        ttft_ms=_col(reqs, "ttft_ms"),
+        tpot_ms=_col(reqs, "tpot_ms"),
+        e2e_ms=_col(reqs, "e2e_ms"),
+        itl_ms=_col(reqs, "itl_ms_p50"),
+        output_tokens=tokens,
+        prompt_tokens=_col(reqs, "prompt_tokens", ok_only=False),
+        tokens_estimated=np.array([bool(r.get("tokens_estimated")) for r in reqs], dtype=bool),
+        error_kind=tuple(kinds),
+        manual=manual,
+        open_loop=open_loop,
+        summary=summary,
+    )
+
+
+register_reader("specload", _is_specload, read_specload)

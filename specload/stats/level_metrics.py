@@ -1,0 +1,342 @@
+"""The figures of one concurrency level with their intervals, from its requests as arrays.
+
+``LevelRequests`` is one level's requests as numpy columns (a specload record, and the peer tools'
+result files, all read into it); ``estimate(level, metric)`` gives an ``Estimate`` for any metric in
+``METRICS``. The comparison report, ``--target-ci``, ``--baseline`` and the capacity search all call this,
+so a figure means the same everywhere.
+
+Steady state. A closed-loop level starts with C requests sent together (their prefills share a pass,
+the first cohort runs in lockstep) and ends with the last C draining at falling concurrency; in no-drain
+mode it also starts while the previous level's requests still hold slots. Those requests measure the
+transition, not the level, so every figure except the error rate uses only the *steady* requests: those
+started after the level first had C of its own requests in flight (the fill) and ended before the
+concurrency fell below C after its last start (the drain). A level too short to have ``MIN_SAMPLES`` steady requests is insufficient
+(roughly: run at least 2*C + 8 requests per level). Open-loop levels (``--rate``) fill until their
+first request ends.
+
+Throughput. Output tok/s of the level is one figure, not a mean over requests. By Little's law, at a
+steady in-flight count L, tokens per second = L * sum(tokens) / sum(occupancy) over the requests
+(occupancy = end - start), which is the steady requests' throughput with fill and drain excluded; L is
+the measured mean in-flight count over the steady requests' span (C in a closed loop, less the client's
+turn-around). Its interval is the wider of two: a bootstrap of that ratio over the steady requests, and,
+when the steady span holds at least 5 windows each as long as a mean request, batch means over those
+windows (tokens spread over each request's decode span), which also see slow drift that a bootstrap of
+requests cannot.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from specload.stats import intervals as iv
+from specload.stats.intervals import Estimate
+from specload.stats.levels import LevelSummary
+
+BATCHES_MIN = 5
+BATCHES_MAX = 30
+
+
+@dataclass(frozen=True, eq=False)
+class LevelRequests:
+    """One level's counted requests (warm-up excluded) as columns, one entry per request.
+
+    A column that is ``None`` is one the source lacks (a peer tool's file without start times, a record
+    without ITL); ``NaN`` in a column is a value that one request lacks (a failed request's TTFT).
+    Times are seconds since the run started, latencies milliseconds.
+    """
+
+    index: int
+    concurrency: int
+    ok: np.ndarray  # bool
+    start_s: np.ndarray | None = None
+    end_s: np.ndarray | None = None
+    ttft_ms: np.ndarray | None = None
+    tpot_ms: np.ndarray | None = None
+    e2e_ms: np.ndarray | None = None
+    itl_ms: np.ndarray | None = None  # per request: its median per-token ITL
+    output_tokens: np.ndarray | None = None
+    prompt_tokens: np.ndarray | None = None
+    tokens_estimated: np.ndarray | None = None  # bool
+    error_kind: tuple[str | None, ...] = ()
+    manual: bool = False  # a concurrency set by hand (TUI key)
+    open_loop: bool = False  # --rate: concurrency is a cap, not the load
+    summary: LevelSummary | None = None  # the source's own level line, when it has one
+    _steady: list = field(default_factory=list, repr=False)  # cache
+
+    @property
+    def n(self) -> int:
+        return int(self.ok.size)
+
+    @property
+    def n_ok(self) -> int:
+        return int(self.ok.sum())
+
+    def has(self, column: str) -> bool:
+        return getattr(self, column) is not None
+
+    def steady(self) -> SteadyState:
+        if not self._steady:
+            self._steady.append(steady_state(self))
+        return self._steady[0]
+
+
+@dataclass(frozen=True)
+class SteadyState:
+    mask: np.ndarray  # bool per request: ran wholly at the level's full load
+    t_fill: float | None  # the level filled at this time (seconds since the run started)
+    t_drain: float | None  # ... and started draining here (the first end after its last start)
+    span: tuple[float, float] | None  # first start to last end of the steady requests
+    mean_in_flight: float | None  # the level's own requests in flight, averaged over ``span``
+    note: str | None = None  # why fill and drain could not be excluded, or a caveat
+
+    @property
+    def count(self) -> int:
+        return int(self.mask.sum())
+
+
+def _in_flight_at(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Times of start/end events (sorted) and the in-flight count just after each."""
+    t = np.concatenate([start, end])
+    d = np.concatenate([np.ones_like(start), -np.ones_like(end)])
+    # at equal times an end comes before a start: a slot freed and refilled is not C + 1 in flight
+    order = np.lexsort((d, t))
+    return t[order], np.cumsum(d[order])
+
+
+def steady_state(level: LevelRequests) -> SteadyState:
+    if level.start_s is None or level.end_s is None or level.n == 0:
+        return SteadyState(level.ok.copy(), None, None, None, None,
+                           "no request times: fill and drain could not be excluded")
+    start, end = level.start_s, level.end_s
+    valid = np.isfinite(start) & np.isfinite(end)
+    if not valid.any():
+        return SteadyState(np.zeros(level.n, bool), None, None, None, None, "no request times")
+    s, e = start[valid], end[valid]
+    if level.open_loop:
+        t_fill = float(e.min())
+    else:
+        times, count = _in_flight_at(s, e)
+        target = min(level.concurrency, int(count.max()))
+        t_fill = float(times[np.argmax(count >= target)])
+    # the drain begins when the first request in flight at the last start ends: from then on fewer
+    # than C run (that first one still ran wholly at full load, so it counts)
+    last_start = float(s.max())
+    in_flight_then = e[e > last_start]
+    t_drain = float(in_flight_then.min()) if in_flight_then.size else last_start
+    # at C=1 nothing fills (no shared prefill): the first request counts
+    first_counts = level.concurrency == 1 and not level.open_loop
+    mask = valid & ((start >= t_fill) if first_counts else (start > t_fill)) & (end <= t_drain)
+    if not mask.any():
+        return SteadyState(mask, t_fill, t_drain, None, None, None)
+    a, b = float(start[mask].min()), float(end[mask].max())
+    mean_in_flight = None
+    if b > a:
+        overlap = np.clip(np.minimum(e, b) - np.maximum(s, a), 0.0, None)
+        mean_in_flight = float(overlap.sum() / (b - a))
+    return SteadyState(mask, t_fill, t_drain, (a, b), mean_in_flight, None)
+
+
+# ------------------------------------------------------------------------------------------ metrics
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str
+    label: str  # for tables
+    unit: str
+    lower_is_better: bool
+    kind: str  # "level" (one figure per level), "request" (over requests), "share", "server"
+    fn: Callable[..., Estimate]
+    digits: int = 1  # decimals when printed
+    column: str | None = None  # the LevelRequests column it needs (None: computed)
+
+
+def _steady_ok(level: LevelRequests) -> tuple[np.ndarray, str | None]:
+    st = level.steady()
+    return st.mask & level.ok, st.note
+
+
+def _insufficient_steady(level: LevelRequests, est: Estimate, n: int) -> Estimate:
+    if n >= iv.MIN_SAMPLES:
+        return est
+    need = 2 * level.concurrency + iv.MIN_SAMPLES
+    return replace(
+        est,
+        ci_low=None,
+        ci_high=None,
+        se_log=None,
+        note=f"{n} steady-state requests (fill and drain excluded); at least {iv.MIN_SAMPLES} needed: "
+        f"run about {need} requests at C={level.concurrency}",
+    )
+
+
+def _with_note(est: Estimate, note: str | None) -> Estimate:
+    if note is None or est.note is not None:
+        return est
+    return replace(est, note=note)
+
+
+def _column_pct(column: str, p: float, scale: float = 1.0) -> Callable[..., Estimate]:
+    def fn(level: LevelRequests, seed: int = 0, **_: object) -> Estimate:
+        col = getattr(level, column)
+        if col is None:
+            return iv.missing("order-statistic", f"the source has no {column.split('_')[0].upper()}")
+        sel, note = _steady_ok(level)
+        vals = col[sel] * scale
+        vals = vals[np.isfinite(vals)]
+        est = iv.percentile_ci(vals, p, seed=seed)
+        return _with_note(_insufficient_steady(level, est, int(vals.size)), note)
+
+    return fn
+
+
+def per_request_tok_s(level: LevelRequests, seed: int = 0, **_: object) -> Estimate:
+    if level.output_tokens is None or level.e2e_ms is None:
+        return iv.missing("bootstrap", "the source has no per-request tokens and E2E")
+    sel, note = _steady_ok(level)
+    e2e = level.e2e_ms[sel]
+    tok = level.output_tokens[sel]
+    keep = np.isfinite(e2e) & np.isfinite(tok) & (e2e > 0)
+    vals = tok[keep] / (e2e[keep] / 1e3)
+    est = iv.mean_ci(vals, seed=seed)
+    return _with_note(_insufficient_steady(level, est, int(vals.size)), note)
+
+
+def throughput(level: LevelRequests, seed: int = 0, **_: object) -> Estimate:
+    """Output tok/s of the level at steady state (the module doc explains the estimator)."""
+    summary_value = level.summary.throughput_tok_s if level.summary is not None else None
+    if level.start_s is None or level.end_s is None or level.output_tokens is None:
+        if summary_value is None:
+            return iv.missing("little", "the source has no request times or level throughput")
+        return Estimate(summary_value, None, None, level.n, None, math.inf, "level",
+                        "the source has no request times: no interval, fill and drain included")
+    st = level.steady()
+    sel = st.mask
+    n = int(sel.sum())
+    if n < iv.MIN_SAMPLES or st.mean_in_flight is None:
+        value = summary_value if summary_value is not None else _wall_throughput(level)
+        est = Estimate(value, None, None, n, None, math.inf, "little")
+        return _insufficient_steady(level, est, min(n, iv.MIN_SAMPLES - 1))
+    tok = np.where(level.ok[sel], np.nan_to_num(level.output_tokens[sel]), 0.0)
+    occ = level.end_s[sel] - level.start_s[sel]
+    boot = iv.ratio_of_sums_ci(tok, occ, scale=st.mean_in_flight, seed=seed)
+    boot = replace(boot, method="little+bootstrap")
+    bm = _batch_means(level, st)
+    if bm is None or bm.se_log is None or boot.se_log is None or boot.value is None or bm.se_log <= boot.se_log:
+        return boot
+    # the windows vary more than the requests explain: drift or shared slowdowns; their interval wins
+    return iv._from_se(boot.value, bm.se_log, n, bm.df, f"little+batch-means x{bm.n}")
+
+
+def _wall_throughput(level: LevelRequests) -> float | None:
+    if level.start_s is None or level.end_s is None or level.output_tokens is None:
+        return None
+    wall = float(np.nanmax(level.end_s) - np.nanmin(level.start_s))
+    tok = float(np.nansum(np.where(level.ok, level.output_tokens, 0.0)))
+    return tok / wall if wall > 0 else None
+
+
+def _batch_means(level: LevelRequests, st: SteadyState) -> Estimate | None:
+    """Throughput per time window over the steady span, each window at least one mean request long."""
+    if st.span is None or level.ttft_ms is None or level.e2e_ms is None or level.output_tokens is None:
+        return None
+    a, b = st.span
+    assert level.start_s is not None and level.end_s is not None
+    occ = (level.end_s - level.start_s)[st.mask]
+    mean_occ = float(np.mean(occ)) if occ.size else 0.0
+    if mean_occ <= 0:
+        return None
+    k = min(BATCHES_MAX, int((b - a) // mean_occ))
+    if k < BATCHES_MIN:
+        return None
+    ok = level.ok & np.isfinite(level.ttft_ms) & np.isfinite(level.e2e_ms) & np.isfinite(level.start_s)
+    t1 = level.start_s[ok] + level.ttft_ms[ok] / 1e3  # first token
+    t2 = level.start_s[ok] + level.e2e_ms[ok] / 1e3  # last token
+    rest = np.maximum(level.output_tokens[ok] - 1.0, 0.0)
+    span = np.maximum(t2 - t1, 1e-9)
+    edges = np.linspace(a, b, k + 1)
+    rates = np.empty(k)
+    for i in range(k):
+        lo, hi = edges[i], edges[i + 1]
+        first = ((t1 >= lo) & (t1 < hi)).sum()
+        spread = (rest * np.clip(np.minimum(t2, hi) - np.maximum(t1, lo), 0.0, None) / span).sum()
+        rates[i] = (first + spread) / (hi - lo)
+    return iv.samples_mean_ci(rates, method="batch-means")
+
+
+def error_rate(level: LevelRequests, **_: object) -> Estimate:
+    # every request of the level counts here, fill and drain included: a failure is a failure whenever
+    # it happens. Requests specload itself cancelled (quit, stop on crash) are not the server's errors.
+    kinds = level.error_kind or (None,) * level.n
+    counted = [k != "cancelled" for k in kinds]
+    n = int(sum(counted))
+    failed = int(sum(1 for ok, c in zip(level.ok, counted, strict=False) if c and not ok))
+    return iv.share_ci(failed, n)
+
+
+def accept_len(level: LevelRequests, server: tuple[np.ndarray, np.ndarray] | None = None,
+               **_: object) -> Estimate:
+    """Speculative acceptance length from the server's samples (its /metrics deltas or log lines) taken
+    while the level ran at steady state (the whole level when it has none)."""
+    if server is None:
+        return iv.missing("t", "the source has no server samples")
+    t, v = server
+    keep = np.isfinite(v)
+    st = level.steady()
+    lo_hi = st.span
+    if lo_hi is None and level.start_s is not None and level.end_s is not None and level.n:
+        lo_hi = (float(np.nanmin(level.start_s)), float(np.nanmax(level.end_s)))
+    if lo_hi is None:
+        return iv.missing("t", "no level times to match server samples")
+    keep &= (t >= lo_hi[0]) & (t <= lo_hi[1])
+    if not keep.any():
+        return iv.missing("t", "no acceptance samples during the level")
+    return iv.samples_mean_ci(v[keep], method="server samples")
+
+
+METRICS: dict[str, Metric] = {
+    m.name: m
+    for m in (
+        Metric("throughput", "output tok/s", "tok/s", False, "level", throughput),
+        Metric("per_request_tok_s", "per-request tok/s", "tok/s", False, "request", per_request_tok_s),
+        Metric("ttft_p50", "TTFT p50", "ms", True, "request", _column_pct("ttft_ms", 50), column="ttft_ms"),
+        Metric("ttft_p99", "TTFT p99", "ms", True, "request", _column_pct("ttft_ms", 99), column="ttft_ms"),
+        Metric("tpot_p50", "TPOT p50", "ms", True, "request", _column_pct("tpot_ms", 50), 2, "tpot_ms"),
+        Metric("tpot_p99", "TPOT p99", "ms", True, "request", _column_pct("tpot_ms", 99), 2, "tpot_ms"),
+        Metric("e2e_p50", "E2E p50", "s", True, "request", _column_pct("e2e_ms", 50, 1e-3), 2, "e2e_ms"),
+        Metric("e2e_p99", "E2E p99", "s", True, "request", _column_pct("e2e_ms", 99, 1e-3), 2, "e2e_ms"),
+        Metric("error_rate", "error rate", "%", True, "share", error_rate),
+        Metric("accept_len", "accept len", "tok", False, "server", accept_len, 2),
+    )
+}
+DEFAULT_PRIMARY = "throughput"
+
+
+def estimate(level: LevelRequests, metric: str, *, seed: int = 0,
+             server: tuple[np.ndarray, np.ndarray] | None = None) -> Estimate:
+    """``metric`` of ``level`` with its 95% interval. ``server``: (t_s, accept_len) samples of the run,
+    for ``accept_len``. The seed makes the bootstrap (and so the report) reproducible."""
+    return METRICS[metric].fn(level, seed=seed, server=server)
+
+
+def requests_column_ci(level: LevelRequests, values: np.ndarray, p: float | None = None, *,
+                       steady_only: bool = True, seed: int = 0) -> Estimate:
+    """A percentile (``p``) or the mean (``p`` None) of any per-request array aligned with the level's
+    requests (a goodput objective's per-request value, say), over its steady-state successful requests."""
+    sel = level.steady().mask & level.ok if steady_only else level.ok
+    vals = np.asarray(values, dtype=np.float64)[sel]
+    vals = vals[np.isfinite(vals)]
+    est = iv.mean_ci(vals, seed=seed) if p is None else iv.percentile_ci(vals, p, seed=seed)
+    return _insufficient_steady(level, est, int(vals.size)) if steady_only else est
+
+
+def share_of_requests(level: LevelRequests, met: np.ndarray, *, steady_only: bool = False) -> Estimate:
+    """The share of the level's requests for which ``met`` (bool per request) is true (failed requests
+    count as not met), with Wilson's interval."""
+    sel = level.steady().mask if steady_only else np.ones(level.n, bool)
+    met = np.asarray(met, dtype=bool) & level.ok
+    return iv.share_ci(int((met & sel).sum()), int(sel.sum()))
