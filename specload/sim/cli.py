@@ -72,6 +72,21 @@ def _prob(name: str):
     show_default=True,
     help="A speculative step costs (1 + draft-cost * spec-tokens) plain steps.",
 )
+@click.option(
+    "--step-jitter",
+    type=click.FloatRange(min=0),
+    default=0.05,
+    show_default=True,
+    help="Noise of each decode step's time (lognormal sigma, about its coefficient of variation; "
+    "not with pinned timing).",
+)
+@click.option(
+    "--prefill-jitter",
+    type=click.FloatRange(min=0),
+    default=0.10,
+    show_default=True,
+    help="Noise of each prefill pass's time (lognormal sigma; not with pinned timing).",
+)
 @click.option("--kv-capacity-tokens", type=click.IntRange(min=1), default=262_144, show_default=True)
 @click.option(
     "--ttft-ms",
@@ -98,6 +113,14 @@ def _prob(name: str):
     default=0.7,
     show_default=True,
     help="Per-position draft acceptance probability.",
+)
+@click.option(
+    "--accept-spread",
+    type=click.FloatRange(0.0, 0.5, max_open=True),
+    default=0.1,
+    show_default=True,
+    help="Standard deviation of each request's own acceptance probability around --accept-rate "
+    "(prompts differ in how well the draft guesses them); 0: every request the same.",
 )
 @click.option(
     "--eos-prob",

@@ -35,6 +35,11 @@ class SimConfig:
     prefill_base_ms: float = 12.0  # fixed cost of a prefill pass
     prefill_per_token_ms: float = 0.05  # 20k prompt tok/s
     draft_cost: float = 0.08  # a speculative step costs (1 + draft_cost * spec_tokens) plain steps
+    # seeded noise, as real servers show it (none in pinned or max-speed mode): each decode step's time
+    # and each prefill pass's time are multiplied by a lognormal factor of mean 1 and this sigma (about
+    # its coefficient of variation), so two runs with different seeds differ as two real runs do
+    step_jitter: float = 0.05
+    prefill_jitter: float = 0.10
     kv_capacity_tokens: int = 262_144  # for "token usage" and vllm:kv_cache_usage_perc
 
     # --- pinned timing (exact tests): either set turns the batch model off ----------------------
@@ -44,6 +49,9 @@ class SimConfig:
     # --- speculative decoding ------------------------------------------------------------------
     spec_tokens: int = 3  # K draft tokens per step; 0 turns speculation off
     accept_rate: float = 0.7  # independent per-position acceptance probability
+    # prompts differ in how well the draft guesses them: each request draws its own acceptance
+    # probability from a Beta distribution with mean accept_rate and this standard deviation (0: all equal)
+    accept_spread: float = 0.1
 
     # --- output length --------------------------------------------------------------------------
     eos_prob: float = 0.002  # per generated token, ignored when the request sets ignore_eos
@@ -119,7 +127,8 @@ def _problems(c: SimConfig):
         yield "model name must not be empty"
     if c.max_batch < 1:
         yield f"max batch must be at least 1, got {c.max_batch}"
-    for name in ("step_ms", "step_slope", "prefill_base_ms", "prefill_per_token_ms", "draft_cost"):
+    for name in ("step_ms", "step_slope", "prefill_base_ms", "prefill_per_token_ms", "draft_cost", "step_jitter",
+                 "prefill_jitter"):
         v = getattr(c, name)
         if not _finite(v) or v < 0:
             yield f"{name.replace('_', '-')} must be a finite number >= 0, got {v}"
@@ -135,6 +144,8 @@ def _problems(c: SimConfig):
         v = getattr(c, name)
         if not _finite(v) or not (0.0 <= v <= 1.0):
             yield f"{name.replace('_', '-')} must be a probability in [0, 1], got {v}"
+    if not _finite(c.accept_spread) or not (0.0 <= c.accept_spread < 0.5):
+        yield f"accept-spread must be a standard deviation in [0, 0.5), got {c.accept_spread}"
     if c.fail_rate + c.disconnect_rate + c.stall_rate > 1.0:
         yield "fail-rate + disconnect-rate + stall-rate must not exceed 1"
     if c.default_max_tokens < 1:

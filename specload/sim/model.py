@@ -8,9 +8,12 @@ Kept apart from the scheduler and the HTTP layer so the numbers can be unit-test
 - ``prefill_s`` / ``decode_step_s``: prefill grows linearly with the prompt; a decode step grows
   linearly with the batch, so aggregate tok/s rises with concurrency while per-request tok/s falls; the
   FIFO queue beyond ``max_batch`` makes the knee. Speculation makes a step dearer (verifying K drafts).
-- ``draw_step``: the tokens of one decode step for one sequence: K drafts, each accepted with
-  probability ``accept_rate`` until the first rejection, plus the bonus token; then cut at EOS or at
-  ``max_tokens``. ``accepted = emitted - 1`` always, so for a finished request
+- ``draw_step``: the tokens of one decode step for one sequence: K drafts, each accepted with the
+  request's acceptance probability until the first rejection, plus the bonus token; then cut at EOS or
+  at ``max_tokens``. ``request_accept_rate`` draws that probability per request (Beta around
+  ``accept_rate``, sd ``accept_spread``): some prompts suit the draft model better than others.
+- ``jitter``: the seeded noise of a step or prefill pass (lognormal, mean 1), so that runs with
+  different seeds vary as real runs do and the comparison's statistics can be checked against it. ``accepted = emitted - 1`` always, so for a finished request
   ``completion_tokens == 1 (prefill token) + verify_steps + accepted``.
 """
 
@@ -84,6 +87,26 @@ def decode_step_s(cfg: SimConfig, batch: int) -> float:
     return plain * (1.0 + cfg.draft_cost * cfg.spec_tokens) / 1000.0
 
 
+def jitter(rng: random.Random, sigma: float) -> float:
+    """A lognormal factor with mean 1 (``exp(sigma*Z - sigma²/2)``); 1.0 when ``sigma`` is 0."""
+    if sigma <= 0.0:
+        return 1.0
+    return math.exp(rng.gauss(0.0, sigma) - sigma * sigma / 2.0)
+
+
+def request_accept_rate(rng: random.Random, cfg: SimConfig) -> float:
+    """One request's draft acceptance probability: Beta with mean ``accept_rate`` and standard
+    deviation ``accept_spread`` (the largest the mean allows, if asked for more)."""
+    p, sd = cfg.accept_rate, cfg.accept_spread
+    if sd <= 0.0 or p <= 0.0 or p >= 1.0:
+        return p
+    # mean p, variance sd²: alpha + beta = p(1-p)/sd² - 1, which must stay positive
+    total = p * (1.0 - p) / (sd * sd) - 1.0
+    if total <= 0.5:
+        total = 0.5
+    return rng.betavariate(p * total, (1.0 - p) * total)
+
+
 @dataclass(slots=True)
 class StepDraw:
     tokens: int  # tokens emitted this step (>= 1)
@@ -110,13 +133,15 @@ def draw_step(
     remaining: int,
     ignore_eos: bool,
     first: bool,
+    accept_rate: float | None = None,
 ) -> StepDraw:
-    """One step's output for one sequence. ``first``: the prefill token (never speculative)."""
+    """One step's output for one sequence. ``first``: the prefill token (never speculative);
+    ``accept_rate``: the request's own acceptance probability (default: the configured mean)."""
     if first or cfg.spec_tokens == 0:
         n = 1
     else:
         n = 1
-        p = cfg.accept_rate
+        p = cfg.accept_rate if accept_rate is None else accept_rate
         for _ in range(cfg.spec_tokens):
             if rng.random() >= p:
                 break

@@ -10,10 +10,11 @@ Two timing regimes share the bookkeeping:
 - batch model (default): one global step clock. A step decodes all running sequences and also
   prefills the sequences admitted at its start (their prefill time is added to the step, so new
   arrivals slow everyone's next token down, as with real continuous batching). Requests beyond
-  ``max_batch`` wait in a FIFO queue and are admitted at a step boundary.
+  ``max_batch`` wait in a FIFO queue and are admitted at a step boundary. Step and prefill times carry
+  seeded lognormal noise (``step_jitter``, ``prefill_jitter``).
 - pinned (``ttft_ms`` / ``itl_ms``): each sequence has its own deadline on an absolute schedule
-  (admission + ttft, then + itl per step, never drifting), so tests can assert exact timings. The
-  FIFO queue still applies: a queued request is admitted at the instant a slot frees.
+  (admission + ttft, then + itl per step, never drifting, no noise), so tests can assert exact
+  timings. The FIFO queue still applies: a queued request is admitted at the instant a slot frees.
 
 ``freeze`` stops the timers for good: the simulated crash, where in-flight streams simply stop.
 
@@ -32,7 +33,7 @@ from collections import deque
 from collections.abc import Callable
 
 from specload.sim.config import SimConfig
-from specload.sim.model import StepDraw, decode_step_s, draw_step, prefill_s
+from specload.sim.model import StepDraw, decode_step_s, draw_step, jitter, prefill_s, request_accept_rate
 
 # Deadlines closer than this to "now" are served in the same tick: timers fire up to ~1 ms late or,
 # rarely, a hair early, and splitting one logical step over two ticks would be pure overhead.
@@ -108,6 +109,7 @@ class Sequence:
         "waiter",
         "cancelled",
         "due",
+        "accept_rate",
     )
 
     def __init__(
@@ -140,6 +142,7 @@ class Sequence:
         self.waiter: asyncio.Future[None] | None = None
         self.cancelled = False
         self.due = 0.0
+        self.accept_rate: float | None = None  # drawn at the first step (it needs the config)
 
     @property
     def finished(self) -> bool:
@@ -148,12 +151,15 @@ class Sequence:
     def advance(self, cfg: SimConfig, now: float, counters: Counters) -> StepDraw:
         """Draw and record this sequence's next step (the scheduler and max-speed mode both use it)."""
         first = self.completion_tokens == 0
+        if first and cfg.spec_tokens and cfg.accept_spread > 0.0:
+            self.accept_rate = request_accept_rate(self.rng, cfg)
         d = draw_step(
             self.rng,
             cfg,
             remaining=self.max_tokens - self.completion_tokens,
             ignore_eos=self.ignore_eos,
             first=first,
+            accept_rate=self.accept_rate,
         )
         if first:
             self.first_token_at = now
@@ -200,6 +206,9 @@ class Scheduler:
         self._tie = itertools.count()
         self.extra_running = 0  # max-speed sequences, which bypass the scheduler
         self.on_admit: Callable[[Sequence], None] | None = None
+        # the batch model's step and prefill noise: a stream of its own, seeded from the server's seed
+        # (per-request draws stay keyed by request, so they do not depend on step timing)
+        self._noise = random.Random(None if cfg.seed is None else f"{cfg.seed}:steps")
 
     # --- gauges -------------------------------------------------------------------------------
 
@@ -270,10 +279,10 @@ class Scheduler:
         if not decoding and not admitted:
             self._step = None
             return  # idle until the next submit
-        dur = decode_step_s(cfg, len(decoding)) if decoding else 0.0
+        dur = decode_step_s(cfg, len(decoding)) * jitter(self._noise, cfg.step_jitter) if decoding else 0.0
         if admitted:
             # one batched prefill pass for everything admitted at this boundary
-            dur += prefill_s(cfg, sum(s.prompt_tokens for s in admitted))
+            dur += prefill_s(cfg, sum(s.prompt_tokens for s in admitted)) * jitter(self._noise, cfg.prefill_jitter)
         now = time.perf_counter()
         for s in admitted:
             self._running[id(s)] = s

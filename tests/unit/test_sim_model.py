@@ -13,7 +13,9 @@ from specload.sim.model import (
     draw_step,
     estimate_chat_tokens,
     estimate_prompt_tokens,
+    jitter,
     prefill_s,
+    request_accept_rate,
 )
 
 
@@ -75,6 +77,30 @@ def test_draw_respects_remaining_and_eos():
     assert (d.tokens, d.finish_reason) == (5, None)
 
 
+def test_step_noise_has_mean_one_and_the_asked_spread():
+    rng = random.Random(3)
+    xs = [jitter(rng, 0.05) for _ in range(20000)]
+    mean = sum(xs) / len(xs)
+    sd = (sum((x - mean) ** 2 for x in xs) / len(xs)) ** 0.5
+    assert mean == pytest.approx(1.0, abs=0.002)  # no drift in the mean step time
+    assert sd == pytest.approx(0.05, rel=0.05)
+    assert jitter(rng, 0.0) == 1.0
+
+
+def test_each_request_draws_its_own_acceptance_around_the_mean():
+    cfg = SimConfig(accept_rate=0.7, accept_spread=0.1)
+    rng = random.Random(4)
+    ps = [request_accept_rate(rng, cfg) for _ in range(20000)]
+    mean = sum(ps) / len(ps)
+    sd = (sum((p - mean) ** 2 for p in ps) / len(ps)) ** 0.5
+    assert mean == pytest.approx(0.7, abs=0.005) and sd == pytest.approx(0.1, rel=0.05)
+    assert all(0.0 <= p <= 1.0 for p in ps)
+    assert request_accept_rate(rng, SimConfig(accept_rate=0.7, accept_spread=0.0)) == 0.7
+    # a request's own rate drives its draws
+    low = [draw_step(rng, cfg, remaining=10**6, ignore_eos=True, first=False, accept_rate=0.2) for _ in range(5000)]
+    assert sum(d.tokens for d in low) / len(low) == pytest.approx(sum(0.2**i for i in range(4)), rel=0.03)
+
+
 @pytest.mark.parametrize(
     "bad",
     [
@@ -85,6 +111,8 @@ def test_draw_respects_remaining_and_eos():
         {"fail_rate": 0.5, "disconnect_rate": 0.3, "stall_rate": 0.3},
         {"burst": 0},
         {"log_interval": 0},
+        {"step_jitter": -0.1},
+        {"accept_spread": 0.6},
     ],
 )
 def test_config_rejects_bad_values(bad):
