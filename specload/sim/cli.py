@@ -73,6 +73,14 @@ def _prob(name: str):
     help="A speculative step costs (1 + draft-cost * spec-tokens) plain steps.",
 )
 @click.option(
+    "--draft-batch-slope",
+    type=click.FloatRange(min=0),
+    default=0.0,
+    show_default=True,
+    help="Draft verification cost grows by this fraction per further sequence in the batch "
+    "(compute-bound at large batches: speculation can lose at high concurrency).",
+)
+@click.option(
     "--step-jitter",
     type=click.FloatRange(min=0),
     default=0.05,

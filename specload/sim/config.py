@@ -35,6 +35,10 @@ class SimConfig:
     prefill_base_ms: float = 12.0  # fixed cost of a prefill pass
     prefill_per_token_ms: float = 0.05  # 20k prompt tok/s
     draft_cost: float = 0.08  # a speculative step costs (1 + draft_cost * spec_tokens) plain steps
+    # verifying drafts is nearly free while decoding is memory-bound (small batches) and costs in
+    # proportion once it is compute-bound: draft_cost grows by this fraction per further sequence in
+    # the batch, so speculation wins at low concurrency and can lose at high (0: a constant cost)
+    draft_batch_slope: float = 0.0
     # seeded noise, as real servers show it (none in pinned or max-speed mode): each decode step's time
     # and each prefill pass's time are multiplied by a lognormal factor of mean 1 and this sigma (about
     # its coefficient of variation), so two runs with different seeds differ as two real runs do
@@ -127,8 +131,8 @@ def _problems(c: SimConfig):
         yield "model name must not be empty"
     if c.max_batch < 1:
         yield f"max batch must be at least 1, got {c.max_batch}"
-    for name in ("step_ms", "step_slope", "prefill_base_ms", "prefill_per_token_ms", "draft_cost", "step_jitter",
-                 "prefill_jitter"):
+    for name in ("step_ms", "step_slope", "prefill_base_ms", "prefill_per_token_ms", "draft_cost",
+                 "draft_batch_slope", "step_jitter", "prefill_jitter"):
         v = getattr(c, name)
         if not _finite(v) or v < 0:
             yield f"{name.replace('_', '-')} must be a finite number >= 0, got {v}"

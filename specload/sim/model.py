@@ -7,7 +7,9 @@ Kept apart from the scheduler and the HTTP layer so the numbers can be unit-test
   prompts count their ids. ``usage.prompt_tokens`` reports exactly this number.
 - ``prefill_s`` / ``decode_step_s``: prefill grows linearly with the prompt; a decode step grows
   linearly with the batch, so aggregate tok/s rises with concurrency while per-request tok/s falls; the
-  FIFO queue beyond ``max_batch`` makes the knee. Speculation makes a step dearer (verifying K drafts).
+  FIFO queue beyond ``max_batch`` makes the knee. Speculation makes a step dearer (verifying K drafts),
+  and with ``draft_batch_slope`` dearer still as the batch grows (compute-bound verification), so its
+  gain can turn into a loss at high concurrency.
 - ``draw_step``: the tokens of one decode step for one sequence: K drafts, each accepted with the
   request's acceptance probability until the first rejection, plus the bonus token; then cut at EOS or
   at ``max_tokens``. ``request_accept_rate`` draws that probability per request (Beta around
@@ -83,8 +85,10 @@ def prefill_s(cfg: SimConfig, prompt_tokens: int) -> float:
 def decode_step_s(cfg: SimConfig, batch: int) -> float:
     if cfg.itl_ms is not None:
         return cfg.itl_ms / 1000.0
-    plain = cfg.step_ms * (1.0 + cfg.step_slope * max(0, batch - 1))
-    return plain * (1.0 + cfg.draft_cost * cfg.spec_tokens) / 1000.0
+    extra = max(0, batch - 1)
+    plain = cfg.step_ms * (1.0 + cfg.step_slope * extra)
+    draft = cfg.draft_cost * (1.0 + cfg.draft_batch_slope * extra)
+    return plain * (1.0 + draft * cfg.spec_tokens) / 1000.0
 
 
 def jitter(rng: random.Random, sigma: float) -> float:

@@ -45,6 +45,19 @@ def test_step_time_rises_with_batch_and_throughput_too():
     assert prefill_s(cfg, 1000) > prefill_s(cfg, 10)
 
 
+def test_speculation_can_lose_at_large_batches_when_verification_costs_grow():
+    def gain(cfg: SimConfig, b: int) -> float:
+        # tokens per step under speculation (1 + p + p² + p³) over the step's extra cost
+        plain = SimConfig(**{**cfg.__dict__, "spec_tokens": 0})
+        return sum(cfg.accept_rate**i for i in range(cfg.spec_tokens + 1)) * decode_step_s(plain, b) / decode_step_s(
+            cfg, b)
+
+    flat = SimConfig(spec_tokens=3, accept_rate=0.7)
+    assert gain(flat, 1) == pytest.approx(gain(flat, 64))  # a constant draft cost: the same gain everywhere
+    growing = SimConfig(spec_tokens=3, accept_rate=0.7, draft_cost=0.15, draft_batch_slope=0.1)
+    assert gain(growing, 1) > 1.5 and gain(growing, 64) < 1.0
+
+
 def test_pinned_values_override_the_model():
     cfg = SimConfig(ttft_ms=50, itl_ms=10)
     assert cfg.pinned
