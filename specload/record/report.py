@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from specload.record.reader import RecordData, RecordReadError, read_record
+from specload.stats.level_metrics import DEFAULT_PRIMARY, METRICS
 from specload.stats.levels import LevelColumns, LevelSummary
 
 
@@ -116,17 +117,148 @@ def summary_json(levels: list[LevelSummary], extra: dict | None = None) -> dict:
     return d
 
 
-@click.command("report")
-@click.argument("record", type=click.Path(dir_okay=False))
-@click.option("--json", "as_json", is_flag=True, help="Print the level summaries as JSON.")
-def report_command(record: str, as_json: bool) -> None:
-    """Print the level table of a recorded run (RECORD is a .jsonl file written with --record)."""
+class _ReportCommand(click.Command):
+    """``--vs B1 B2``: the files after ``--vs`` up to the next option are the other side. click has no
+    option that takes a variable number of values, so the arguments are rewritten to ``--vs B1 --vs B2``
+    before click parses them."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        out: list[str] = []
+        i = 0
+        while i < len(args):
+            if args[i] == "--vs":
+                i += 1
+                taken = False
+                while i < len(args) and not args[i].startswith("-"):
+                    out += ["--vs", args[i]]
+                    i += 1
+                    taken = True
+                if not taken:
+                    out.append("--vs")  # click then says it needs a value
+                continue
+            out.append(args[i])
+            i += 1
+        return super().parse_args(ctx, out)
+
+
+@click.command("report", cls=_ReportCommand)
+@click.argument("records", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.option("--vs", "vs", multiple=True, type=click.Path(dir_okay=False), metavar="FILE...",
+              help="Compare RECORDS (one side, repeats of it) against these files (the other side).")
+@click.option("--baseline", type=click.Path(dir_okay=False),
+              help="The baseline run (default: the first file; its label's runs are the baseline side).")
+@click.option("--primary", type=click.Choice(list(METRICS)), default=DEFAULT_PRIMARY, show_default=True,
+              help="The metric of each level's headline verdict; the others are secondary.")
+@click.option("--min-effect", type=float, default=2.0, show_default=True, metavar="PCT",
+              help="Differences smaller than this (percent; error rate: points) are 'no difference'.")
+@click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
+@click.option("--csv", "as_csv", is_flag=True, help="Print as CSV (one row per level, run and metric).")
+def report_command(records: tuple[str, ...], vs: tuple[str, ...], baseline: str | None, primary: str,
+                   min_effect: float, as_json: bool, as_csv: bool) -> None:
+    """The level table of a recorded run, or a comparison of several.
+
+    \b
+    specload report RUN.jsonl                    the level table
+    specload report A.jsonl B.jsonl [C.jsonl]    B (and C) against A, level by level
+    specload report A1.jsonl A2.jsonl --vs B1.jsonl B2.jsonl
+                                                 repeats per side: run-to-run variation included
+    Records with the same --label are repeats of one side.
+    """
+    if as_json and as_csv:
+        _usage("give only one of --json and --csv")
+    if not (0 <= min_effect < 100):
+        _usage("--min-effect must be a percentage in [0, 100)")
+    if len(records) == 1 and not vs and baseline is None:
+        _single_report(records[0], as_json, as_csv)
+        return
+    from specload.record.compare import compare, render, to_csv_rows, to_json
+
+    sides = _sides(records, vs, baseline)
+    if len(sides) < 2:
+        _usage(f"all records are runs of '{sides[0].label}': nothing to compare them with "
+               "(give the other side with --vs, or label runs with 'specload run --label')")
+    c = compare(sides, primary=primary, min_effect=min_effect / 100.0)
+    if as_json:
+        import orjson
+
+        sys.stdout.write(orjson.dumps(to_json(c), option=orjson.OPT_INDENT_2).decode() + "\n")
+    elif as_csv:
+        import csv
+
+        from specload.record.compare import CSV_COLUMNS
+
+        w = csv.DictWriter(sys.stdout, fieldnames=list(CSV_COLUMNS), lineterminator="\n")
+        w.writeheader()
+        for row in to_csv_rows(c):
+            w.writerow({k: "" if v is None else v for k, v in row.items()})
+    else:
+        render(c, wide_console())
+
+
+def _usage(msg: str) -> None:
+    click.echo(f"specload report: {msg}", err=True)
+    sys.exit(2)
+
+
+def _load(path: str):  # noqa: ANN202 - Run, imported lazily
+    from specload.record.runs import RunReadError, load_run
+
+    try:
+        return load_run(path)
+    except (RunReadError, RecordReadError) as e:
+        _usage(str(e))
+
+
+def _sides(records: tuple[str, ...], vs: tuple[str, ...], baseline: str | None) -> list:
+    """Files -> sides: with --vs, RECORDS against the --vs files; else the files grouped by label, in
+    order, the baseline's group first."""
+    import os
+
+    from specload.record.compare import Side
+
+    if vs:
+        if baseline is not None:
+            _usage("--baseline and --vs do not go together: with --vs the files before it are the baseline")
+        groups = [[_load(p) for p in records], [_load(p) for p in vs]]
+        sides = [Side(_side_label(g), tuple(g)) for g in groups]
+        if sides[0].label == sides[1].label:
+            sides = [Side(f"{s.label} ({i})", s.runs) for i, s in enumerate(sides, 1)]
+        return sides
+    paths = list(records)
+    if baseline is not None:
+        real = os.path.realpath(baseline)
+        paths = [p for p in paths if os.path.realpath(p) != real]
+        paths.insert(0, baseline)
+    by_label: dict[str, list] = {}
+    for p in paths:
+        run = _load(p)
+        by_label.setdefault(run.label, []).append(run)
+    return [Side(label, tuple(runs)) for label, runs in by_label.items()]
+
+
+def _side_label(runs: list) -> str:
+    labels = list(dict.fromkeys(r.label for r in runs))
+    return labels[0] if len(labels) == 1 else "+".join(labels)
+
+
+def _single_report(record: str, as_json: bool, as_csv: bool) -> None:
     try:
         data = read_record(record)
     except RecordReadError as e:
         click.echo(f"specload report: {e}", err=True)
         sys.exit(2)
     levels, recomputed = summaries_from_record(data)
+    if as_csv:
+        import csv
+
+        rows = [s.as_record() for s in levels]
+        cols = list(rows[0]) if rows else ["level_index", "concurrency"]
+        w = csv.DictWriter(sys.stdout, fieldnames=cols, lineterminator="\n")
+        w.writeheader()
+        for row in rows:
+            row["errors"] = ";".join(f"{k} {n}" for k, n in row["errors"].items())
+            w.writerow({k: "" if v is None else v for k, v in row.items()})
+        return
     if as_json:
         import orjson
 

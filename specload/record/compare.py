@@ -1,0 +1,655 @@
+"""Comparing runs level by level: figures with intervals, ratios to a baseline, verdicts, flags.
+
+A *side* is a label with one or more runs (repeats). ``compare(sides, ...)`` matches the runs' levels by
+concurrency (the k-th level at C in one run with the k-th level at C in another, so manual TUI levels
+and ``--schedule-from`` replays pair up), estimates every metric of ``level_metrics.METRICS`` per run,
+combines repeats (with the run-to-run variance pooled over levels, ``intervals.between_run_variance``),
+and decides each other side against the baseline. One metric is the *primary* one: its verdict is the
+level's headline; the others are secondary, shown but not the answer (twelve metrics compared at 95%
+would otherwise find a "difference" in about half of all identical pairs).
+
+It also flags what makes a level's comparison unsound (different request shapes, estimated token
+counts, errors, a client-saturated level, a crash during the level), finds where the curves cross, and
+turns it all into JSON, CSV rows and rich tables (``render``). Nothing here reads files: ``runs.load_run``
+does that.
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from specload.record.runs import Run
+from specload.stats import intervals as iv
+from specload.stats.intervals import Decision, Difference, Estimate, Ratio
+from specload.stats.level_metrics import DEFAULT_PRIMARY, METRICS, LevelRequests, estimate
+
+SHAPE_TOLERANCE = 0.05  # mean prompt or output tokens per request differing by more is a different shape
+
+
+@dataclass(frozen=True)
+class Side:
+    label: str
+    runs: tuple[Run, ...]
+
+    @property
+    def repeats(self) -> int:
+        return len(self.runs)
+
+
+@dataclass(frozen=True, order=True)
+class LevelKey:
+    concurrency: int
+    occurrence: int = 0  # the k-th level at this concurrency in a run (manual levels repeat)
+
+    def __str__(self) -> str:
+        return f"C={self.concurrency}" + (f" #{self.occurrence + 1}" if self.occurrence else "")
+
+
+@dataclass(frozen=True)
+class MetricResult:
+    metric: str
+    side: str
+    estimate: Estimate  # the side's figure, repeats combined
+    per_run: tuple[Estimate, ...]
+    ratio: Ratio | None = None  # other / baseline; None for the baseline or when not estimable
+    difference: Difference | None = None  # shares (error rate): other - baseline
+    decision: Decision | None = None  # None for the baseline
+
+
+@dataclass(frozen=True)
+class Flag:
+    side: str
+    kind: str  # shape, estimated_tokens, errors, client_saturated, crash, missing
+    detail: str
+
+
+@dataclass(frozen=True)
+class LevelComparison:
+    key: LevelKey
+    present: tuple[str, ...]  # the sides that have this level
+    results: dict[tuple[str, str], MetricResult]  # (side, metric) -> result
+    flags: tuple[Flag, ...]
+
+    def result(self, side: str, metric: str) -> MetricResult | None:
+        return self.results.get((side, metric))
+
+
+@dataclass(frozen=True)
+class Crossover:
+    metric: str
+    side: str
+    low: int  # the concurrency below the crossing ...
+    high: int  # ... and above it
+    at: float  # interpolated concurrency (geometric, where log ratio crosses 0)
+    below: str  # the verdict (or direction) below, e.g. "better"
+    above: str
+    decided: bool  # both sides of the crossing have a decided verdict (better / worse)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    baseline: Side
+    others: tuple[Side, ...]
+    primary: str
+    min_effect: float
+    metrics: tuple[str, ...]
+    levels: tuple[LevelComparison, ...]
+    between: dict[str, iv.BetweenRuns | None]  # per metric; None: not estimated
+    crossovers: tuple[Crossover, ...]
+    shape_flags: tuple[Flag, ...]  # run-level: different request shapes
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def sides(self) -> tuple[Side, ...]:
+        return (self.baseline, *self.others)
+
+    @property
+    def run_to_run_accounted(self) -> bool:
+        return any(s.repeats > 1 for s in self.sides)
+
+
+# ------------------------------------------------------------------------------------------ compare
+
+
+def _seed(*parts: object) -> int:
+    return zlib.crc32("|".join(map(str, parts)).encode())
+
+
+def level_keys(run: Run) -> dict[LevelKey, LevelRequests]:
+    out: dict[LevelKey, LevelRequests] = {}
+    seen: dict[int, int] = {}
+    for lv in run.levels:
+        if lv.n == 0:
+            continue
+        k = seen.get(lv.concurrency, 0)
+        seen[lv.concurrency] = k + 1
+        out[LevelKey(lv.concurrency, k)] = lv
+    return out
+
+
+def compare(sides: Sequence[Side], *, primary: str = DEFAULT_PRIMARY, min_effect: float = iv.DEFAULT_MIN_EFFECT,
+            metrics: Sequence[str] | None = None) -> Comparison:
+    """Compare ``sides[1:]`` against ``sides[0]`` (the baseline), level by level."""
+    if len(sides) < 2:
+        raise ValueError("a comparison needs a baseline and at least one other side")
+    if primary not in METRICS:
+        raise ValueError(f"unknown metric {primary!r}")
+    names = tuple(metrics) if metrics else tuple(METRICS)
+    if primary not in names:
+        names = (primary, *names)
+    baseline, others = sides[0], tuple(sides[1:])
+    keyed = {s.label: [level_keys(r) for r in s.runs] for s in sides}
+    all_keys = sorted({k for runs in keyed.values() for m in runs for k in m})
+
+    # every run's estimate of every metric at every level
+    per_run: dict[tuple[str, LevelKey, str], list[Estimate]] = {}
+    for s in sides:
+        for ri, (run, levels) in enumerate(zip(s.runs, keyed[s.label], strict=True)):
+            accept = run.timeline.server_series("accept_len")
+            for key, lv in levels.items():
+                for m in names:
+                    e = estimate(lv, m, seed=_seed(s.label, ri, key, m), server=accept)
+                    per_run.setdefault((s.label, key, m), []).append(e)
+
+    between: dict[str, iv.BetweenRuns | None] = {}
+    for m in names:
+        groups = [v for (side, _k, mm), v in per_run.items() if mm == m and len(v) > 1]
+        between[m] = iv.between_run_variance(groups) if groups else None
+
+    levels: list[LevelComparison] = []
+    for key in all_keys:
+        present = tuple(s.label for s in sides if (s.label, key, names[0]) in per_run)
+        results: dict[tuple[str, str], MetricResult] = {}
+        for m in names:
+            spec = METRICS[m]
+            combined: dict[str, Estimate] = {}
+            for s in sides:
+                ests = per_run.get((s.label, key, m))
+                if not ests:
+                    continue
+                if spec.kind == "share":
+                    combined[s.label] = _pool_shares(s, keyed[s.label], key)
+                else:
+                    combined[s.label] = iv.combine_runs(ests, between[m])
+            base = combined.get(baseline.label)
+            if base is not None:
+                results[(baseline.label, m)] = MetricResult(m, baseline.label, base,
+                                                            tuple(per_run[(baseline.label, key, m)]))
+            for s in others:
+                est = combined.get(s.label)
+                if est is None:
+                    continue
+                res = MetricResult(m, s.label, est, tuple(per_run[(s.label, key, m)]))
+                if base is not None:
+                    res = _decide(res, base, spec.lower_is_better, spec.kind, min_effect)
+                results[(s.label, m)] = res
+        flags = _level_flags(sides, keyed, key)
+        levels.append(LevelComparison(key, present, results, tuple(flags)))
+
+    notes = []
+    if not any(s.repeats > 1 for s in sides):
+        notes.append("one run per side: run-to-run variation is not accounted for (the intervals see only "
+                     "the variation within each run; repeat runs to include it: report A1 A2 --vs B1 B2)")
+    return Comparison(
+        baseline=baseline,
+        others=others,
+        primary=primary,
+        min_effect=min_effect,
+        metrics=names,
+        levels=tuple(levels),
+        between=between,
+        crossovers=tuple(_crossovers(levels, others, names)),
+        shape_flags=tuple(_shape_flags(baseline, others)),
+        notes=tuple(notes),
+    )
+
+
+def _pool_shares(side: Side, keyed: list[dict[LevelKey, LevelRequests]], key: LevelKey) -> Estimate:
+    """Error rate over repeats: the counts pooled (a share has no useful log scale for tau²)."""
+    failed = total = 0
+    for levels in keyed:
+        lv = levels.get(key)
+        if lv is None:
+            continue
+        kinds = lv.error_kind or (None,) * lv.n
+        for ok, kind in zip(lv.ok, kinds, strict=False):
+            if kind == "cancelled":
+                continue
+            total += 1
+            failed += 0 if ok else 1
+    return iv.share_ci(failed, total)
+
+
+def _decide(res: MetricResult, base: Estimate, lower_is_better: bool, kind: str,
+            min_effect: float) -> MetricResult:
+    est = res.estimate
+    if kind == "share":
+        d = iv.share_difference(base, est)
+        r = None
+        if base.value and est.value is not None:
+            r = Ratio(est.value / base.value, math.nan, math.nan, math.nan, math.inf)
+        why = None if d is not None else "no requests"
+        return MetricResult(res.metric, res.side, est, res.per_run, r, d,
+                            iv.decide_difference(d, min_effect=min_effect, lower_is_better=lower_is_better,
+                                                 why_not=why))
+    r = iv.ratio(base, est)
+    why = None
+    if r is None:
+        why = est.note if not est.estimable and est.note else base.note if base.note else "not enough data"
+        if est.value is None or base.value is None:
+            why = (est.note if est.value is None else base.note) or "missing"
+    n = min(base.n, est.n)
+    dec = iv.decide(r, lower_is_better=lower_is_better, min_effect=min_effect, n=n, why_not=why)
+    point = r
+    if r is None and base.value and est.value is not None:
+        # the point ratio is still worth showing next to "insufficient"
+        point = Ratio(est.value / base.value, math.nan, math.nan, math.nan, math.inf)
+    return MetricResult(res.metric, res.side, est, res.per_run, point, None, dec)
+
+
+# ------------------------------------------------------------------------------------------ flags
+
+
+def _shape_flags(baseline: Side, others: Sequence[Side]) -> list[Flag]:
+    """Runs whose request shapes differ from the baseline's first run: their figures measure
+    different work."""
+    ref = baseline.runs[0].description.request_shape()
+    out = []
+    for s in (baseline, *others):
+        for run in s.runs:
+            shape = run.description.request_shape()
+            diff = [f"{k} {ref[k]!r} vs {shape[k]!r}" for k in ref if ref[k] is not None and shape[k] is not None
+                    and ref[k] != shape[k]]
+            if diff and run is not baseline.runs[0]:
+                out.append(Flag(s.label, "shape", f"{run.label}: " + ", ".join(diff)))
+    return out
+
+
+def _level_flags(sides: Sequence[Side], keyed: dict[str, list[dict[LevelKey, LevelRequests]]],
+                 key: LevelKey) -> list[Flag]:
+    out: list[Flag] = []
+    means: dict[str, tuple[float | None, float | None]] = {}
+    for s in sides:
+        for run, levels in zip(s.runs, keyed[s.label], strict=True):
+            lv = levels.get(key)
+            if lv is None:
+                continue
+            who = s.label if s.repeats == 1 else f"{s.label} ({run.label})"
+            if lv.tokens_estimated is not None and bool(np.any(lv.tokens_estimated & lv.ok)):
+                out.append(Flag(s.label, "estimated_tokens", f"{who}: token counts estimated from chunks"))
+            kinds = [k for k in (lv.error_kind or ()) if k is not None and k != "cancelled"]
+            if kinds:
+                counts: dict[str, int] = {}
+                for k in kinds:
+                    counts[k] = counts.get(k, 0) + 1
+                detail = ", ".join(f"{k} {n}" for k, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+                out.append(Flag(s.label, "errors", f"{who}: {len(kinds)}/{lv.n} failed ({detail})"))
+            clients = run.during("client", lv)
+            if clients:
+                sat = sum(1 for c in clients if c.get("saturated"))
+                if sat:
+                    out.append(Flag(s.label, "client_saturated",
+                                    f"{who}: specload's client was saturated {sat} s of the level "
+                                    "(its latencies include client queueing)"))
+            crashes = run.during("crashes", lv)
+            if crashes:
+                types = sorted({str(c.get("exception_type")) for c in crashes})
+                out.append(Flag(s.label, "crash", f"{who}: server crash during the level ({', '.join(types)})"))
+            if s.label not in means:
+                means[s.label] = (_mean_ok(lv, lv.prompt_tokens), _mean_ok(lv, lv.output_tokens))
+    base = means.get(sides[0].label)
+    if base is not None:
+        for s in sides[1:]:
+            m = means.get(s.label)
+            if m is None:
+                continue
+            for name, a, b in (("prompt", base[0], m[0]), ("output", base[1], m[1])):
+                if a and b and abs(b / a - 1) > SHAPE_TOLERANCE:
+                    out.append(Flag(s.label, "shape",
+                                    f"{s.label}: mean {name} tokens per request {b:.0f} vs {a:.0f} "
+                                    f"({sides[0].label})"))
+    return out
+
+
+def _mean_ok(lv: LevelRequests, col: np.ndarray | None) -> float | None:
+    if col is None:
+        return None
+    v = col[lv.ok]
+    v = v[np.isfinite(v)]
+    return float(v.mean()) if v.size else None
+
+
+# ------------------------------------------------------------------------------------------ crossovers
+
+
+def _direction(res: MetricResult | None) -> tuple[str, float] | None:
+    if res is None or res.ratio is None or not res.ratio.ratio > 0:
+        return None
+    lower = METRICS[res.metric].lower_is_better
+    log_r = math.log(res.ratio.ratio)
+    good = (log_r > 0) != lower
+    return ("better" if good else "worse"), log_r
+
+
+def _crossovers(levels: Sequence[LevelComparison], others: Sequence[Side], metrics: Sequence[str]) -> list[Crossover]:
+    """Where a side goes from better to worse than the baseline (or back) as concurrency grows: between
+    consecutive levels (first occurrence of each concurrency) whose point ratios are on opposite sides
+    of 1, at the concurrency where log ratio crosses 0 on a log-concurrency axis."""
+    out = []
+    firsts = [lc for lc in levels if lc.key.occurrence == 0]
+    for s in others:
+        for m in metrics:
+            pts = []
+            for lc in firsts:
+                res = lc.result(s.label, m)
+                d = _direction(res)
+                if d is not None and res is not None and res.decision is not None:
+                    pts.append((lc.key.concurrency, d[0], d[1], res.decision.verdict))
+            for (c1, d1, l1, v1), (c2, d2, l2, v2) in zip(pts, pts[1:], strict=False):
+                if d1 == d2 or l1 == l2:
+                    continue
+                f = l1 / (l1 - l2)
+                at = math.exp(math.log(c1) + f * (math.log(c2) - math.log(c1)))
+                decided = v1 in (iv.BETTER, iv.WORSE) and v2 in (iv.BETTER, iv.WORSE)
+                out.append(Crossover(m, s.label, c1, c2, at, d1, d2, decided))
+    return out
+
+
+# ------------------------------------------------------------------------------------------ output
+
+
+def _r(v: float | None, nd: int = 6) -> float | None:
+    if v is None or not isinstance(v, (int, float)) or not math.isfinite(v):
+        return None
+    return float(f"{v:.{nd}g}")
+
+
+def _scale(metric: str) -> float:
+    return 100.0 if METRICS[metric].kind == "share" else 1.0
+
+
+def result_dict(res: MetricResult, primary: bool) -> dict:
+    """The JSON of one (level, side, metric): value, ci_low, ci_high, ratio, ratio_ci_low,
+    ratio_ci_high, verdict (null for the baseline), and what else explains them."""
+    e = res.estimate
+    d: dict = {
+        "value": _r(e.value),
+        "ci_low": _r(e.ci_low),
+        "ci_high": _r(e.ci_high),
+        "n": e.n,
+        "ratio": _r(res.ratio.ratio) if res.ratio else None,
+        "ratio_ci_low": _r(res.ratio.ci_low) if res.ratio else None,
+        "ratio_ci_high": _r(res.ratio.ci_high) if res.ratio else None,
+        "verdict": res.decision.verdict if res.decision else None,
+        "primary": primary,
+        "method": e.method,
+    }
+    if res.difference is not None:
+        d.update(difference=_r(res.difference.difference), difference_ci_low=_r(res.difference.ci_low),
+                 difference_ci_high=_r(res.difference.ci_high))
+    if res.decision is not None:
+        d["reason"] = res.decision.reason
+        d["requests_needed"] = res.decision.requests_needed
+    if e.note:
+        d["note"] = e.note
+    if len(res.per_run) > 1:
+        d["runs"] = [_r(x.value) for x in res.per_run]
+    return d
+
+
+def to_json(c: Comparison) -> dict:
+    def run_dict(side: Side, run: Run) -> dict:
+        desc = run.description
+        return {
+            "label": run.label,
+            "side": side.label,
+            "source": run.source,
+            "kind": run.kind,
+            "tool": desc.tool,
+            "version": desc.version,
+            "target": desc.target,
+            "model": desc.model,
+            "api": desc.api,
+            "request_shape": desc.request_shape(),
+            "command": desc.command,
+            "started_at": desc.started_at,
+            "truncated": run.truncated,
+            "end": (run.end or {}).get("reason"),
+        }
+
+    levels = []
+    for lc in c.levels:
+        sides = {}
+        for s in c.sides:
+            if s.label not in lc.present:
+                continue
+            sides[s.label] = {
+                "baseline": s is c.baseline,
+                "metrics": {m: result_dict(res, m == c.primary) for m in c.metrics
+                            if (res := lc.result(s.label, m)) is not None},
+            }
+        headline = {s.label: (r.decision.verdict if (r := lc.result(s.label, c.primary)) and r.decision else None)
+                    for s in c.others if s.label in lc.present}
+        levels.append({
+            "key": str(lc.key),
+            "concurrency": lc.key.concurrency,
+            "occurrence": lc.key.occurrence,
+            "headline": headline,
+            "flags": [{"side": f.side, "kind": f.kind, "detail": f.detail} for f in lc.flags],
+            "sides": sides,
+        })
+    return {
+        "baseline": c.baseline.label,
+        "primary": c.primary,
+        "min_effect": c.min_effect,
+        "confidence": 1 - iv.ALPHA,
+        "run_to_run": {
+            "accounted": c.run_to_run_accounted,
+            "between_run_sd_pct": {m: _r(100 * math.sqrt(b.tau2), 3) for m, b in c.between.items() if b},
+        },
+        "sides": [{"label": s.label, "runs": [run_dict(s, r) for r in s.runs]} for s in c.sides],
+        "levels": levels,
+        "crossovers": [
+            {"metric": x.metric, "side": x.side, "between": [x.low, x.high], "at": _r(x.at, 3),
+             "below": x.below, "above": x.above, "decided": x.decided}
+            for x in c.crossovers
+        ],
+        "shape_flags": [{"side": f.side, "kind": f.kind, "detail": f.detail} for f in c.shape_flags],
+        "notes": list(c.notes),
+    }
+
+
+CSV_COLUMNS = (
+    "level", "concurrency", "side", "baseline", "metric", "primary", "value", "ci_low", "ci_high", "n",
+    "ratio", "ratio_ci_low", "ratio_ci_high", "verdict", "requests_needed", "flags",
+)
+
+
+def to_csv_rows(c: Comparison) -> list[dict]:
+    rows = []
+    for lc in c.levels:
+        for s in c.sides:
+            flags = "; ".join(f"{f.kind}: {f.detail}" for f in lc.flags if f.side == s.label)
+            for m in c.metrics:
+                res = lc.result(s.label, m)
+                if res is None:
+                    continue
+                d = result_dict(res, m == c.primary)
+                rows.append({
+                    "level": str(lc.key), "concurrency": lc.key.concurrency, "side": s.label,
+                    "baseline": s is c.baseline, "metric": m, "primary": m == c.primary,
+                    **{k: d.get(k) for k in CSV_COLUMNS if k in d and k not in ("primary",)},
+                    "flags": flags,
+                })
+    return rows
+
+
+# ------------------------------------------------------------------------------------------ rich
+
+VERDICT_STYLE = {iv.BETTER: "bold green", iv.WORSE: "bold red", iv.NO_DIFFERENCE: "dim",
+                 iv.INSUFFICIENT: "yellow"}
+VERDICT_TEXT = {iv.BETTER: "better", iv.WORSE: "worse", iv.NO_DIFFERENCE: "no difference",
+                iv.INSUFFICIENT: "insufficient"}
+# without colour the verdict still reads: a symbol per verdict (never red/green alone)
+VERDICT_MARK = {iv.BETTER: "▲", iv.WORSE: "▼", iv.NO_DIFFERENCE: "=", iv.INSUFFICIENT: "?"}
+
+
+def fmt_value(metric: str, v: float | None) -> str:
+    if v is None:
+        return "-"
+    spec = METRICS[metric]
+    v = v * _scale(metric)
+    if spec.unit == "tok/s" and abs(v) >= 100:
+        return f"{v:,.0f}"
+    return f"{v:.{spec.digits}f}"
+
+
+def fmt_estimate(metric: str, e: Estimate) -> str:
+    if e.value is None:
+        return "missing"
+    lo = fmt_value(metric, e.ci_low) if e.ci_low is not None else "?"
+    hi = fmt_value(metric, e.ci_high) if e.ci_high is not None else "?"
+    return f"{fmt_value(metric, e.value)} [{lo}, {hi}]"
+
+
+def fmt_ratio(res: MetricResult) -> str:
+    if res.difference is not None:
+        d = res.difference
+        return f"{d.difference * 100:+.1f} pts [{d.ci_low * 100:+.1f}, {d.ci_high * 100:+.1f}]"
+    r = res.ratio
+    if r is None:
+        return "-"
+    if not math.isfinite(r.ci_low):
+        return f"×{r.ratio:.3f}"
+    return f"×{r.ratio:.3f} [{r.ci_low:.3f}, {r.ci_high:.3f}]"
+
+
+def fmt_verdict(dec: Decision | None, rich_markup: bool = True) -> str:
+    if dec is None:
+        return ""
+    text = f"{VERDICT_MARK[dec.verdict]} {VERDICT_TEXT[dec.verdict]}"
+    if dec.verdict == iv.INSUFFICIENT and dec.requests_needed:
+        text += f" (≈{dec.requests_needed} req)"
+    return f"[{VERDICT_STYLE[dec.verdict]}]{text}[/]" if rich_markup else text
+
+
+EXPLAIN_THROUGHPUT = (
+    "output tok/s is the server's capacity at this concurrency: tokens per second of all requests "
+    "together (steady state, by Little's law). per-request tok/s is what one user sees: the mean of "
+    "each request's tokens / its E2E. They can disagree: a configuration can serve each request faster "
+    "yet finish fewer tokens per second in all (a longer prefill or queue before the first token, tail "
+    "requests), and a level's wall-clock figure also counts how its first and last requests overlap "
+    "other levels. Capacity questions: output tok/s; latency questions: per-request tok/s and TPOT."
+)
+
+
+def render(c: Comparison, console: object) -> None:
+    """The comparison on a terminal: the headline table (primary metric, verdict per level), the
+    secondary metrics per compared side, flags, crossovers and notes."""
+    from rich.table import Table
+
+    p = METRICS[c.primary]
+    out = console  # rich.console.Console
+    bl = c.baseline
+    runs_of = lambda s: f"{s.repeats} runs" if s.repeats > 1 else s.runs[0].source  # noqa: E731
+    out.print(f"[bold]specload compare[/]  baseline [bold]{bl.label}[/] ({runs_of(bl)})  vs  "
+              + ", ".join(f"[bold]{s.label}[/] ({runs_of(s)})" for s in c.others))
+    out.print(f"headline: {p.label} · verdicts count a difference only beyond ±{c.min_effect * 100:g}% "
+              "(--min-effect) · 95% intervals · steady-state requests (fill and drain excluded)")
+    for n in c.notes:
+        out.print(f"[yellow]{n}[/]")
+    if c.run_to_run_accounted:
+        sds = ", ".join(f"{METRICS[m].label} {100 * math.sqrt(b.tau2):.1f}%" for m, b in c.between.items()
+                        if b and m in (c.primary, "per_request_tok_s", "tpot_p50"))
+        out.print(f"run-to-run variation estimated from the repeats (between-run sd: {sds or 'none beyond within-run'})")
+
+    t = Table(title=f"{p.label} ({p.unit})", header_style="bold", show_edge=False, pad_edge=False)
+    t.add_column("level", justify="right")
+    t.add_column(bl.label, justify="right")
+    for s in c.others:
+        t.add_column(s.label, justify="right")
+        t.add_column(f"ratio {s.label}/{bl.label}", justify="right")
+        t.add_column(f"verdict (±{c.min_effect * 100:g}%)", justify="left")
+    for lc in c.levels:
+        base = lc.result(bl.label, c.primary)
+        row = [str(lc.key) + (" ⚠" if lc.flags else ""), fmt_estimate(c.primary, base.estimate) if base else "-"]
+        for s in c.others:
+            res = lc.result(s.label, c.primary)
+            if res is None:
+                row += ["-", "-", ""]
+                continue
+            row += [fmt_estimate(c.primary, res.estimate), fmt_ratio(res), fmt_verdict(res.decision)]
+        t.add_row(*row)
+    out.print(t)
+
+    secondary = [m for m in c.metrics if m != c.primary]
+    for s in c.others:
+        st = Table(title=f"secondary: {s.label} / {bl.label} (not the headline)", header_style="bold",
+                   show_edge=False, pad_edge=False)
+        st.add_column("metric")
+        keys = [lc for lc in c.levels if s.label in lc.present]
+        for lc in keys:
+            st.add_column(str(lc.key), justify="left")
+        for m in secondary:
+            cells = []
+            for lc in keys:
+                res = lc.result(s.label, m)
+                if res is None or res.decision is None:
+                    cells.append("-")
+                    continue
+                if res.estimate.value is None:
+                    cells.append("[dim]missing[/]")
+                    continue
+                cells.append(f"{fmt_ratio(res).split(' [')[0]} {fmt_verdict(res.decision)}")
+            st.add_row(METRICS[m].label, *cells)
+        out.print(st)
+
+    notes = []
+    for lc in c.levels:
+        for f in lc.flags:
+            notes.append(f"{lc.key}: {f.detail}")
+    for f in c.shape_flags:
+        notes.append(f"request shape differs: {f.detail}")
+    if notes:
+        out.print("[yellow bold]unsound comparisons[/]")
+        for n in notes:
+            out.print(f"  [yellow]⚠ {n}[/]")
+    insufficient = []
+    for lc in c.levels:
+        for s in c.others:
+            res = lc.result(s.label, c.primary)
+            if res is not None and res.decision is not None and res.decision.verdict == iv.INSUFFICIENT:
+                why = res.estimate.note or (res.ratio and res.decision.reason) or res.decision.reason
+                insufficient.append(f"{lc.key} {s.label}: {why}")
+    for n in insufficient:
+        out.print(f"[yellow]insufficient[/] {n}")
+    for x in c.crossovers:
+        # a crossing of point estimates that no verdict backs is noise for a secondary metric; for the
+        # primary one it is shown, marked as undecided (the JSON has them all)
+        if not x.decided and x.metric != c.primary:
+            continue
+        if x.metric not in (c.primary, "per_request_tok_s", "tpot_p50", "e2e_p50", "ttft_p50"):
+            continue
+        line = (f"crossover: {METRICS[x.metric].label} of {x.side} is {x.below} up to C={x.low} and {x.above} "
+                f"from C={x.high} (crosses near C≈{x.at:.0f})")
+        out.print(line if x.decided else f"[dim]{line} (point estimates only: not decided on both sides)[/]")
+    if _throughput_disagrees(c):
+        out.print(f"[dim]{EXPLAIN_THROUGHPUT}[/]")
+
+
+def _throughput_disagrees(c: Comparison) -> bool:
+    for lc in c.levels:
+        for s in c.others:
+            a = lc.result(s.label, "throughput")
+            b = lc.result(s.label, "per_request_tok_s")
+            if a and b and a.decision and b.decision and {a.decision.verdict, b.decision.verdict} == {iv.BETTER,
+                                                                                                      iv.WORSE}:
+                return True
+            if a and b and a.ratio and b.ratio and (a.ratio.ratio - 1) * (b.ratio.ratio - 1) < 0:
+                return True
+    return False
