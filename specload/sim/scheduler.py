@@ -11,7 +11,9 @@ Two timing regimes share the bookkeeping:
   prefills the sequences admitted at its start (their prefill time is added to the step, so new
   arrivals slow everyone's next token down, as with real continuous batching). Requests beyond
   ``max_batch`` wait in a FIFO queue and are admitted at a step boundary. Step and prefill times carry
-  seeded lognormal noise (``step_jitter``, ``prefill_jitter``).
+  seeded lognormal noise (``step_jitter``, ``prefill_jitter``). Steps follow each other on their own
+  schedule (the end of one is due when the previous was due plus its time), so a timer that fires late
+  on a busy machine is caught up rather than stretching the whole run.
 - pinned (``ttft_ms`` / ``itl_ms``): each sequence has its own deadline on an absolute schedule
   (admission + ttft, then + itl per step, never drifting, no noise), so tests can assert exact
   timings. The FIFO queue still applies: a queued request is admitted at the instant a slot frees.
@@ -35,6 +37,11 @@ from collections.abc import Callable
 from specload.sim.config import SimConfig
 from specload.sim.model import StepDraw, decode_step_s, draw_step, jitter, prefill_s, request_accept_rate
 
+# The batch model's step clock runs on its own schedule (the simulated GPU does not slow down because
+# the event loop woke late): each step is due a step's time after the previous one was *due*, so a
+# late timer is caught up instead of stretching every later step. Only after a longer stall (a
+# stopped process, a frozen machine) does the clock restart from now, so as not to burst steps.
+_CATCH_UP_S = 0.25
 # Deadlines closer than this to "now" are served in the same tick: timers fire up to ~1 ms late or,
 # rarely, a hair early, and splitting one logical step over two ticks would be pure overhead.
 _DUE_SLACK_S = 0.0002
@@ -199,8 +206,9 @@ class Scheduler:
         self._timer_due = 0.0
         self._kick: asyncio.Handle | None = None
         self._frozen = False
-        # batch model: the step in flight (decoding, prefilling)
+        # batch model: the step in flight (decoding, prefilling) and when it is due to end
         self._step: tuple[list[Sequence], list[Sequence]] | None = None
+        self._step_due: float | None = None
         # pinned: (due, tie-break, seq)
         self._heap: list[tuple[float, int, Sequence]] = []
         self._tie = itertools.count()
@@ -266,7 +274,8 @@ class Scheduler:
 
     # --- batch model --------------------------------------------------------------------------
 
-    def _start_step(self) -> None:
+    def _start_step(self, after: float | None = None) -> None:
+        """Start the next step; ``after``: when the previous step was due to end (None: from idle)."""
         self._kick = None
         self._timer = None
         if self._frozen:
@@ -288,7 +297,10 @@ class Scheduler:
             self._running[id(s)] = s
             self._admitted(s, now)
         self._step = (decoding, admitted)
-        self._timer = self._loop.call_at(self._loop.time() + dur, self._end_step)
+        now_loop = self._loop.time()
+        base = after if after is not None and now_loop - after < _CATCH_UP_S else now_loop
+        self._step_due = base + dur
+        self._timer = self._loop.call_at(self._step_due, self._end_step)
 
     def _end_step(self) -> None:
         self._timer = None
@@ -307,7 +319,7 @@ class Scheduler:
                 self._deliver(s, s.advance(cfg, now, counters))
                 if s.finish_reason is not None:
                     self._running.pop(id(s), None)
-        self._start_step()
+        self._start_step(self._step_due)
 
     # --- pinned -------------------------------------------------------------------------------
 
