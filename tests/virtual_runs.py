@@ -1,0 +1,45 @@
+"""Records made in virtual time: the simulator and a specload session in one process, on a loop whose
+clock jumps to the next timer (``specload.sim.virtual_time``). A minute of simulated load takes a few
+seconds, and the timings are the simulator's schedule whatever else the machine is doing, so tests
+whose assertions depend on timing (verdicts, intervals) cannot be flaky.
+
+    path = virtual_record(tmp / "a.jsonl", levels=(1, 4), n=20, seed=1, label="a", sim={"step_ms": 5})
+
+Call it from a synchronous test or fixture (it runs its own loop).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from specload.config import RecordConfig, RequestConfig, RunConfig, TargetConfig, WatchConfig
+from specload.engine.load import build_plan
+from specload.session import Session
+from specload.sim.config import SimConfig
+from specload.sim.server import SimServer
+from specload.sim.virtual_time import LoopClock, run_virtual
+
+
+def virtual_record(path: Path, *, levels: tuple[int, ...] = (1, 4), n: int | None = None, seed: int = 1,
+                   label: str | None = None, max_tokens: int = 32, sim: dict | None = None) -> Path:
+    async def main() -> None:
+        server = SimServer(SimConfig(**{"quiet": True, "seed": seed, **(sim or {})}))
+        url = await server.start()
+        try:
+            cfg = RunConfig(
+                target=TargetConfig(url=url, api="chat"),
+                plan=build_plan(levels, requests_per_level=n, duration_per_level=None, max_duration_s=3600),
+                request=RequestConfig(max_tokens=max_tokens, ignore_eos=True, continuous_usage=True),
+                watch=WatchConfig(),
+                record=RecordConfig(path=str(path)),
+                label=label,
+                command=f"virtual run seed={seed} sim={sim}",
+            )
+            result = await Session(cfg, clock=LoopClock(asyncio.get_running_loop())).run()
+            assert result.reason == "completed", result
+        finally:
+            await server.stop()
+
+    run_virtual(main())
+    return path
