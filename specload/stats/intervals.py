@@ -614,3 +614,57 @@ def combine_runs(estimates: Sequence[Estimate], between: BetweenRuns | None) -> 
     est = _from_se(value, math.sqrt(var), sum(e.n for e in ok), df, f"runs x{k}")
     note = None if k == len(estimates) else f"{len(estimates) - k} of {len(estimates)} runs not estimable"
     return replace(est, note=note)
+
+
+# ------------------------------------------------------------------------------------------ sequential
+
+_CS_TUNE = 10.0  # the mixture is tightest where n = 10 x its prior size: see sequential_multiplier
+
+
+def sequential_multiplier(n: int, n_design: int, alpha: float = ALPHA) -> float:
+    """How many standard errors a *confidence sequence* needs at ``n`` samples, where a fixed-sample
+    interval needs 1.96: valid at every n at once, so a live verdict looked at after every request keeps
+    its error rate (a fixed interval watched continuously excludes the truth at some point far more
+    often than 5%).
+
+    The two-sided normal-mixture boundary (Robbins 1970; Howard, Ramdas et al. 2021): for a mean with
+    standard error se = sigma/sqrt(n), |mean - mu| < se * sqrt((1 + m/n) * (log(1 + n/m) + 2 log(2/alpha)))
+    for all n with probability 1 - alpha. m, the mixture's prior size, is set to n_design / 10, which
+    makes the boundary tightest near ``n_design`` (the level's planned or capped request count): there
+    it is about 3.3 standard errors."""
+    m = max(1.0, n_design / _CS_TUNE)
+    n = max(n, 1)
+    return math.sqrt((1.0 + m / n) * (math.log1p(n / m) + 2.0 * math.log(2.0 / alpha)))
+
+
+def sequential_ratio(baseline: Estimate, live: Estimate, *, n_design: int, alpha: float = ALPHA) -> Ratio | None:
+    """``live / baseline`` with an interval valid however often it is looked at: the live figure's
+    confidence sequence at alpha/2 and the baseline's fixed interval at alpha/2 (the baseline is a
+    finished record; a union bound joins the two)."""
+    if not (baseline.estimable and live.estimable):
+        return None
+    assert baseline.value is not None and live.value is not None
+    assert baseline.se_log is not None and live.se_log is not None
+    # small samples: widen the live boundary as Student's t widens the normal one
+    small = t_crit(live.df, alpha / 2) / z_crit(alpha / 2)
+    live_hw = live.se_log * sequential_multiplier(live.n, n_design, alpha / 2) * small
+    base_hw = baseline.se_log * t_crit(baseline.df, alpha / 2)
+    r = live.value / baseline.value
+    hw = live_hw + base_hw
+    # se_log of this interval's half-width, so decide() can estimate requests_needed from it
+    return Ratio(r, r * math.exp(-hw), r * math.exp(hw), hw / z_crit(alpha), math.inf)
+
+
+def decided(r: Ratio | None, *, lower_is_better: bool, min_effect: float = DEFAULT_MIN_EFFECT) -> Decision:
+    """The live verdict from a sequential ratio: ``better``/``worse`` as ``decide``; ``no_difference`` only
+    once the whole interval is within ±min_effect (a level can stop then: no difference that matters
+    is left to find); otherwise ``insufficient`` (not decided yet)."""
+    if r is None:
+        return Decision(INSUFFICIENT, "not enough data yet")
+    d = decide(r, lower_is_better=lower_is_better, min_effect=min_effect)
+    if d.verdict in (BETTER, WORSE):
+        return d
+    band = _effect_threshold(min_effect)
+    if math.log(r.ci_low) > -band and math.log(r.ci_high) < band:
+        return Decision(NO_DIFFERENCE, f"interval within ±{min_effect * 100:g}%")
+    return Decision(INSUFFICIENT, f"{(r.ratio - 1) * 100:+.1f}%, not decided yet")

@@ -154,3 +154,36 @@ def test_objective_against_a_limit() -> None:
     assert Objective.check(est(100.0, 0.2), 110.0) == Objective.UNDECIDED
     assert Objective.check(iv.share_ci(95, 100), 0.9, lower_is_better=False) == Objective.UNDECIDED
     assert Objective.check(iv.share_ci(990, 1000), 0.95, lower_is_better=False) == Objective.MET
+
+
+def test_a_confidence_sequence_keeps_its_error_rate_when_watched_after_every_sample() -> None:
+    rng = np.random.default_rng(7)
+    streams, steps = 400, 400
+    x = rng.normal(0.0, 1.0, (streams, steps))
+    n = np.arange(1, steps + 1)
+    mean = np.cumsum(x, axis=1) / n
+    se = 1.0 / np.sqrt(n)
+    watch = n >= 5  # looked at from the 5th sample on, after every sample
+    fixed_miss = np.any((np.abs(mean) > 1.96 * se) & watch, axis=1).mean()
+    mult = np.array([iv.sequential_multiplier(int(k), steps) for k in n])
+    seq_miss = np.any((np.abs(mean) > mult * se) & watch, axis=1).mean()
+    assert fixed_miss > 0.15  # peeking at a fixed 95% interval: wrong far more often than 5%
+    assert seq_miss <= 0.05
+    # the price: about 3.3 standard errors near the design size instead of 1.96
+    assert 3.0 < iv.sequential_multiplier(steps, steps) < 3.6
+
+
+def test_live_verdicts_from_a_sequential_ratio() -> None:
+    base = est(100.0, 0.01, 400)
+    clearly = iv.sequential_ratio(base, est(130.0, 0.01, 200), n_design=400)
+    assert clearly is not None and iv.decided(clearly, lower_is_better=False).verdict == iv.BETTER
+    # the sequential interval is wider than the fixed one for the same data
+    fixed = iv.ratio(base, est(130.0, 0.01, 200))
+    assert (clearly.ci_high - clearly.ci_low) > (fixed.ci_high - fixed.ci_low)  # type: ignore[union-attr]
+    # no difference is decided only once the whole interval, the baseline's share included, is in ±2%
+    assert iv.decided(iv.sequential_ratio(base, est(100.5, 0.002, 400), n_design=400),
+                      lower_is_better=False).verdict == iv.INSUFFICIENT
+    same = iv.sequential_ratio(est(100.0, 0.003, 400), est(100.5, 0.002, 400), n_design=400)
+    assert iv.decided(same, lower_is_better=False).verdict == iv.NO_DIFFERENCE
+    unsure = iv.sequential_ratio(base, est(100.5, 0.02, 50), n_design=400)
+    assert iv.decided(unsure, lower_is_better=False).verdict == iv.INSUFFICIENT
