@@ -494,8 +494,10 @@ async def test_hang_on_sigterm_without_open_streams_exits_at_once():
 async def test_specload_run_end_to_end(tmp_path: Path):
     log = tmp_path / "llama.log"
     rec = tmp_path / "run.jsonl"
+    # no EOS: every request must end at max_tokens for the exact counts below (with the default
+    # per-token EOS chance about one request in 16 x 32 tokens stops early, depending on the seed)
     proc = _spawn("--flavor", "llamacpp", "--port", "0", "--ttft-ms", "5", "--itl-ms", "2", "--max-batch", "4",
-                  "--log-file", str(log), "--seed", "1")
+                  "--log-file", str(log), "--seed", "1", "--eos-prob", "0")
     try:
         url = await _url(proc)
         res = await asyncio.to_thread(
