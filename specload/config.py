@@ -1,150 +1,51 @@
-"""The configuration of one run: frozen dataclasses built once from the CLI (or a test) and validated.
+"""The configuration of one run: frozen dataclasses, each field an option declared once, checked on build.
 
 Everything the session needs to build the engine, the stats, the recorder and the server watch is
-here, so the TUI and headless mode cannot be configured differently by accident. Validation errors
-are ``ConfigError`` with a one-line message the CLI prints as is.
+here, so the TUI and headless mode cannot be configured differently by accident. Each command-line
+option is a field declared with ``option()`` (``options.py``): flag, help, default, TUI default and
+check in one place; the CLI's click options are generated from these fields, and ``__post_init__``
+checks every config, also one built in code (tests, benchmarks, a future API), with a one-line
+``ConfigError`` naming the flag.
+
+To add an option: add a field with ``option(...)`` to the section it belongs to, and use it.
+``specload run --help``, the TUI's defaults, validation and the record's header follow. Cross-field
+rules go in the section's ``__post_init__`` (or ``RunConfig``'s when they span sections).
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+import shlex
+from dataclasses import dataclass, field, replace
+from typing import Any
 from urllib.parse import unquote, urlparse
 
-from specload.engine.load import LoadPlan
-from specload.secrets import redact_command, secret_values
+import orjson
+
+from specload.engine.load import LoadPlan, build_plan, parse_levels
+from specload.options import (
+    ConfigError,
+    at_least,
+    check_fields,
+    not_negative,
+    option,
+    positive,
+    set_field,
+    to_dict,
+)
+from specload.secrets import redact_config, secret_values
+
+__all__ = [
+    "ConfigError", "LoadConfig", "RecordConfig", "RequestConfig", "RunConfig", "TargetConfig", "WatchConfig",
+]
+
+API_CHOICES = ("auto", "chat", "completions", "generate")
+TUI_LEVEL_SECONDS = 20.0
+# the built-in simulator's profile when no --sim-args are given: speculative decoding worth looking at
+DEFAULT_DEMO_SIM = ("--spec-tokens", "3", "--accept-rate", "0.7", "--max-batch", "32")
 
 
-class ConfigError(ValueError):
-    """A bad option value; the message is one line for the user."""
-
-
-@dataclass(frozen=True, slots=True)
-class TargetConfig:
-    url: str | None  # None: start the built-in simulator
-    api: str = "auto"  # auto, chat, completions, generate
-    model: str | None = None  # None: the first model of /v1/models
-    headers: tuple[tuple[str, str], ...] = ()
-    api_key_env: str | None = "OPENAI_API_KEY"  # name of the variable holding the key
-    keepalive: bool = True
-    stall_timeout_s: float = 60.0
-    request_timeout_s: float | None = 600.0
-    connect_timeout_s: float = 10.0
-
-
-@dataclass(frozen=True, slots=True)
-class RequestConfig:
-    max_tokens: int = 256
-    ignore_eos: bool = False
-    continuous_usage: bool = False
-    temperature: float | None = None
-    extra_body: tuple[tuple[str, object], ...] = ()
-    prompt: str | None = None
-    prompt_file: str | None = None
-    dataset: str | None = None
-    prompt_tokens: int = 128
-
-
-@dataclass(frozen=True, slots=True)
-class WatchConfig:
-    server_log: str | None = None
-    server_log_from_start: bool = False
-    server_log_cmd: str | None = None
-    launch: str | None = None
-    ready_timeout_s: float = 900.0
-    stop_grace_s: float = 10.0
-    expect_log: tuple[str, ...] = ()
-    expect_timeout_s: float = 30.0
-    metrics_url: str | None = None  # None: the server's /metrics if it answers; "off" to disable
-    metrics_interval_s: float = 1.0
-    health: bool = True
-    on_crash: str = "stop"  # pause, stop, continue
-    down_timeout_s: float = 30.0  # headless: stop after the server has been down this long
-
-
-@dataclass(frozen=True, slots=True)
-class RecordConfig:
-    path: str | None = None
-    with_chunks: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class RunConfig:
-    target: TargetConfig
-    plan: LoadPlan
-    request: RequestConfig = field(default_factory=RequestConfig)
-    watch: WatchConfig = field(default_factory=WatchConfig)
-    record: RecordConfig = field(default_factory=RecordConfig)
-    sim_args: tuple[str, ...] = ()  # options for the built-in simulator when no URL is given
-    seed: int = 0
-    workers: int = 1
-    on_worker_death: str = "continue"  # continue (on the other workers) or stop
-    label: str | None = None  # names the run in comparisons (report A B); the file name otherwise
-    command: str | None = None  # the command line that started the run (secrets masked), for reports
-
-    def api_key(self) -> str | None:
-        name = self.target.api_key_env
-        return os.environ.get(name) if name else None
-
-    def request_headers(self) -> dict[str, str]:
-        """The headers every request carries: ``--header`` values and the API key as a Bearer token
-        (unless an Authorization header was given)."""
-        headers = dict(self.target.headers)
-        key = self.api_key()
-        if key and not any(k.lower() == "authorization" for k in headers):
-            headers["Authorization"] = f"Bearer {key}"
-        return headers
-
-    def secret_values(self) -> tuple[str, ...]:
-        """Every secret value this run knows (``specload.secrets``): masked wherever text is written."""
-        w = self.watch
-        return secret_values(
-            api_key=self.api_key(),
-            headers=self.request_headers().items(),
-            texts=(w.metrics_url, w.server_log_cmd, w.launch, *self.sim_args),
-        )
-
-    def describe(self) -> dict:
-        """The configuration as written to the record's header (secrets are redacted there)."""
-        t, r, w, p = self.target, self.request, self.watch, self.plan
-        return {
-            "target": t.url,
-            "api": t.api,
-            "model": t.model,
-            "headers": [f"{k}: {v}" for k, v in t.headers],
-            "api_key_env": t.api_key_env,
-            "keepalive": t.keepalive,
-            "stall_timeout_s": t.stall_timeout_s,
-            "request_timeout_s": t.request_timeout_s,
-            "levels": [
-                {"concurrency": lv.concurrency, "requests": lv.requests, "duration_s": lv.duration_s}
-                for lv in p.levels
-            ],
-            "warmup_requests": p.warmup_requests,
-            "drain_between_levels": p.drain_between_levels,
-            "rate": p.rate,
-            "burstiness": p.burstiness,
-            "max_tokens": r.max_tokens,
-            "ignore_eos": r.ignore_eos,
-            "continuous_usage": r.continuous_usage,
-            "temperature": r.temperature,
-            "extra_body": dict(r.extra_body),
-            "prompt_source": "text" if r.prompt else "file" if r.prompt_file else "dataset" if r.dataset else "synthetic",
-            "prompt_tokens": r.prompt_tokens,
-            "server_log": w.server_log,
-            "server_log_cmd": redact_command(w.server_log_cmd),
-            "launch": redact_command(w.launch),
-            "expect_log": list(w.expect_log),
-            "metrics_url": w.metrics_url,
-            "metrics_interval_s": w.metrics_interval_s,
-            "on_crash": w.on_crash,
-            "sim_args": [redact_command(a) for a in self.sim_args],
-            "seed": self.seed,
-            "workers": self.workers,
-            "on_worker_death": self.on_worker_death,
-            "label": self.label,
-            "command": redact_command(self.command),
-        }
+# ------------------------------------------------------------------------------------- parsers
 
 
 def _parse_url(url: str):  # noqa: ANN202 - urllib's ParseResult
@@ -191,3 +92,285 @@ def parse_header(h: str) -> tuple[str, str]:
     if not sep or not name.strip():
         raise ConfigError(f"bad header {h!r}: expected 'Name: value'")
     return name.strip(), value.strip()
+
+
+def parse_json_object(text: str) -> tuple[tuple[str, Any], ...]:
+    try:
+        obj = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        raise ConfigError("--extra-body is not valid JSON") from None
+    if not isinstance(obj, dict):
+        raise ConfigError("--extra-body must be a JSON object")
+    return tuple(obj.items())
+
+
+def parse_sim_args(text: str) -> tuple[str, ...]:
+    try:
+        return tuple(shlex.split(text))
+    except ValueError as e:
+        raise ConfigError(f"--sim-args: {e}") from None
+
+
+def _levels_check(levels: tuple[int, ...]) -> str | None:
+    if not levels:
+        return "needs at least one level"
+    bad = [c for c in levels if not isinstance(c, int) or c < 1]
+    return f"levels must be whole numbers of at least 1, not {bad[0]!r}" if bad else None
+
+
+# ------------------------------------------------------------------------------------- sections
+
+
+@dataclass(frozen=True, slots=True)
+class TargetConfig:
+    """The server and how to talk to it."""
+
+    url: str | None = option(None, argument=True)  # None: start the built-in simulator
+    api: str = option("auto", "--api", choices=API_CHOICES,
+                      help="API flavour; auto probes chat, completions, then /generate.")
+    model: str | None = option(None, "--model", help="Model name to send (default: the first of /v1/models).")
+    headers: tuple[tuple[str, str], ...] = option((), "--header", multiple=True, parse=parse_header,
+                                                   help="Extra HTTP header 'Name: value' (repeatable).")
+    api_key_env: str | None = option("OPENAI_API_KEY", "--api-key-env",
+                                     help="Environment variable holding the API key (sent as a Bearer token).")
+    keepalive: bool = option(True, "--no-keepalive", help="A new connection per request.")
+    stall_timeout_s: float = option(60.0, "--stall-timeout", check=not_negative,
+                                    help="Seconds without a byte before a request counts as stalled.")
+    request_timeout_s: float | None = option(600.0, "--request-timeout", check=not_negative,
+                                             help="Seconds a request may take in all (0: no limit).")
+    connect_timeout_s: float = 10.0
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+        if self.url is not None:
+            # a password in the URL is sent as a header (which records mask) and never shown
+            url, basic_auth = split_credentials(self.url)
+            set_field(self, "url", check_url(url))
+            if basic_auth is not None and not any(k.lower() == "authorization" for k, _ in self.headers):
+                set_field(self, "headers", (*self.headers, basic_auth))
+        if self.request_timeout_s == 0:
+            set_field(self, "request_timeout_s", None)
+        if self.api_key_env == "":
+            set_field(self, "api_key_env", None)
+
+
+@dataclass(frozen=True, slots=True)
+class LoadConfig:
+    """The shape of the load: the ramp of concurrency levels, warm-up, drain, arrivals, bounds."""
+
+    concurrency: tuple[int, ...] = option((1, 2, 4, 8, 16), "--concurrency", "-c", parse=parse_levels,
+                                          check=_levels_check, show_default="1,2,4,8,16",
+                                          help="Concurrency levels of the ramp, comma-separated.")
+    requests_per_level: int | None = option(None, "--requests-per-level", "-n", check=at_least(1),
+                                            help="Requests started per level (headless default: 4 x C, at least 10).")
+    duration_per_level_s: float | None = option(
+        None, "--duration-per-level", "-d", check=positive,
+        # the dashboard ramps in real time: a level every 20 s reads well; a request count would make
+        # low levels of long generations last minutes
+        tui_default=lambda given: TUI_LEVEL_SECONDS if given.get("requests_per_level") is None else None,
+        help=f"Seconds per level instead of a request count (TUI default: {TUI_LEVEL_SECONDS:g}).")
+    warmup_requests: int = option(0, "--warmup-requests", check=not_negative,
+                                  help="Requests sent first and not counted.")
+    drain: bool = option(True, "--drain/--no-drain", tui_default=False,
+                         help="Wait for in-flight requests between levels (default: on headless, off in the TUI).")
+    rate: float | None = option(None, "--rate", check=positive,
+                                help="Open loop: requests per second (concurrency is then a cap).")
+    burstiness: float = option(1.0, "--burstiness", check=positive,
+                               help="Gamma shape of open-loop arrivals (1 = Poisson).")
+    max_requests: int | None = option(None, "--max-requests", check=at_least(1),
+                                      help="Stop after this many requests in all.")
+    max_duration_s: float | None = option(None, "--max-duration", check=positive,
+                                          help="Stop after this many seconds in all.")
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+
+    def plan(self) -> LoadPlan:
+        return build_plan(
+            self.concurrency,
+            requests_per_level=self.requests_per_level,
+            duration_per_level=self.duration_per_level_s,
+            warmup_requests=self.warmup_requests,
+            drain=self.drain,
+            rate=self.rate,
+            burstiness=self.burstiness,
+            max_requests=self.max_requests,
+            max_duration_s=self.max_duration_s,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class RequestConfig:
+    """What every request asks for, and where its prompts come from."""
+
+    prompt_tokens: int = option(128, "--prompt-tokens", check=at_least(1),
+                                help="Length of synthetic prompts (approximate).")
+    prompt: str | None = option(None, "--prompt", help="Send this prompt text.")
+    prompt_file: str | None = option(None, "--prompt-file", path=True, help="Send the text of this file.")
+    dataset: str | None = option(None, "--dataset", path=True, help="JSONL file of prompts.")
+    max_tokens: int = option(256, "--max-tokens", check=at_least(1), help="max_tokens of each request.")
+    ignore_eos: bool = option(False, "--ignore-eos", help="Ask the server to ignore EOS (fixed output length).")
+    # None: on for the built-in simulator (it supports it, as vLLM does, so the demo's live counts are
+    # exact from the first chunk), off for a server that might reject the field; RunConfig decides
+    continuous_usage: bool | None = option(
+        None, "--continuous-usage/--no-continuous-usage",
+        help="Ask for usage on every chunk (vLLM/SGLang) for exact per-chunk token counts "
+             "[default: on for the built-in simulator, off otherwise].")
+    temperature: float | None = option(None, "--temperature", help="Sampling temperature.")
+    extra_body: tuple[tuple[str, Any], ...] = option((), "--extra-body", parse=parse_json_object, metavar="JSON",
+                                                     help="JSON object merged into every request body.")
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+        if sum(1 for v in (self.prompt, self.prompt_file, self.dataset) if v) > 1:
+            raise ConfigError("give only one of --prompt, --prompt-file, --dataset")
+        from specload.engine.api import check_body, json_problem
+
+        # every request body must be writable as JSON, or each request would fail the same way
+        if self.extra_body and (problem := json_problem(dict(self.extra_body))):
+            raise ConfigError(f"--extra-body: {problem}")
+        if problem := check_body(self, None):
+            raise ConfigError(f"--max-tokens {self.max_tokens}: {problem}")
+
+
+@dataclass(frozen=True, slots=True)
+class WatchConfig:
+    """The server watch: log sources, a launched server, health, /metrics, what a crash does."""
+
+    server_log: str | None = option(None, "--server-log", path=True, help="Follow this server log file.")
+    server_log_from_start: bool = option(False, "--server-log-from-start", help="Read the server log from its start.")
+    server_log_cmd: str | None = option(None, "--server-log-cmd", help="Read the server log from this command's output.")
+    launch: str | None = option(None, "--launch", help="Start the server with this command and stop it at the end.")
+    ready_timeout_s: float = option(900.0, "--ready-timeout", check=not_negative,
+                                    help="Seconds to wait for a launched server's health endpoint.")
+    stop_grace_s: float = 10.0
+    expect_log: tuple[str, ...] = option((), "--expect-log", multiple=True,
+                                         help="Regex of a line the server must print (repeatable).")
+    expect_timeout_s: float = 30.0
+    # None: the server's /metrics if it answers; "off" to disable
+    metrics_url: str | None = option(None, "--metrics-url",
+                                     help="Prometheus /metrics URL (default: the server's, if it answers; 'off').")
+    metrics_interval_s: float = option(1.0, "--metrics-interval", check=at_least(0.1, " s"),
+                                       help="Seconds between /metrics scrapes (at least 0.1).")
+    health: bool = option(True, "--no-health", help="Do not poll the health endpoint.")
+    on_crash: str = option("stop", "--on-crash", choices=("pause", "stop", "continue"), tui_default="pause",
+                           help="What a detected server crash does (TUI: pause, headless: stop).")
+    down_timeout_s: float = option(30.0, "--down-timeout", check=not_negative,
+                                   help="Headless: stop when the server has been down this long "
+                                        "(the load pauses meanwhile).")
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+
+
+@dataclass(frozen=True, slots=True)
+class RecordConfig:
+    """The JSONL record of the run."""
+
+    path: str | None = option(None, "--record", path=True, help="Write a JSONL record of the run to this file.")
+    with_chunks: bool = option(False, "--record-chunks", help="Include each chunk's arrival time in the record.")
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+        if self.path:
+            from specload.record.writer import RecordError, check_writable
+
+            try:
+                check_writable(self.path)  # fail before the run starts, not after an hour of load
+            except RecordError as e:
+                raise ConfigError(str(e)) from None
+
+
+@dataclass(frozen=True, slots=True)
+class RunConfig:
+    """One run: its sections, and the options that belong to the run as a whole."""
+
+    target: TargetConfig = field(default_factory=TargetConfig)
+    load: LoadConfig = field(default_factory=LoadConfig)
+    request: RequestConfig = field(default_factory=RequestConfig)
+    watch: WatchConfig = field(default_factory=WatchConfig)
+    record: RecordConfig = field(default_factory=RecordConfig)
+    sim_args: tuple[str, ...] = option(DEFAULT_DEMO_SIM, "--sim-args", parse=parse_sim_args, metavar="ARGS",
+                                       show_default=" ".join(DEFAULT_DEMO_SIM),
+                                       help="Options for the built-in simulator (used when no URL is given).")
+    seed: int = option(0, "--seed", help="Seed for prompts and arrivals.")
+    workers: int = option(1, "--workers", check=at_least(1),
+                          help="Processes sending the load (each its own event loop).")
+    on_worker_death: str = option("continue", "--on-worker-death", choices=("continue", "stop"),
+                                  help="With --workers: when a worker process dies, go on with the others "
+                                       "(its requests in flight are recorded as lost) or stop the run.")
+    label: str | None = option(None, "--label", help="Name of this run in comparisons ('specload report A B'); "
+                                                     "kept in the record (default: the record's file name).")
+    command: str | None = None  # the command line that started the run (secrets masked), for reports
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+        if self.watch.launch and self.target.url is None:
+            raise ConfigError("--launch needs the server's URL as well (e.g. http://127.0.0.1:8000)")
+        if self.request.continuous_usage is None:
+            set_field(self, "request", replace(self.request, continuous_usage=self.target.url is None))
+        if self.target.url is None and self.sim_args != DEFAULT_DEMO_SIM:
+            check_sim_args(self.sim_args)
+
+    @property
+    def plan(self) -> LoadPlan:
+        return self.load.plan()
+
+    def api_key(self) -> str | None:
+        name = self.target.api_key_env
+        return os.environ.get(name) if name else None
+
+    def request_headers(self) -> dict[str, str]:
+        """The headers every request carries: ``--header`` values and the API key as a Bearer token
+        (unless an Authorization header was given)."""
+        headers = dict(self.target.headers)
+        key = self.api_key()
+        if key and not any(k.lower() == "authorization" for k in headers):
+            headers["Authorization"] = f"Bearer {key}"
+        return headers
+
+    def secret_values(self) -> tuple[str, ...]:
+        """Every secret value this run knows (``specload.secrets``): masked wherever text is written."""
+        w = self.watch
+        return secret_values(
+            api_key=self.api_key(),
+            headers=self.request_headers().items(),
+            texts=(w.metrics_url, w.server_log_cmd, w.launch, *self.sim_args),
+        )
+
+    def describe(self) -> dict:
+        """Every field for the record's run line, by name (names are unique across sections, so the
+        line stays flat, as readers of older records expect), secrets masked; plus what the plan and
+        the prompt options derive: ``levels`` and ``prompt_source``."""
+        d: dict[str, Any] = {}
+        for name, value in to_dict(self).items():
+            if isinstance(value, dict):
+                d.update(value)  # a section
+            else:
+                d[name] = value
+        d["levels"] = [
+            {"concurrency": lv.concurrency, "requests": lv.requests, "duration_s": lv.duration_s}
+            for lv in self.plan.levels
+        ]
+        r = self.request
+        d["prompt_source"] = "text" if r.prompt else "file" if r.prompt_file else "dataset" if r.dataset else "synthetic"
+        return redact_config(d)  # type: ignore[return-value]
+
+
+def check_sim_args(args: tuple[str, ...]) -> None:
+    """Parse the simulator's options here, so a typo is a one-line usage error before anything starts
+    (not a server that dies on start-up). The session adds ``--host``/``--port`` the same way."""
+    import click
+
+    from specload.sim.cli import sim_command
+    from specload.sim.config import SimConfig
+
+    if "--help" in args or "-h" in args:
+        raise ConfigError("--sim-args: see 'specload sim --help' for the simulator's options")
+    try:
+        ctx = sim_command.make_context("specload sim", ["--host", "127.0.0.1", "--port", "0", *args])
+        SimConfig(**ctx.params)
+    except click.ClickException as e:
+        raise ConfigError(f"--sim-args: {e.format_message()}") from None
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"--sim-args: {e}") from None

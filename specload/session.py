@@ -23,7 +23,6 @@ from dataclasses import dataclass
 
 from specload.clock import SYSTEM_CLOCK, Clock
 from specload.config import RunConfig
-from specload.engine.api import RequestOptions
 from specload.engine.client import StreamingClient
 from specload.engine.probe import TargetError, discover
 from specload.engine.prompts import PromptError, PromptSource
@@ -349,14 +348,6 @@ class Session:
             prompt_tokens=cfg.request.prompt_tokens,
             seed=cfg.seed,
         )
-        opts = RequestOptions(
-            model=model,
-            max_tokens=cfg.request.max_tokens,
-            ignore_eos=cfg.request.ignore_eos,
-            continuous_usage=cfg.request.continuous_usage,
-            temperature=cfg.request.temperature,
-            extra_body=cfg.request.extra_body,
-        )
         client_cls = StreamingClient
         if cfg.workers > 1:
             from specload.engine.workers import WorkerPoolClient
@@ -365,13 +356,11 @@ class Session:
         self.client = client_cls(
             self.url,
             self.api,
-            opts,
+            model=model,
+            target=cfg.target,
+            request=cfg.request,
             headers=headers,
             clock=self.clock,
-            stall_timeout_s=cfg.target.stall_timeout_s,
-            request_timeout_s=cfg.target.request_timeout_s,
-            connect_timeout_s=cfg.target.connect_timeout_s,
-            keepalive=cfg.target.keepalive,
             on_tokens=self.stats.on_tokens,
             scrubber=self.scrub,
         )

@@ -6,19 +6,36 @@
 
 Keyword arguments are ``SimConfig`` fields. Unless the test passes ``log_file`` or ``quiet``, the
 server is quiet (no log lines in the captured output) and seeded (``seed=0``) for reproducibility.
+
+``make_config`` and ``make_client`` (import them from ``tests.conftest``) are the one way tests build
+a run's configuration and a streaming client. Every test runs without ``OPENAI_API_KEY`` and with an
+empty config directory, so a developer's own key or theme files never reach a session or a snapshot.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 
+from specload.config import RequestConfig, RunConfig, TargetConfig
+from specload.engine.api import CHAT
+from specload.engine.client import StreamingClient
+from specload.options import assemble
 from specload.sim.config import SimConfig
 from specload.sim.server import SimServer
 from tests.hostile import HostileServer
 
 SimFactory = Callable[..., Awaitable[SimServer]]
+
+
+@pytest.fixture(autouse=True)
+def _isolated_environment(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    # a developer's key would be sent (and must be masked) in every session test; theme files in
+    # ~/.config/specload/themes would change snapshots and notices
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.mktemp("xdg")))
 
 
 @pytest.fixture
@@ -54,3 +71,35 @@ async def hostile() -> AsyncIterator[Callable[[], Awaitable[HostileServer]]]:
     yield start
     for server in reversed(servers):
         await server.stop()
+
+
+# ------------------------------------------------------------------ configs and clients
+
+
+def make_config(url: str | None = None, **fields: object) -> RunConfig:
+    """The one way tests build a ``RunConfig``: field values by name, whatever section they are in
+    (``make_config(url, concurrency=(2,), requests_per_level=4, max_tokens=5, path=rec)``), checked
+    by the dataclasses as any config is. Unset fields keep the defaults ``specload run`` has."""
+    return assemble(RunConfig, {"url": url, **fields})
+
+
+def make_client(url: str, flavour: str = CHAT, *, model: str | None = None, **kw: object) -> StreamingClient:
+    """A ``StreamingClient`` with target and request fields by name (``stall_timeout_s=5``,
+    ``max_tokens=20``); the client's own arguments (``headers``, ``clock``, ``on_tokens``,
+    ``scrubber``) pass through."""
+    target = kw.pop("target", None) or TargetConfig(**{k: kw.pop(k) for k in list(kw) if k in _TARGET_FIELDS})
+    request = kw.pop("request", None) or RequestConfig(**{k: kw.pop(k) for k in list(kw) if k in _REQUEST_FIELDS})
+    return StreamingClient(url, flavour, model=model, target=target, request=request, **kw)  # type: ignore[arg-type]
+
+
+def unchecked(cls: type, **fields: object) -> object:
+    """A config dataclass with values its checks would refuse, to test what the engine does with
+    input that got past them (a request body that cannot be written as JSON)."""
+    obj = object.__new__(cls)
+    for f in dataclasses.fields(cls):
+        object.__setattr__(obj, f.name, fields.get(f.name, f.default))
+    return obj
+
+
+_TARGET_FIELDS = {f.name for f in dataclasses.fields(TargetConfig)} - {"headers"}  # the client's own argument
+_REQUEST_FIELDS = {f.name for f in dataclasses.fields(RequestConfig)}

@@ -7,8 +7,10 @@ small ``ChunkInfo``. The reading runs once per streamed chunk, so it touches onl
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from specload.config import RequestConfig
 
 CHAT = "chat"
 COMPLETIONS = "completions"
@@ -22,19 +24,8 @@ PATHS = {
 }
 
 
-@dataclass(frozen=True, slots=True)
-class RequestOptions:
-    """What every request of a run asks for, apart from its prompt."""
-
-    model: str | None
-    max_tokens: int
-    ignore_eos: bool = False
-    continuous_usage: bool = False
-    temperature: float | None = None
-    extra_body: tuple[tuple[str, Any], ...] = ()
-
-
-def build_body(flavour: str, prompt: str, opts: RequestOptions) -> dict[str, Any]:
+def build_body(flavour: str, prompt: str, opts: RequestConfig, model: str | None) -> dict[str, Any]:
+    """The JSON body of one request: the prompt, the run's request options and the model."""
     if flavour == GENERATE:
         sampling: dict[str, Any] = {"max_new_tokens": opts.max_tokens}
         if opts.ignore_eos:
@@ -44,8 +35,8 @@ def build_body(flavour: str, prompt: str, opts: RequestOptions) -> dict[str, Any
         body: dict[str, Any] = {"text": prompt, "sampling_params": sampling, "stream": True}
     else:
         body = {"stream": True, "max_tokens": opts.max_tokens}
-        if opts.model:
-            body["model"] = opts.model
+        if model:
+            body["model"] = model
         if flavour == CHAT:
             body["messages"] = [{"role": "user", "content": prompt}]
         else:
@@ -130,18 +121,25 @@ def _timings(v: Any) -> dict | None:
     return out
 
 
-def check_body(opts: RequestOptions) -> str | None:
+def json_problem(obj: Any) -> str | None:
+    """Why ``obj`` cannot be written as JSON (None: it can)."""
+    import orjson
+
+    try:
+        orjson.dumps(obj)
+    except (TypeError, ValueError) as e:  # orjson.JSONEncodeError is a TypeError
+        reason = str(e).replace("\n", " ")[:120]
+        return f"the request body cannot be written as JSON ({reason})"
+    return None
+
+
+def check_body(opts: RequestConfig, model: str | None) -> str | None:
     """Why the request bodies of these options cannot be sent (None: they can). Checked before the
     run starts, so that ``--max-tokens 99999999999999999999999`` (past JSON's 64-bit integers) or an
     ``--extra-body`` nested 300 deep is a one-line usage error, not a run of failed requests."""
-    import orjson
-
     for flavour in FLAVOURS:
-        try:
-            orjson.dumps(build_body(flavour, "x", opts))
-        except (TypeError, ValueError) as e:  # orjson.JSONEncodeError is a TypeError
-            reason = str(e).replace("\n", " ")[:120]
-            return f"the request body cannot be written as JSON ({reason})"
+        if problem := json_problem(build_body(flavour, "x", opts, model)):
+            return problem
     return None
 
 

@@ -18,12 +18,12 @@ import aiohttp
 import orjson
 
 from specload.clock import SYSTEM_CLOCK, Clock
+from specload.config import RequestConfig, TargetConfig
 from specload.engine.api import (
     CHAT,
     COMPLETIONS,
     PATHS,
     ChunkReader,
-    RequestOptions,
     build_body,
     error_message,
     read_full_response,
@@ -54,32 +54,34 @@ class StreamingClient:
         self,
         base_url: str,
         flavour: str,
-        options: RequestOptions,
         *,
+        model: str | None = None,
+        target: TargetConfig | None = None,
+        request: RequestConfig | None = None,
         headers: dict[str, str] | None = None,
         clock: Clock = SYSTEM_CLOCK,
-        stall_timeout_s: float = 60.0,
-        request_timeout_s: float | None = 600.0,
-        connect_timeout_s: float = 10.0,
-        keepalive: bool = True,
         on_tokens: TokenCallback | None = None,
         on_cancelled: Callable[[RequestRecord], None] | None = None,
         scrubber: Scrubber | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.flavour = flavour
-        self.options = options
+        self.model = model
+        target = target or TargetConfig()
+        self.request = request or RequestConfig()
         self.url = self.base_url + PATHS[flavour]
         self._headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
         if headers:
             self._headers.update(headers)
         self._clock = clock
         self._timeout = aiohttp.ClientTimeout(
-            total=request_timeout_s or None, sock_connect=connect_timeout_s, sock_read=stall_timeout_s or None
+            total=target.request_timeout_s or None,
+            sock_connect=target.connect_timeout_s,
+            sock_read=target.stall_timeout_s or None,
         )
-        self.stall_timeout_s = stall_timeout_s
-        self.request_timeout_s = request_timeout_s
-        self._keepalive = keepalive
+        self.stall_timeout_s = target.stall_timeout_s
+        self.request_timeout_s = target.request_timeout_s
+        self._keepalive = target.keepalive
         self._session: aiohttp.ClientSession | None = None
         self._fresh_session: aiohttp.ClientSession | None = None
         # tokens per chunk over the finished requests (speculative decoding: often 2-4), for the
@@ -128,7 +130,7 @@ class StreamingClient:
         self, prompt: str, *, request_id: int = 0, level: int = 0, level_index: int = 0, warmup: bool = False
     ) -> RequestRecord:
         assert self._session is not None, "StreamingClient.start() not called"
-        payload = orjson.dumps(build_body(self.flavour, prompt, self.options))
+        payload = orjson.dumps(build_body(self.flavour, prompt, self.request, self.model))
         clock_ns = self._clock.now_ns
         on_tokens = self.on_tokens
         offsets: list[int] = []

@@ -8,6 +8,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+from specload.options import ConfigError
+
 
 @dataclass(frozen=True, slots=True)
 class LevelSpec:
@@ -30,8 +32,8 @@ class LoadPlan:
     max_duration_s: float | None = None
 
 
-class PlanError(ValueError):
-    pass
+class PlanError(ConfigError):
+    """A concurrency list that cannot be read (``-c 1,x``)."""
 
 
 def parse_levels(text: str) -> tuple[int, ...]:
@@ -64,21 +66,8 @@ def build_plan(
     max_requests: int | None = None,
     max_duration_s: float | None = None,
 ) -> LoadPlan:
-    if requests_per_level is not None and requests_per_level < 1:
-        raise PlanError("--requests-per-level must be at least 1")
-    if duration_per_level is not None and duration_per_level <= 0:
-        raise PlanError("--duration-per-level must be positive")
+    """The plan of these levels; the values are checked by ``config.LoadConfig`` (the one place)."""
     auto_count = requests_per_level is None and duration_per_level is None
-    if warmup_requests < 0:
-        raise PlanError("--warmup-requests must not be negative")
-    if rate is not None and rate <= 0:
-        raise PlanError("--rate must be positive")
-    if burstiness <= 0:
-        raise PlanError("--burstiness must be positive")
-    if max_requests is not None and max_requests < 1:
-        raise PlanError("--max-requests must be at least 1")
-    if max_duration_s is not None and not max_duration_s > 0:
-        raise PlanError("--max-duration must be positive")
     # default: every level runs about four rounds of C requests (at least 10 requests), so each
     # level takes a similar time and has enough requests for its percentiles
     specs = tuple(

@@ -12,11 +12,15 @@ from __future__ import annotations
 import aiohttp
 import orjson
 
-from specload.engine.api import CHAT, COMPLETIONS, GENERATE, PATHS, RequestOptions, build_body
+from specload.config import RequestConfig
+from specload.engine.api import CHAT, COMPLETIONS, GENERATE, PATHS, build_body
 
 
 class TargetError(Exception):
     """The target cannot be used; the message is one line for the user."""
+
+
+_PROBE_REQUEST = RequestConfig(max_tokens=1)  # the tiny request that finds the API
 
 
 def _reason(e: BaseException) -> str:
@@ -75,7 +79,7 @@ async def discover(
         order = (CHAT, COMPLETIONS, GENERATE) if models_ok else (GENERATE, CHAT, COMPLETIONS)
         tried = []
         for flavour in order:
-            body = build_body(flavour, "Hello", RequestOptions(model=found_model, max_tokens=1))
+            body = build_body(flavour, "Hello", _PROBE_REQUEST, found_model)
             try:
                 async with s.post(base_url + PATHS[flavour], data=orjson.dumps(body),
                                   headers={**hdrs, "Content-Type": "application/json"}) as r:

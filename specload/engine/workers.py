@@ -33,8 +33,9 @@ from collections.abc import Callable
 
 import orjson
 
-from specload.engine.api import RequestOptions
+from specload.config import RequestConfig, TargetConfig
 from specload.engine.client import StreamingClient
+from specload.options import from_dict, to_dict
 from specload.records import ErrorKind, RequestRecord
 from specload.secrets import Scrubber
 from specload.stats.client_load import ClientLoadMonitor
@@ -104,34 +105,24 @@ def exit_description(code: int | None) -> str:
 def worker_init(
     base_url: str,
     flavour: str,
-    options: RequestOptions,
     *,
+    model: str | None,
+    target: TargetConfig | None,
+    request: RequestConfig | None,
     headers: dict[str, str] | None,
-    stall_timeout_s: float,
-    request_timeout_s: float | None,
-    connect_timeout_s: float,
-    keepalive: bool,
     scrubber: Scrubber | None,
 ) -> dict:
-    """What a worker (process or Ray actor) needs to build its ``StreamingClient``, as plain data."""
+    """What a worker (process or Ray actor) needs to build its ``StreamingClient``, as plain data.
+    The configs travel whole: a new option reaches the workers without a change here."""
     return {
         "op": "init",
         "base_url": base_url,
         "flavour": flavour,
-        "options": {
-            "model": options.model,
-            "max_tokens": options.max_tokens,
-            "ignore_eos": options.ignore_eos,
-            "continuous_usage": options.continuous_usage,
-            "temperature": options.temperature,
-            "extra_body": [list(kv) for kv in options.extra_body],
-        },
+        "model": model,
+        "target": to_dict(target or TargetConfig()),
+        "request": to_dict(request or RequestConfig()),
         # secrets travel as data, never on a command line where `ps` would show them
         "headers": headers or {},
-        "stall_timeout_s": stall_timeout_s,
-        "request_timeout_s": request_timeout_s,
-        "connect_timeout_s": connect_timeout_s,
-        "keepalive": keepalive,
         "secrets": list(scrubber.values) if scrubber is not None else [],
     }
 
@@ -139,20 +130,13 @@ def worker_init(
 def client_from_init(
     init: dict, on_tokens: Callable[[int, int], None], on_cancelled: Callable[[RequestRecord], None]
 ) -> StreamingClient:
-    o = init["options"]
     return StreamingClient(
         init["base_url"],
         init["flavour"],
-        RequestOptions(
-            model=o["model"], max_tokens=o["max_tokens"], ignore_eos=o["ignore_eos"],
-            continuous_usage=o["continuous_usage"], temperature=o["temperature"],
-            extra_body=tuple(tuple(kv) for kv in o["extra_body"]),
-        ),
+        model=init["model"],
+        target=from_dict(TargetConfig, init["target"]),
+        request=from_dict(RequestConfig, init["request"]),
         headers=init["headers"],
-        stall_timeout_s=init["stall_timeout_s"],
-        request_timeout_s=init["request_timeout_s"],
-        connect_timeout_s=init["connect_timeout_s"],
-        keepalive=init["keepalive"],
         on_tokens=on_tokens,
         on_cancelled=on_cancelled,
         scrubber=Scrubber(init["secrets"]),
@@ -176,13 +160,11 @@ class WorkerPoolClient:
         n: int,
         base_url: str,
         flavour: str,
-        options: RequestOptions,
         *,
+        model: str | None = None,
+        target: TargetConfig | None = None,
+        request: RequestConfig | None = None,
         headers: dict[str, str] | None = None,
-        stall_timeout_s: float = 60.0,
-        request_timeout_s: float | None = 600.0,
-        connect_timeout_s: float = 10.0,
-        keepalive: bool = True,
         on_tokens: Callable[[int, int], None] | None = None,
         scrubber: Scrubber | None = None,
         heartbeat_timeout_s: float = 30.0,
@@ -190,11 +172,8 @@ class WorkerPoolClient:
     ) -> None:
         self.n = n
         self.heartbeat_timeout_s = heartbeat_timeout_s
-        self._init = worker_init(
-            base_url, flavour, options, headers=headers, stall_timeout_s=stall_timeout_s,
-            request_timeout_s=request_timeout_s, connect_timeout_s=connect_timeout_s, keepalive=keepalive,
-            scrubber=scrubber,
-        )
+        self._init = worker_init(base_url, flavour, model=model, target=target, request=request, headers=headers,
+                                 scrubber=scrubber)
         self.on_tokens = on_tokens or (lambda t, n: None)
         self.on_cancelled: Callable[[RequestRecord], None] = lambda rec: None
         # (worker index, what happened, workers still alive): set by the session, which records an

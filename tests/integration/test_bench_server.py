@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from specload.engine.api import CHAT, COMPLETIONS, RequestOptions
-from specload.engine.client import StreamingClient
+from specload.engine.api import CHAT, COMPLETIONS
+from tests.conftest import make_client
 
 SERVER = Path(__file__).parents[2] / "benchmarks" / "bench_server.py"
 
@@ -37,8 +37,7 @@ def bench_url():
 
 @pytest.mark.parametrize("flavour", [CHAT, COMPLETIONS])
 async def test_bench_server_streams_are_read_token_by_token(bench_url: str, flavour: str) -> None:
-    opts = RequestOptions(model=None, max_tokens=50, ignore_eos=True)
-    async with StreamingClient(bench_url, flavour, opts) as c:
+    async with make_client(bench_url, flavour, max_tokens=50, ignore_eos=True) as c:
         recs = [await c.send("x", request_id=i) for i in range(6)]
     for r in recs:
         assert r.ok, r.error_detail
@@ -48,7 +47,6 @@ async def test_bench_server_streams_are_read_token_by_token(bench_url: str, flav
 
 
 async def test_bench_server_continuous_usage_gives_tokens_per_chunk(bench_url: str) -> None:
-    opts = RequestOptions(model=None, max_tokens=20, ignore_eos=True, continuous_usage=True)
-    async with StreamingClient(bench_url, COMPLETIONS, opts) as c:
+    async with make_client(bench_url, COMPLETIONS, max_tokens=20, ignore_eos=True, continuous_usage=True) as c:
         r = await c.send("x")
     assert r.ok and r.chunk_tokens == (1,) * 20

@@ -12,13 +12,13 @@ import asyncio
 
 import pytest
 
-from specload.engine.api import CHAT, RequestOptions
-from specload.engine.client import StreamingClient
+from specload.config import RequestConfig
 from specload.engine.load import build_plan
 from specload.engine.probe import discover
 from specload.engine.prompts import PromptSource
 from specload.engine.runner import Runner
 from specload.records import ErrorKind, RequestRecord
+from tests.conftest import make_client, unchecked
 from tests.hostile import chunk, usage
 
 WRONG = [
@@ -35,11 +35,11 @@ WRONG = [
 ]
 
 
-async def _run(url: str, *, opts: RequestOptions | None = None, levels=(4,), n: int = 8, drain: bool = True,
+async def _run(url: str, *, opts: RequestConfig | None = None, levels=(4,), n: int = 8, drain: bool = True,
                duration: float | None = None) -> tuple[Runner, list[RequestRecord], str]:
     records: list[RequestRecord] = []
-    opts = opts or RequestOptions(model=None, max_tokens=8)
-    async with StreamingClient(url, CHAT, opts, stall_timeout_s=5) as client:
+    opts = opts or RequestConfig(max_tokens=8)
+    async with make_client(url, stall_timeout_s=5, request=opts) as client:
         plan = build_plan(levels, requests_per_level=None if duration else n, duration_per_level=duration,
                           drain=drain)
         runner = Runner(client, PromptSource.from_options(prompt="x"), plan, on_record=records.append)
@@ -72,7 +72,8 @@ async def test_no_drain_run_counts_every_request_the_server_got(hostile) -> None
 
 async def test_a_request_body_that_cannot_be_serialised_is_recorded_not_lost(hostile) -> None:
     server = await hostile()
-    opts = RequestOptions(model=None, max_tokens=10**23)  # past orjson's 64-bit integers
+    # past orjson's 64-bit integers: a value RequestConfig refuses, as if it had got past the checks
+    opts = unchecked(RequestConfig, max_tokens=10**23)
     runner, records, _ = await _run(server.url, opts=opts, n=3, levels=(2,))
     assert len(records) == 3 and server.requests == 0
     assert all(r.error_kind is ErrorKind.MALFORMED and "specload" in r.error_detail for r in records)
@@ -83,7 +84,7 @@ async def test_a_request_cancelled_before_it_started_is_recorded_as_cancelled(ho
     server = await hostile()
     server.mode, server.params = "stall", {"max_s": 20.0}
     records: list[RequestRecord] = []
-    async with StreamingClient(server.url, CHAT, RequestOptions(model=None, max_tokens=8)) as client:
+    async with make_client(server.url, max_tokens=8) as client:
         plan = build_plan((3,), requests_per_level=3, duration_per_level=None)
         runner = Runner(client, PromptSource.from_options(prompt="x"), plan, on_record=records.append)
         run = asyncio.ensure_future(runner.run())

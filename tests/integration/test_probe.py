@@ -7,11 +7,10 @@ import asyncio
 import pytest
 from aiohttp import web
 
-from specload.config import RecordConfig, RequestConfig, RunConfig, TargetConfig, WatchConfig
-from specload.engine.load import build_plan
 from specload.engine.probe import TargetError, discover
 from specload.record.reader import read_record
 from specload.session import Session
+from tests.conftest import make_config
 
 
 async def test_auto_picks_chat_and_the_first_model(sim) -> None:
@@ -80,13 +79,8 @@ async def test_every_probe_request_is_reported() -> None:
 async def test_the_record_says_which_probe_requests_the_server_saw(sim, tmp_path, api, probes) -> None:
     server = await sim(ttft_ms=1, itl_ms=1)
     rec = tmp_path / "run.jsonl"
-    cfg = RunConfig(
-        target=TargetConfig(url=server.url, api=api),
-        plan=build_plan((2,), requests_per_level=4, duration_per_level=None, drain=True, max_duration_s=30),
-        request=RequestConfig(max_tokens=5, ignore_eos=True),
-        watch=WatchConfig(metrics_url="off"),
-        record=RecordConfig(path=str(rec)),
-    )
+    cfg = make_config(server.url, api=api, concurrency=(2,), requests_per_level=4, drain=True, max_duration_s=30,
+                      max_tokens=5, ignore_eos=True, metrics_url="off", path=str(rec))
     result = await asyncio.wait_for(Session(cfg).run(), 30)
     assert result.reason == "completed"
     data = read_record(str(rec))

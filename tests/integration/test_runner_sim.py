@@ -8,13 +8,12 @@ import time
 
 import pytest
 
-from specload.engine.api import CHAT, RequestOptions
-from specload.engine.client import StreamingClient
 from specload.engine.load import LevelSpec, LoadPlan, build_plan
 from specload.engine.prompts import PromptSource
 from specload.engine.runner import Runner
 from specload.records import ErrorKind, RequestRecord, RunEvent
 from specload.stats.levels import LevelSummary
+from tests.conftest import make_client
 
 
 class Sink:
@@ -27,7 +26,7 @@ class Sink:
 
 def make_runner(url: str, plan: LoadPlan, *, max_tokens: int = 10, stay_open: bool = False) -> tuple[Runner, Sink]:
     sink = Sink()
-    client = StreamingClient(url, CHAT, RequestOptions(model=None, max_tokens=max_tokens, ignore_eos=True))
+    client = make_client(url, max_tokens=max_tokens, ignore_eos=True)
     runner = Runner(
         client,
         PromptSource(["hello"]),
@@ -192,8 +191,7 @@ async def test_max_duration_bounds_a_run_whose_requests_stall(sim) -> None:
     server = await sim(ttft_ms=5, itl_ms=5, spec_tokens=0, stall_rate=1.0)
     plan = build_plan((3,), requests_per_level=100, duration_per_level=None, drain=True, max_duration_s=1.0)
     sink = Sink()
-    client = StreamingClient(server.url, CHAT, RequestOptions(model=None, max_tokens=50, ignore_eos=True),
-                             stall_timeout_s=60)
+    client = make_client(server.url, max_tokens=50, ignore_eos=True, stall_timeout_s=60)
     runner = Runner(client, PromptSource(["x"]), plan, on_record=sink.records.append, on_level=sink.levels.append)
     await client.start()
     t0 = time.monotonic()

@@ -12,11 +12,10 @@ import time
 
 import pytest
 
-from specload.config import RecordConfig, RequestConfig, RunConfig, TargetConfig, WatchConfig
-from specload.engine.load import build_plan
 from specload.record.reader import read_record
 from specload.session import Session
 from specload.stats.client_load import ClientLoad, ClientLoadMonitor
+from tests.conftest import make_config
 from tests.waiting import until
 
 
@@ -80,13 +79,8 @@ async def test_monitor_catches_every_10ms_stall() -> None:
 async def test_session_records_and_announces_saturation_with_the_level(sim, tmp_path) -> None:
     server = await sim(ttft_ms=5, itl_ms=10, spec_tokens=0)
     rec = tmp_path / "sat.jsonl"
-    cfg = RunConfig(
-        target=TargetConfig(url=server.url, api="chat"),
-        plan=build_plan((3,), requests_per_level=None, duration_per_level=2.5, drain=True),
-        request=RequestConfig(max_tokens=20, ignore_eos=True),
-        watch=WatchConfig(health=False, metrics_url="off"),
-        record=RecordConfig(path=str(rec)),
-    )
+    cfg = make_config(server.url, api="chat", concurrency=(3,), duration_per_level_s=2.5, drain=True,
+                      max_tokens=20, ignore_eos=True, health=False, metrics_url="off", path=str(rec))
     heard: list[tuple[str, object]] = []
     session = Session(cfg, listener=lambda kind, payload: heard.append((kind, payload)))
     task = asyncio.ensure_future(session.run())

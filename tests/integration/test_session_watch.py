@@ -11,23 +11,19 @@ import sys
 import time
 from pathlib import Path
 
-from specload.config import RecordConfig, RequestConfig, RunConfig, TargetConfig, WatchConfig
-from specload.engine.load import build_plan
+from specload.config import RunConfig, WatchConfig
 from specload.record.reader import read_record
 from specload.records import CrashEvent
 from specload.session import EXIT_CRASHED, EXIT_SERVER_DOWN, Session
+from tests.conftest import make_config
 
 
 def cfg(url: str | None, record: Path, *, watch: WatchConfig, levels=(4,), n=10_000, duration=None,
         max_tokens=20, sim_args=()) -> RunConfig:
-    return RunConfig(
-        target=TargetConfig(url=url, api="chat", stall_timeout_s=5),
-        plan=build_plan(levels, requests_per_level=None if duration else n, duration_per_level=duration,
-                        drain=True, max_duration_s=60),
-        request=RequestConfig(max_tokens=max_tokens, ignore_eos=True),
-        watch=watch,
-        record=RecordConfig(path=str(record)),
-        sim_args=tuple(sim_args),
+    return make_config(
+        url, api="chat", stall_timeout_s=5, concurrency=tuple(levels), requests_per_level=None if duration else n,
+        duration_per_level_s=duration, drain=True, max_duration_s=60, max_tokens=max_tokens, ignore_eos=True,
+        watch=watch, path=str(record), sim_args=tuple(sim_args),
     )
 
 

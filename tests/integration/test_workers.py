@@ -7,24 +7,18 @@ import dataclasses
 import os
 import signal
 
-from specload.config import RecordConfig, RequestConfig, RunConfig, TargetConfig, WatchConfig
-from specload.engine.api import RequestOptions
-from specload.engine.load import build_plan
+from specload.config import RequestConfig, RunConfig
 from specload.engine.workers import WorkerPoolClient
 from specload.record.reader import read_record
 from specload.session import EXIT_WORKER_LOST, Session
+from tests.conftest import make_config
 from tests.waiting import until
 
 
 def config(url: str, record: str, *, workers: int, levels=(2, 6), n: int = 12, max_tokens: int = 20) -> RunConfig:
-    return RunConfig(
-        target=TargetConfig(url=url, api="chat"),
-        plan=build_plan(levels, requests_per_level=n, duration_per_level=None, warmup_requests=2, drain=True),
-        request=RequestConfig(max_tokens=max_tokens, ignore_eos=True),
-        watch=WatchConfig(health=False, metrics_url="off"),
-        record=RecordConfig(path=record),
-        workers=workers,
-    )
+    return make_config(url, api="chat", concurrency=tuple(levels), requests_per_level=n, warmup_requests=2,
+                       drain=True, max_tokens=max_tokens, ignore_eos=True, health=False, metrics_url="off",
+                       path=record, workers=workers)
 
 
 async def test_two_workers_merge_into_one_record(sim, tmp_path) -> None:
@@ -82,8 +76,7 @@ async def test_interrupt_with_workers_records_in_flight_as_cancelled(sim, tmp_pa
 def dying_config(url: str, record: str, *, on_worker_death: str = "continue", n: int = 16) -> RunConfig:
     cfg = config(url, record, workers=2, levels=(4,), n=n, max_tokens=40)
     return dataclasses.replace(cfg, on_worker_death=on_worker_death,
-                               plan=build_plan((4,), requests_per_level=n, duration_per_level=None,
-                                               warmup_requests=0, drain=True))
+                               load=dataclasses.replace(cfg.load, warmup_requests=0))
 
 
 async def start_and_kill(session: Session, server, which: tuple[int, ...]) -> tuple[asyncio.Task, dict[int, int]]:
@@ -158,7 +151,7 @@ async def test_when_every_worker_dies_the_run_stops_with_its_end_line(sim, tmp_p
 async def test_a_silent_worker_is_killed_and_its_requests_come_back_lost(sim) -> None:
     server = await sim(ttft_ms=5, itl_ms=20, spec_tokens=0)
     lost_calls: list[tuple[int, str, int]] = []
-    pool = WorkerPoolClient(2, server.url, "chat", RequestOptions(model=None, max_tokens=100, ignore_eos=True),
+    pool = WorkerPoolClient(2, server.url, "chat", request=RequestConfig(max_tokens=100, ignore_eos=True),
                             heartbeat_timeout_s=1.5)
     pool.on_worker_lost = lambda i, why, left: lost_calls.append((i, why, left))
     async with pool:

@@ -1,7 +1,6 @@
-"""UI test helpers: a config built from the CLI's own option names, bounded waits, no user themes.
+"""UI test helpers: a config built from the CLI's own option names, bounded waits.
 
-Every UI test runs with ``XDG_CONFIG_HOME`` pointing at an empty folder, so a theme file in the
-developer's ``~/.config/specload/themes`` can never change a snapshot or a notice.
+(No user themes: the root conftest points ``XDG_CONFIG_HOME`` at an empty folder for every test.)
 """
 
 from __future__ import annotations
@@ -9,15 +8,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-import pytest
-
 from specload.cli_run import build_config, tui_command
 from specload.config import RunConfig
-
-
-@pytest.fixture(autouse=True)
-def _no_user_themes(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.mktemp("xdg")))
 
 
 def tui_config(*args: str) -> RunConfig:

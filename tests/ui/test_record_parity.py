@@ -34,7 +34,8 @@ def structure(recs: list[dict]) -> dict:
                   not (r["type"] == "event" and r["kind"] == "health")],
         "keys": {r["type"]: sorted(r) for r in recs if r["type"] != "event"},
         "events": events,
-        "config": {k: v for k, v in recs[0].items() if k not in ("started_at", "target")},
+        # the record paths differ, the rest of the configuration may not
+        "config": {k: v for k, v in recs[0].items() if k not in ("started_at", "target", "path")},
         "levels": [(r["concurrency"], r["requests"], r["ok"], r["output_tokens"]) for r in recs if r["type"] == "level"],
         "requests": sorted((r["level_index"], r["warmup"], r["output_tokens"], r["ok"]) for r in recs
                            if r["type"] == "request"),

@@ -7,13 +7,13 @@ import re
 import orjson
 import pytest
 
+from specload.config import RequestConfig
 from specload.engine.api import (
     CHAT,
     COMPLETIONS,
     GENERATE,
     ChunkReader,
     MalformedChunk,
-    RequestOptions,
     build_body,
     error_message,
     read_full_response,
@@ -21,9 +21,8 @@ from specload.engine.api import (
 
 
 def test_chat_body_asks_for_usage_and_merges_extra_body() -> None:
-    opts = RequestOptions(model="m", max_tokens=7, ignore_eos=True, continuous_usage=True,
-                          extra_body=(("top_k", 5),))
-    b = build_body(CHAT, "hi", opts)
+    opts = RequestConfig(max_tokens=7, ignore_eos=True, continuous_usage=True, extra_body=(("top_k", 5),))
+    b = build_body(CHAT, "hi", opts, "m")
     assert b["messages"] == [{"role": "user", "content": "hi"}]
     assert b["stream"] is True and b["max_tokens"] == 7 and b["ignore_eos"] is True
     assert b["stream_options"] == {"include_usage": True, "continuous_usage_stats": True}
@@ -31,7 +30,7 @@ def test_chat_body_asks_for_usage_and_merges_extra_body() -> None:
 
 
 def test_generate_body_is_sglang_native() -> None:
-    b = build_body(GENERATE, "hi", RequestOptions(model=None, max_tokens=3, ignore_eos=True))
+    b = build_body(GENERATE, "hi", RequestConfig(max_tokens=3, ignore_eos=True), None)
     assert b == {"text": "hi", "sampling_params": {"max_new_tokens": 3, "ignore_eos": True}, "stream": True}
 
 
