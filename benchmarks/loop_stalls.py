@@ -65,18 +65,12 @@ def excess_run(c: int, n: int, max_tokens: int) -> tuple[list[tuple[float, float
 
 
 async def _probe_run(url: str, c: int, n: int, max_tokens: int, rec: str):  # noqa: ANN202
-    from specload.config import RecordConfig, RequestConfig, RunConfig, TargetConfig, WatchConfig
-    from specload.engine.load import build_plan
+    from specload.config import RunConfig
     from specload.session import Session
     from specload.stats.slow_callbacks import SlowCallbackProbe
 
-    cfg = RunConfig(
-        target=TargetConfig(url=url, api="chat"),
-        plan=build_plan((c,), requests_per_level=n, duration_per_level=None, drain=True),
-        request=RequestConfig(max_tokens=max_tokens, ignore_eos=True),
-        watch=WatchConfig(),
-        record=RecordConfig(path=rec),
-    )
+    cfg = RunConfig.of(url, api="chat", concurrency=(c,), requests_per_level=n, drain=True, max_tokens=max_tokens,
+                       ignore_eos=True, path=rec)
     session = Session(cfg)
     gc_pauses: list[tuple[int, float]] = []
     gc_t0 = [0.0]

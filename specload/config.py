@@ -25,6 +25,7 @@ import orjson
 from specload.engine.load import LoadPlan, build_plan, parse_levels
 from specload.options import (
     ConfigError,
+    assemble,
     at_least,
     check_fields,
     not_negative,
@@ -311,6 +312,12 @@ class RunConfig:
             set_field(self, "request", replace(self.request, continuous_usage=self.target.url is None))
         if self.target.url is None and self.sim_args != DEFAULT_DEMO_SIM:
             check_sim_args(self.sim_args)
+
+    @classmethod
+    def of(cls, url: str | None = None, **fields: Any) -> RunConfig:
+        """A config from field values by name, whatever section they are in:
+        ``RunConfig.of(url, concurrency=(4,), requests_per_level=40, max_tokens=64, path="run.jsonl")``."""
+        return assemble(cls, {"url": url, **fields})
 
     @property
     def plan(self) -> LoadPlan:

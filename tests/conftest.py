@@ -22,7 +22,6 @@ import pytest
 from specload.config import RequestConfig, RunConfig, TargetConfig
 from specload.engine.api import CHAT
 from specload.engine.client import StreamingClient
-from specload.options import assemble
 from specload.sim.config import SimConfig
 from specload.sim.server import SimServer
 from tests.hostile import HostileServer
@@ -80,7 +79,7 @@ def make_config(url: str | None = None, **fields: object) -> RunConfig:
     """The one way tests build a ``RunConfig``: field values by name, whatever section they are in
     (``make_config(url, concurrency=(2,), requests_per_level=4, max_tokens=5, path=rec)``), checked
     by the dataclasses as any config is. Unset fields keep the defaults ``specload run`` has."""
-    return assemble(RunConfig, {"url": url, **fields})
+    return RunConfig.of(url, **fields)
 
 
 def make_client(url: str, flavour: str = CHAT, *, model: str | None = None, **kw: object) -> StreamingClient:

@@ -22,11 +22,10 @@ import sys
 
 import pytest
 
-from specload.config import RecordConfig, RequestConfig, RunConfig, TargetConfig, WatchConfig
-from specload.engine.load import build_plan
 from specload.record.reader import read_record
 from specload.session import Session
 from specload.stats.slow_callbacks import SlowCallback, SlowCallbackProbe
+from tests.conftest import make_config
 from tests.waiting import until
 
 THRESHOLD_MS = 2.0
@@ -67,13 +66,9 @@ class _Reports(logging.Handler):
 async def test_no_callback_blocks_the_loop_for_more_than_2ms_during_a_level(sim_process, tmp_path) -> None:
     url, log = sim_process
     rec = tmp_path / "run.jsonl"
-    cfg = RunConfig(
-        target=TargetConfig(url=url, api="chat"),
-        plan=build_plan((4,), requests_per_level=40, duration_per_level=None, drain=True),
-        request=RequestConfig(max_tokens=64, ignore_eos=True),
-        watch=WatchConfig(server_log=str(log), server_log_from_start=True, metrics_interval_s=0.5),
-        record=RecordConfig(path=str(rec)),
-    )
+    cfg = make_config(url, api="chat", concurrency=(4,), requests_per_level=40, drain=True, max_tokens=64,
+                      ignore_eos=True, server_log=str(log), server_log_from_start=True, metrics_interval_s=0.5,
+                      path=str(rec))
     session = Session(cfg)
     loop = asyncio.get_running_loop()
     was_debug, was_threshold = loop.get_debug(), loop.slow_callback_duration
