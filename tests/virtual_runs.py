@@ -13,8 +13,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from specload.config import RecordConfig, RequestConfig, RunConfig, TargetConfig, WatchConfig
-from specload.engine.load import build_plan
+from specload.config import RunConfig
 from specload.session import Session
 from specload.sim.config import SimConfig
 from specload.sim.server import SimServer
@@ -27,15 +26,9 @@ def virtual_record(path: Path, *, levels: tuple[int, ...] = (1, 4), n: int | Non
         server = SimServer(SimConfig(**{"quiet": True, "seed": seed, **(sim or {})}))
         url = await server.start()
         try:
-            cfg = RunConfig(
-                target=TargetConfig(url=url, api="chat"),
-                plan=build_plan(levels, requests_per_level=n, duration_per_level=None, max_duration_s=3600),
-                request=RequestConfig(max_tokens=max_tokens, ignore_eos=True, continuous_usage=True),
-                watch=WatchConfig(),
-                record=RecordConfig(path=str(path)),
-                label=label,
-                command=f"virtual run seed={seed} sim={sim}",
-            )
+            cfg = RunConfig.of(url, api="chat", concurrency=levels, requests_per_level=n, max_duration_s=3600,
+                               max_tokens=max_tokens, ignore_eos=True, continuous_usage=True, path=str(path),
+                               label=label, command=f"virtual run seed={seed} sim={sim}")
             result = await Session(cfg, clock=LoopClock(asyncio.get_running_loop())).run()
             assert result.reason == "completed", result
         finally:
