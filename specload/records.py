@@ -133,8 +133,24 @@ class ServerSample:
 
 
 @dataclass(frozen=True, slots=True)
+class CrashConsequence:
+    """A crash signature that followed a root cause closely (a parent's sigquit line, a process exit,
+    the engine client's EngineDeadError): part of the same failure, shown under its cause."""
+
+    signature: str
+    exception_type: str
+    message: str
+    processes: tuple[str, ...]
+    count: int  # entries of this signature seen under the root
+
+
+@dataclass(frozen=True, slots=True)
 class CrashEvent:
-    """One crash signature as seen so far; re-emitted with a higher count when it repeats."""
+    """One root-cause crash signature as seen so far; re-emitted when it repeats or a consequence joins.
+
+    ``count`` is the number of failures this signature caused (the same crash on several ranks at once is
+    one failure, listed in ``processes``); ``consequences`` are the other signatures those failures
+    printed (see ``specload.watch.signatures``: "Failures")."""
 
     signature: str  # stable id of the group (hash of type, masked message, innermost frame)
     exception_type: str
@@ -146,3 +162,4 @@ class CrashEvent:
     last_seen_ns: int
     excerpt: str  # the full lines of the first occurrence
     new: bool = True  # False when this is a repeat of a signature already reported
+    consequences: tuple[CrashConsequence, ...] = ()

@@ -89,6 +89,18 @@ def crash_line(ev: CrashEvent, t0_ns: int) -> dict:
         "count": ev.count,
         "new": ev.new,
         "excerpt": ev.excerpt,
+        # what followed the root cause (sigquit lines, process exits, ...); an optional key, so records
+        # stay schema version 1 and readers that do not know it ignore it
+        "consequences": [
+            {
+                "signature": c.signature,
+                "exception_type": c.exception_type,
+                "message": c.message,
+                "processes": list(c.processes),
+                "count": c.count,
+            }
+            for c in ev.consequences
+        ],
     }
 
 

@@ -39,13 +39,15 @@ _ANSI_RE = re.compile(
 _BARE_SGR_RE = re.compile(r"\[\d{1,3}(?:;\d{1,3})*m")
 # Control bytes other than TAB. DEL included. (CR is handled before: it means "overwrite the line".)
 _CTRL_RE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
-_LITERAL_CR_RE = re.compile(r"(?:\^M)+$")
-# rsyslog and CloudWatch write the ESC byte of colour codes as the text '#033'.
-_OCTAL_ESC_RE = re.compile(r"#033\[[0-?]*[ -/]*[@-~]")
+_LITERAL_CR_RE = re.compile(r"(?:\^M|\u240d)+$")
+# rsyslog and CloudWatch write the ESC byte of colour codes as the text '#033'; a log copied from a pager
+# shows it as 'ESC' (less without -R) or '^[' (cat -v, vim).
+_PRINTED_ESC_RE = re.compile(r"(?:#033|ESC|\^\[)\[[0-?]*[ -/]*[@-~]")
 
 
 def clean_line(raw: str) -> str:
-    """Strip colour codes, carriage returns (real or a literal ``^M``), control bytes and the newline."""
+    """Strip colour codes (real or in their printed forms), carriage returns (real or a printed ``^M``),
+    control bytes and the newline."""
     line = raw.rstrip("\n")
     if "\r" in line:
         # A terminal shows the text after the last CR (progress bars redraw this way); a trailing CR
@@ -54,14 +56,18 @@ def clean_line(raw: str) -> str:
         line = parts[-1] if parts else ""
     if "\x1b" in line:
         line = _ANSI_RE.sub("", line)
-    if "#033[" in line:
-        line = _OCTAL_ESC_RE.sub("", line)
+    if "#033[" in line or "ESC[" in line or "^[[" in line:
+        line = _PRINTED_ESC_RE.sub("", line)
     if "m" in line and "[" in line:
         line = _BARE_SGR_RE.sub("", line)
     if _CTRL_RE.search(line):
         line = _CTRL_RE.sub("", line)
-    if line.endswith("^M"):
-        line = _LITERAL_CR_RE.sub("", line)
+    if "^M" in line or "\u240d" in line:
+        # the printed forms of a carriage return (a pager's '^M', the control picture): at the end it is
+        # a CRLF ending, inside the line it is a CR (a progress bar's redraw): keep what follows the last
+        line = _LITERAL_CR_RE.sub("", line.rstrip())
+        if "^M" in line:
+            line = line.rsplit("^M", 1)[-1]
     return line.rstrip()
 
 
@@ -114,8 +120,9 @@ _CONTAINER_TS_RE = re.compile(
     r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)[ \t]+"
     r"(?:(?:stdout|stderr) [FP] |(?!\s*" + _LVL + r"\b))"
 )
-# docker compose: 'service-1  | '.
-_COMPOSE_RE = re.compile(r"[a-z0-9][\w.\-]*-\d+\s+\| ")
+# docker compose: 'service-1  | ', or a container_name without the '-N' ('vllm-server   | ': compose pads
+# the names to one width, so at least two blanks when the name is not the longest).
+_COMPOSE_RE = re.compile(r"[a-z0-9][\w.\-]*(?:-\d+\s+| {2,})\| ")
 
 # Tag prefixes -------------------------------------------------------------------------------------------
 # vLLM process names: '(VllmWorker rank=3 pid=229)', '(Worker_TP3 pid=562)', '(EngineCore_DP0 pid=1)',

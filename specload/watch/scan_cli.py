@@ -1,38 +1,69 @@
 """``specload scan-log FILE``: find crash signatures in a saved server log.
 
-The command is a thin shell over :func:`specload.watch.signatures.scan_text`: it owns reading the file
-(bytes, decoded leniently: server logs carry raw control bytes and broken UTF-8), the two output formats
-and the exit codes, so scripts can use it as a check:
+The command is a thin shell over :class:`specload.watch.signatures.LogScanner`: it owns reading the file
+(streamed in chunks, so a log of any size is scanned in bounded memory; bytes decoded leniently, since
+server logs carry raw control bytes and broken UTF-8; lines longer than :data:`MAX_LINE_BYTES` cut, so a
+file without newlines cannot grow a line without bound), the two output formats and the exit codes, so
+scripts can use it as a check:
 
 * 0: no crash found; 1: at least one crash found; 2: usage error or the file could not be read.
+
+The human output is one block per failure's root cause, with its count (failures, the same rule as the
+live run) and the consequences that followed it; ``--json`` is one object per entry (one per signature
+and process), with ``consequence_of`` naming the root cause's signature when the entry followed one.
 """
 
 from __future__ import annotations
 
+import os
 import sys
-from pathlib import Path
+from collections.abc import Iterator
 
 import click
 import orjson
 
-from specload.watch.signatures import CrashEntry, scan_text
+from specload.records import CrashEvent
+from specload.watch.signatures import CrashEntry, LogScanner
+from specload.watch.tail import LineSplitter
 
 EXIT_CLEAN = 0
 EXIT_CRASH = 1
 EXIT_USAGE = 2
+
+READ_BYTES = 1 << 20
+MAX_LINE_BYTES = 1 << 20  # a longer line is cut into pieces of this size (see LineSplitter)
 
 _EXCERPT_HEAD = 1  # lines shown from the start of an excerpt (the header or the marker line)
 _EXCERPT_TAIL = 5  # lines shown from its end (innermost frame and exception line)
 _LINE_WIDTH = 160
 
 
-def _read(path: str) -> bytes:
-    if path == "-":
-        return sys.stdin.buffer.read()
-    return Path(path).read_bytes()
+def read_lines(path: str) -> Iterator[str]:
+    """The lines of ``path`` ('-': stdin), streamed: at most one chunk and one cut line in memory."""
+    split = LineSplitter(MAX_LINE_BYTES)
+    fd = sys.stdin.fileno() if path == "-" else os.open(path, os.O_RDONLY)
+    try:
+        while True:
+            data = os.read(fd, READ_BYTES)
+            if not data:
+                break
+            yield from split.feed(data)
+        rest = split.flush()
+        if rest is not None:
+            yield rest
+    finally:
+        if path != "-":
+            os.close(fd)
 
 
-def entry_json(entry: CrashEntry) -> dict[str, object]:
+def scan_file(path: str) -> LogScanner:
+    scanner = LogScanner()
+    scanner.feed_lines(read_lines(path))
+    scanner.finish()
+    return scanner
+
+
+def entry_json(entry: CrashEntry, root: str | None = None) -> dict[str, object]:
     """The ``--json`` object of one entry."""
     return {
         "exception_type": entry.exception_type,
@@ -42,6 +73,7 @@ def entry_json(entry: CrashEntry) -> dict[str, object]:
         "signature": entry.signature,
         "line": entry.line_no,
         "causes": list(entry.causes),
+        "consequence_of": root if root is not None and root != entry.signature else None,
     }
 
 
@@ -61,35 +93,46 @@ def _short_excerpt(excerpt: str) -> list[str]:
     ]
 
 
-def format_human(entries: list[CrashEntry], source: str) -> str:
-    """One block per distinct signature, in order of first appearance."""
-    if not entries:
+def _plural(n: int, word: str, plural: str | None = None) -> str:
+    return f"{n} {word if n == 1 else plural or word + 's'}"
+
+
+def format_human(scanner: LogScanner, source: str) -> str:
+    """One block per root-cause signature, in order of first appearance, with its consequences."""
+    events: list[CrashEvent] = scanner.book.events()
+    if not events:
         return f"{source}: no crash found"
-    groups: dict[str, list[CrashEntry]] = {}
+    entries = scanner.entries()
+    first_line = {}
     for e in entries:
-        groups.setdefault(e.signature, []).append(e)
+        first_line.setdefault(e.signature, e.line_no)
+    failures = scanner.book.failures
     out = [
-        f"{source}: {len(groups)} crash signature{'s' if len(groups) != 1 else ''} "
-        f"({len(entries)} entr{'ies' if len(entries) != 1 else 'y'})"
+        f"{source}: {_plural(failures, 'failure')}, {_plural(len(events), 'root cause')} "
+        f"({_plural(len(entries), 'entry', 'entries')})"
     ]
-    for i, (sig, group) in enumerate(groups.items(), 1):
-        first = group[0]
-        frame = next((e.innermost_frame for e in group if e.innermost_frame), None)
-        processes = [e.process for e in group if e.process is not None]
-        headline = first.exception_type + (f": {first.message}" if first.message else "")
+    for i, ev in enumerate(events, 1):
+        headline = ev.exception_type + (f": {ev.message}" if ev.message else "")
+        first = next(e for e in entries if e.signature == ev.signature)
         out.append("")
         out.append(click.style(f"[{i}] ", bold=True) + click.style(_clip(headline), fg="red", bold=True))
-        out.append(f"    signature:  {sig}")
-        if frame:
-            out.append(f"    innermost:  {frame}")
-        where = ", ".join(processes) if processes else "(no process tag)"
-        if processes and len(processes) < len(group):
-            where += " and untagged"
-        out.append(f"    seen:       {len(group)}x on {where}; first at line {first.line_no}")
+        out.append(f"    signature:  {ev.signature}")
+        if ev.innermost_frame:
+            out.append(f"    innermost:  {ev.innermost_frame}")
+        where = ", ".join(ev.processes) if ev.processes else "(no process tag)"
+        out.append(f"    seen:       {ev.count}x on {where}; first at line {first_line[ev.signature]}")
         for cause in first.causes:
             out.append(f"    caused by:  {_clip(cause)}")
+        for c in ev.consequences:
+            procs = f" on {', '.join(c.processes)}" if c.processes else ""
+            text = c.exception_type + (f": {c.message}" if c.message else "")
+            times = f" ({c.count}x)" if c.count > 1 else ""
+            out.append(f"    then:       {_clip(text, _LINE_WIDTH - 16)}{procs}{times}")
         out.append("    excerpt:")
-        out.extend(click.style(f"      | {ln}", dim=True) for ln in _short_excerpt(first.excerpt))
+        out.extend(click.style(f"      | {ln}", dim=True) for ln in _short_excerpt(ev.excerpt))
+    if scanner.cut_lines:
+        out.append("")
+        out.append(f"({_plural(scanner.cut_lines, 'line')} longer than the line cap examined cut)")
     return "\n".join(out)
 
 
@@ -102,17 +145,17 @@ def scan_log_command(file: str, as_json: bool) -> None:
     Exit status: 0 no crash, 1 crash found, 2 usage or read error.
     """
     try:
-        data = _read(file)
+        scanner = scan_file(file)
     except OSError as exc:
         reason = exc.strerror or exc.__class__.__name__
         click.echo(f"specload scan-log: cannot read {file}: {reason}", err=True)
         sys.exit(EXIT_USAGE)
-    entries = scan_text(data.decode("utf-8", errors="replace"))
+    entries = scanner.entries()
     if as_json:
         stdout = sys.stdout.buffer
         for e in entries:
-            stdout.write(orjson.dumps(entry_json(e)) + b"\n")
+            stdout.write(orjson.dumps(entry_json(e, scanner.root_of(e))) + b"\n")
         stdout.flush()
     else:
-        click.echo(format_human(entries, "stdin" if file == "-" else file))
+        click.echo(format_human(scanner, "stdin" if file == "-" else file))
     sys.exit(EXIT_CRASH if entries else EXIT_CLEAN)

@@ -51,30 +51,41 @@ class LineSplitter:
     """Turns a stream of byte chunks into complete decoded lines.
 
     Lines are decoded only when complete, so a multi-byte UTF-8 character split across two
-    chunks is never mangled.
+    chunks is never mangled. A partial line held longer than ``max_line_bytes`` is cut into pieces of
+    that size (counted in ``cut_lines``): a writer without newlines (a binary dumped into the log,
+    /dev/zero) cannot grow the buffer without bound. A line that arrives whole in one read is not cut:
+    the read size bounds it.
     """
 
-    __slots__ = ("_buf", "_max")
+    __slots__ = ("_buf", "_max", "cut_lines")
 
     def __init__(self, max_line_bytes: int = MAX_LINE_BYTES) -> None:
         self._buf = bytearray()
         self._max = max_line_bytes
+        self.cut_lines = 0  # pieces emitted because a line ran over the cap
 
     def feed(self, data: bytes) -> list[str]:
-        if b"\n" not in data:
+        end = data.rfind(b"\n")
+        if end < 0:
             self._buf += data
             if len(self._buf) > self._max:
-                return [self._take()]
+                return self._cut()
             return []
-        parts = data.split(b"\n")
         if self._buf:
-            self._buf += parts[0]
-            parts[0] = bytes(self._buf)
+            self._buf += data[:end]
+            block = bytes(self._buf)
             self._buf.clear()
-        self._buf += parts.pop()
-        out = [_decode(p) for p in parts]
+        else:
+            block = data[:end]
+        self._buf += data[end + 1 :]
+        # One decode for all complete lines: a newline is never part of a multi-byte UTF-8 sequence, so
+        # decoding the block and splitting it gives the same lines as decoding each (and costs far less).
+        text = block.decode("utf-8", errors="replace")
+        out = text.split("\n")
+        if "\r" in text:  # CRLF logs (Windows-built servers, some docker log drivers)
+            out = [ln[:-1] if ln.endswith("\r") else ln for ln in out]
         if len(self._buf) > self._max:
-            out.append(self._take())
+            out.extend(self._cut())
         return out
 
     def flush(self) -> str | None:
@@ -91,6 +102,16 @@ class LineSplitter:
         line = _decode(self._buf)
         self._buf.clear()
         return line
+
+    def _cut(self) -> list[str]:
+        """A line over the cap: emitted in pieces of the cap's size, counted in ``cut_lines``."""
+        out = []
+        while len(self._buf) > self._max:
+            piece = bytes(self._buf[: self._max])
+            del self._buf[: self._max]
+            out.append(piece.decode("utf-8", errors="replace"))
+            self.cut_lines += 1
+        return out
 
 
 class NoticeLog:

@@ -2,7 +2,8 @@
 
 Both describe their logs in the shared fixtures' ``expected.jsonl`` format (see the README.md beside
 the fixtures): per file the expected crashes (type, message prefix, innermost frame, process) and the
-number of distinct signatures. Unknown keys (``source``, ``notes``) are ignored.
+number of distinct signatures; tests/data/unseen-logs adds ``failures`` (how many failures the log shows:
+root causes, each counted once with its consequences). Unknown keys (``source``, ``notes``) are ignored.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from specload.watch.signatures import CrashDetector, CrashEntry, scan_text
+from specload.watch.signatures import CrashDetector, CrashEntry, LogScanner, SignatureBook, scan_text
 
 MS = 1_000_000
 
@@ -76,3 +77,20 @@ def check_live_feed(case: dict, text: str) -> None:
     for want in case["crashes"]:
         assert any(matches(e, want) for e in live), f"{case['file']}: live feed missed {want}"
     assert len({e.signature for e in live}) == case["distinct_signatures"]
+
+
+def check_failures(case: dict, text: str) -> None:
+    """``scan-log``'s count (the offline scanner) and the live run's (detector and book fed with a clock,
+    polled after every line) both equal the expected number of failures."""
+    scanner = LogScanner()
+    scanner.feed_lines(text.split("\n"))
+    scanner.finish()
+    det, book = CrashDetector(settle_ns=300 * MS), SignatureBook()
+    t = 0
+    for i, line in enumerate(text.split("\n")):
+        t = i * 5 * MS
+        for e in det.feed(line, t) + det.poll(t):
+            book.add(e, t)
+    for e in det.finish():
+        book.add(e, t)
+    assert (scanner.book.failures, book.failures) == (case["failures"], case["failures"]), case["file"]

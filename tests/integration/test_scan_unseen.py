@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.crash_corpus import (
+    check_failures,
     check_found,
     check_live_feed,
     check_signatures,
@@ -43,3 +44,8 @@ def test_unseen_distinct_signatures(case: dict) -> None:
 @pytest.mark.parametrize("case", CASES)
 def test_unseen_live_feed_finds_the_same_crashes(case: dict) -> None:
     check_live_feed(case, read_log(DATA, case))
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_unseen_failures_counted_alike_offline_and_live(case: dict) -> None:
+    check_failures(case, read_log(DATA, case))

@@ -180,7 +180,18 @@ async def test_stop_ends_the_iteration(log: Path) -> None:
 def test_line_splitter_cuts_runaway_lines() -> None:
     s = LineSplitter(max_line_bytes=8)
     assert s.feed(b"0123") == []
-    assert s.feed(b"456789") == ["0123456789"]
-    assert s.feed(b"ab\ncd") == ["ab"]
+    assert s.feed(b"456789") == ["01234567"]  # cut at the cap; the rest starts the next piece
+    assert s.feed(b"ab\ncd") == ["89ab"]
     assert s.flush() == "cd"
     assert s.flush() is None
+    assert s.cut_lines == 1
+    assert s.feed(b"x" * 20) == ["xxxxxxxx", "xxxxxxxx"] and s.cut_lines == 3
+    # (a line that arrives whole in one read is not cut: the read size bounds it)
+    assert s.feed(b"\n" + b"y" * 20 + b"\n") == ["xxxx", "y" * 20]
+
+
+def test_line_splitter_decodes_blocks_like_lines() -> None:
+    s = LineSplitter()
+    data = "é\r\nü\n".encode() + b"\xff\xfe bad\n" + "ab€".encode()
+    out = s.feed(data[:2]) + s.feed(data[2:])  # a chunk boundary inside a multi-byte character
+    assert out == ["é", "ü", "\ufffd\ufffd bad"] and s.flush() == "ab€"

@@ -146,3 +146,29 @@ def test_vllm_v0_worker_process_keeps_its_pid_and_raylet_does_not_carry_over() -
     assert split_line("(VllmWorkerProcess pid=656) ERROR x")[0] == "VllmWorkerProcess pid=656"
     p = parse_line("(raylet) A worker died or was killed while executing a task.")
     assert (p.tag, p.tag_inherits) == ("raylet", False)
+
+
+@pytest.mark.parametrize(
+    ("raw", "clean"),
+    [
+        # copied from less (no -R): ESC shown as the text 'ESC', CRLF endings as '^M'
+        ("ESC[2m2024-06-17T13:18:26.673888ZESC[0m ESC[31mERRORESC[0m x: Webserver Crashed^M",
+         "2024-06-17T13:18:26.673888Z ERROR x: Webserver Crashed"),
+        # cat -v / vim: '^[' for ESC
+        ("^[[31mRuntimeError: boom^[[0m^M^M", "RuntimeError: boom"),
+        # a progress bar's redraws copied with their printed CRs: the last one is what a terminal showed
+        ("Loading 10%^MLoading 55%^MLoading 100%", "Loading 100%"),
+        ("RuntimeError: boom\u240d", "RuntimeError: boom"),
+        # a caret that is not a CR stays
+        ("x ^ y", "x ^ y"),
+    ],
+)
+def test_pager_printed_control_characters(raw: str, clean: str) -> None:
+    assert clean_line(raw) == clean
+
+
+def test_compose_prefix_without_replica_number() -> None:
+    assert split_line("eap-llm-server  | (EngineCore_DP0 pid=313) ERROR 11-08 11:01:30 [core.py:710] x") == (
+        "EngineCore_DP0", "x")
+    # a single blank before the bar is not taken for a compose prefix
+    assert split_line("a | b")[1] == "a | b"

@@ -9,8 +9,10 @@ import textwrap
 import pytest
 
 from specload.watch.signatures import (
+    MARKERS,
     CrashDetector,
     CrashEntry,
+    LogScanner,
     SignatureBook,
     demangle,
     mask_message,
@@ -713,28 +715,87 @@ def test_line_numbers_count_every_fed_line() -> None:
 # ------------------------------------------------------------------------------------ SignatureBook
 
 
-def test_signature_book_counts_processes_and_times() -> None:
-    entries = scan_text(
-        "start\n"
-        + _tb("boom 1", prefix="[rank0]: ")
-        + _tb("boom 2", prefix="[rank1]: ")
-        + "INFO 01-01 00:00:00 [launcher.py:1] worker exited\n"
-        + "Aborted (core dumped)\n"  # a raw line: it would belong to rank 1 without the record above
-    )
-    boom0, boom1, abort = entries
+def _entry(line_no: int, exc_type: str = "RuntimeError", message: str = "boom", process: str | None = None,
+           signature: str | None = None, consequence: bool = False) -> CrashEntry:
+    return CrashEntry(exc_type, message, None, process, signature or f"{exc_type}:{message}", (), "", line_no,
+                      consequence)
+
+
+def test_signature_book_one_failure_on_several_ranks_counts_once() -> None:
     book = SignatureBook()
-    first = book.add(boom0, 10)
+    first = book.add(_entry(10, process="rank 0"), 10)
     assert first.new and first.count == 1 and first.processes == ("rank 0",)
-    again = book.add(boom1, 20)
-    assert not again.new and again.count == 2
-    assert again.processes == ("rank 0", "rank 1")
+    again = book.add(_entry(30, process="rank 1"), 20)
+    assert not again.new and again.count == 1 and again.processes == ("rank 0", "rank 1")
     assert (again.first_seen_ns, again.last_seen_ns) == (10, 20)
-    repeat = book.add(boom0, 30)
-    assert repeat.count == 3 and repeat.processes == ("rank 0", "rank 1")  # same process not listed twice
-    other = book.add(abort, 40)
-    assert other.new and other.processes == ()  # untagged entries count but add no name
-    assert [(ev.exception_type, ev.count) for ev in book.events()] == [("RuntimeError", 3), ("SIGABRT", 1)]
-    assert book.events()[0].excerpt == boom0.excerpt
+    reprint = book.add(_entry(60, process="rank 0"), 30)  # vLLM prints a worker's traceback twice
+    assert reprint.count == 1 and reprint.processes == ("rank 0", "rank 1")
+    assert book.failures == 1
+
+
+def test_signature_book_groups_consequences_under_the_root_cause() -> None:
+    book = SignatureBook()
+    root = book.add(_entry(5, process="TP0"), 0)
+    sigquit = _entry(9, "server_fatal", "Received sigquit from a child process.", consequence=True)
+    ev = book.add(sigquit, 400 * MS)
+    assert ev.signature == root.signature and not ev.new and ev.count == 1
+    assert [(c.exception_type, c.count) for c in ev.consequences] == [("server_fatal", 1)]
+    exit_ = book.add(_entry(12, "process_exit", "exited with code 1", "sglang-1", consequence=True), 900 * MS)
+    assert [c.processes for c in exit_.consequences] == [(), ("sglang-1",)]
+    assert [e.exception_type for e in book.events()] == ["RuntimeError"] and book.failures == 1
+
+
+def test_signature_book_a_lone_consequence_is_a_root_cause() -> None:
+    book = SignatureBook()
+    ev = book.add(_entry(100, "server_fatal", "MPClient: engine core exited unexpectedly", consequence=True), 0)
+    assert ev.new and ev.exception_type == "server_fatal" and book.failures == 1
+
+
+def test_signature_book_windows_separate_failures() -> None:
+    book = SignatureBook()
+    book.add(_entry(10), 0)
+    # the same crash 10 s later (live), or 500 lines later (offline): a second failure
+    assert book.add(_entry(20), 10_000 * MS).count == 2
+    assert book.add(_entry(520), 10_001 * MS).count == 3
+    # a consequence joins from further away than another crash does
+    joined = book.add(_entry(1500, "process_exit", "exited with code 1", "x", consequence=True), 40_000 * MS)
+    assert joined.count == 3 and len(joined.consequences) == 1
+    assert book.failures == 3
+
+
+def test_signature_book_a_process_exit_ends_the_failure() -> None:
+    book = SignatureBook()
+    book.add(_entry(10, "GGML_ASSERT", "i01 >= 0"), 0)
+    book.add(_entry(13, "process_exit", "exited with code 134 (SIGABRT)", "llama-1", consequence=True), 0)
+    # the same exit seen by a second supervisor right after: still the same failure
+    book.add(_entry(14, "process_exit", "killed by SIGABRT", "llama-1", consequence=True), 0)
+    # the restarted server crashes the same way 30 lines later: a new failure, though within 400 lines
+    again = book.add(_entry(44, "GGML_ASSERT", "i01 >= 0"), 0)
+    assert again.count == 2 and book.failures == 2
+    assert [c.count for c in again.consequences] == [1, 1]
+
+
+def test_scan_log_and_live_count_a_multi_rank_crash_alike() -> None:
+    text = (
+        "start\n"
+        + _tb("boom", prefix="[rank0]: ")
+        + _tb("boom", prefix="[rank1]: ")
+        + "[2025-01-01 00:00:00] Received sigquit from a child process. It usually means the child failed.\n"
+    )
+    scanner = LogScanner()
+    scanner.feed_lines(text.split("\n"))
+    scanner.finish()
+    det, book = CrashDetector(), SignatureBook()
+    for i, line in enumerate(text.split("\n")):
+        for e in det.feed(line, i * MS):
+            book.add(e, i * MS)
+    for e in det.finish():
+        book.add(e, 100 * MS)
+    for b in (scanner.book, book):
+        (ev,) = b.events()
+        assert (ev.exception_type, ev.count, ev.processes) == ("RuntimeError", 1, ("rank 0", "rank 1"))
+        assert [c.exception_type for c in ev.consequences] == ["server_fatal"]
+    assert [scanner.root_of(e) for e in scanner.entries()] == [ev.signature] * 3
 
 
 def test_signature_book_learns_the_frame_from_a_later_full_copy() -> None:
@@ -825,7 +886,6 @@ def test_json_lines_records_with_embedded_traceback() -> None:
     ("line", "kind"),
     [
         ("[1]    7302 abort      RUST_BACKTRACE=full text-embeddings-router --port 8001", "SIGABRT"),
-        ("[1]+  Killed                  python -m vllm.entrypoints.openai.api_server", "SIGKILL"),
         ("[2]  - 991 segmentation fault (core dumped)  ./llama-server -m model.gguf", "SIGSEGV"),
         ("[gpu-node-2:01873] Signal: Aborted (6)", "SIGABRT"),
         ("[gpu-node-2:01873] Signal: Segmentation fault (11)", "SIGSEGV"),
@@ -883,4 +943,175 @@ def test_shell_notice_is_not_the_exception_line_of_a_headerless_traceback() -> N
         Killed
         """
     )
-    assert [e.exception_type for e in entries] == ["server_fatal", "SIGKILL"]
+    assert [e.exception_type for e in entries] == ["server_fatal", "process_exit"]
+
+
+# ------------------------------------------------------------------------------------ process exits (issue 16)
+
+
+@pytest.mark.parametrize(
+    ("line", "message", "process"),
+    [
+        ("llama-1 exited with code 134", "exited with code 134 (SIGABRT)", "llama-1"),
+        ("vllm-server exited with code 1", "exited with code 1", "vllm-server"),
+        ("mpirun noticed that process rank 3 with PID 0 on node n1 exited on signal 9 (Killed).",
+         "killed by SIGKILL", "rank 3"),
+        ("Nov 15 21:48:43 host systemd[1]: ollama.service: Main process exited, code=dumped, status=11/SEGV",
+         "killed by SIGSEGV (core dumped)", "ollama.service"),
+        ("Nov 15 21:48:43 host systemd[1]: vllm.service: Main process exited, code=exited, status=2/INVALIDARGUMENT",
+         "exited with code 2", "vllm.service"),
+        ("E1223 05:18:02.971000 3304089 torch/distributed/elastic/multiprocessing/api.py:882] failed (exitcode: -11)"
+         " local_rank: 0 (pid: 3304209) of binary: /usr/bin/python3", "killed by SIGSEGV", "local_rank 0"),
+        ("ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: 1) local_rank: 2 (pid: 7) of binary:"
+         " /usr/bin/python3", "exited with code 1", "local_rank 2"),
+        ("(raylet) Raylet is terminated. Termination is unexpected. Possible reasons include: (1) SIGKILL",
+         "Raylet is terminated. Termination is unexpected.", "raylet"),
+        ("Killed", "killed by SIGKILL", None),
+        ("./entrypoint.sh: line 28:     7 Killed                  LD_LIBRARY_PATH=/x /app/bin/scalellm $ARGS",
+         "killed by SIGKILL", "scalellm"),
+        ("[1]+  Killed                  python -m vllm.entrypoints.openai.api_server", "killed by SIGKILL", "python"),
+    ],
+)
+def test_process_exit_lines(line: str, message: str, process: str | None) -> None:
+    e = one(line)
+    assert (e.exception_type, e.message, e.process, e.consequence) == ("process_exit", message, process, True)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "init-1 exited with code 0",
+        "vllm-1 exited with code 143",  # SIGTERM: a requested stop
+        "Nov 16 09:00:04 gpu-7 systemd[1]: vllm.service: Main process exited, code=exited, status=0/SUCCESS",
+        "Nov 16 09:01:10 gpu-7 systemd[1]: ollama.service: Main process exited, code=killed, status=15/TERM",
+        "(raylet) Raylet is terminated. Termination is graceful.",
+        "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: -15) local_rank: 0 (pid: 1) of binary: x",
+        "INFO:     Child process [12] died",
+    ],
+)
+def test_clean_exits_and_stops_are_not_crashes(line: str) -> None:
+    assert scan(line) == []
+
+
+def test_mpirun_nonzero_exit_takes_rank_and_code_from_the_lines_after() -> None:
+    e = one(
+        """
+        mpirun detected that one or more processes exited with non-zero status, thus causing
+        the job to be terminated. The first process to do so was:
+
+          Process name: [[52473,1],2]
+          Exit code:    3
+        """
+    )
+    assert (e.exception_type, e.message, e.process) == ("process_exit", "exited with code 3", "rank 2")
+
+
+def test_vllm_fatal_error_header_is_the_traceback_when_one_follows() -> None:
+    p = "(EngineCore_DP0 pid=5) ERROR 11-08 11:01:30 [core.py:710] "
+    with_tb = scan(
+        f"{p}EngineCore encountered a fatal error.\n{p}Traceback (most recent call last):\n"
+        f'{p}  File "/x/core.py", line 1, in run\n{p}RuntimeError: cancelled\n'
+    )
+    assert kinds(with_tb) == [("RuntimeError", "cancelled", "EngineCore_DP0")]
+    alone = scan(f"{p}EngineCore encountered a fatal error.\n(APIServer pid=1) INFO:     Shutting down\n")
+    assert kinds(alone) == [("server_fatal", "EngineCore encountered a fatal error.", "EngineCore_DP0")]
+
+
+def test_vllm_mpclient_engine_core_exited_line() -> None:
+    e = one(
+        "(APIServer pid=1) WARNING 11-28 10:12:11 [core_client.py:905] "
+        "[shutdown] MPClient: engine core exited unexpectedly; starting cleanup"
+    )
+    assert (e.exception_type, e.process) == ("server_fatal", "APIServer")
+    assert e.message.startswith("[shutdown] MPClient: engine core exited unexpectedly")
+
+
+def test_markers_table_is_documented() -> None:
+    names = [m.name for m in MARKERS]
+    assert len(names) == len(set(names))
+    assert all(m.doc.strip() and m.pattern.pattern for m in MARKERS)
+
+
+# ------------------------------------------------------------------------------------ root cause first
+
+
+def test_sigquit_printed_before_the_traceback_is_released_comes_after_it() -> None:
+    from specload.sim.serverlog import crash_lines
+
+    det = CrashDetector(settle_ns=300 * MS)
+    out = []
+    for i, line in enumerate(crash_lines()):  # the sigquit line is complete at once, but held back
+        out += det.feed(line, i * MS)
+    assert out == []
+    out += det.poll(len(crash_lines()) * MS + 400 * MS)  # the traceback is quiet: both, cause first
+    assert [e.exception_type for e in out] == ["AttributeError", "server_fatal"]
+    book = SignatureBook()
+    events = [book.add(e, 0) for e in out]
+    assert events[0].new and not events[1].new and events[1].signature == events[0].signature
+    assert book.failures == 1 and len(book.events()) == 1
+
+
+# ------------------------------------------------------------------------------------ shapes of issue 16
+
+
+def test_prefix_learned_from_the_traceback_header() -> None:
+    pre = "2025-02-11 14:03:22.417 | ERROR    | 4121 | server.py:212 | "
+    e = one(
+        f"{pre}Traceback (most recent call last):\n"
+        f'{pre}  File "/srv/app.py", line 9, in generate\n'
+        f"{pre}    self.eval(tokens)\n"
+        f'{pre.replace("417", "418")}  File "/x/llama.py", line 668, in eval\n'
+        f"{pre}RuntimeError: llama_decode returned -3\n"
+        "2025-02-11 14:03:23.001 | INFO     | 4121 | server.py:188 | POST /v1/chat 500\n"
+    )
+    assert (e.exception_type, e.message, e.innermost_frame) == (
+        "RuntimeError", "llama_decode returned -3", "llama.py:668 in eval")
+
+
+def test_sglang_message_before_the_header_is_not_taken_for_a_prefix() -> None:
+    e = one(
+        """
+        [2025-01-20 19:10:07 TP0] Scheduler hit an exception: Traceback (most recent call last):
+          File "/a/scheduler.py", line 1, in run
+            x()
+        ValueError: bad
+        [2025-01-20 19:10:08] Received sigquit from a child process. It usually means the child failed.
+        """.replace("Received", "Shutting down; received")
+    )
+    assert (e.exception_type, e.process, e.innermost_frame) == ("ValueError", "TP0", "scheduler.py:1 in run")
+
+
+@pytest.mark.parametrize(
+    ("glued", "kind", "message", "process"),
+    [
+        ("[2025-11-28 10:12:42 TP0] Decode batch. #running-req: 32, gen thr"
+         "[2025-11-28 10:12:42] Received sigquit from a child process. It usually means the child failed.",
+         "server_fatal", "Received sigquit from a child process.", None),
+        ("Processed prompts:  37%|###7      | 37/100 [00:04<00:07]Fatal Python error: Aborted",
+         "Fatal Python error", "Aborted", None),
+        ("llama_decode: n_tokens = 512, slot 3...Segmentation fault (core dumped)", "SIGSEGV", "", None),
+    ],
+)
+def test_marker_glued_after_another_processes_partial_line(glued: str, kind: str, message: str,
+                                                           process: str | None) -> None:
+    e = one(glued)
+    assert (e.exception_type, e.process) == (kind, process) and e.message.startswith(message)
+
+
+def test_glued_terminate_goes_to_its_own_rank() -> None:
+    e = one(
+        "[rank0]:[W1128 10:12:41.118702 ProcessGroupNCCL.cpp:1476] Warning: WorkNCCL timed ou"
+        "[rank1]:terminate called after throwing an instance of 'c10::Error'\n"
+        "[rank1]:  what():  CUDA error: an illegal memory access was encountered\n"
+    )
+    assert (e.exception_type, e.process) == ("c10::Error", "rank 1")
+
+
+def test_words_of_a_message_are_not_glue() -> None:
+    # 'Aborted' after a blank is part of the message, not a shell notice glued to it
+    assert scan("INFO 01-01 00:00:00 [x.py:1] Request 17 Aborted\n") == []
+
+
+def test_very_long_lines_are_examined_cut() -> None:
+    det = CrashDetector()
+    assert det.feed("x" * 5_000_000) == [] and det.cut_lines == 1
