@@ -59,13 +59,16 @@ async def test_crash_in_a_followed_log_file_stops_the_run_within_a_second(sim, t
     crashed_at = time.monotonic()
     result = await asyncio.wait_for(task, 30)
     assert result.reason == "crashed" and result.exit_code == EXIT_CRASHED
-    types = {c.exception_type for _, c in crashes}
-    assert {"AttributeError", "server_fatal"} <= types
-    attr = next(c for _, c in crashes if c.exception_type == "AttributeError")
-    assert "EAGLEWorkerV2" in attr.message and attr.processes == ("TP0",)
+    # one failure: the root cause first and only, the parent's sigquit line grouped under it (issue 11)
+    assert {c.exception_type for _, c in crashes} == {"AttributeError"}
+    assert crashes[0][1].new and not any(c.new for _, c in crashes[1:])
+    attr = crashes[-1][1]
+    assert "EAGLEWorkerV2" in attr.message and attr.processes == ("TP0",) and attr.count == 1
+    assert [c.exception_type for c in attr.consequences] == ["server_fatal"]
     assert min(t for t, _ in crashes) - crashed_at < 1.0  # seen within a second of being written
     data = read_record(str(rec))
-    assert {c["exception_type"] for c in data.crashes} >= {"AttributeError", "server_fatal"}
+    assert {c["exception_type"] for c in data.crashes} == {"AttributeError"}
+    assert [c["exception_type"] for c in data.crashes[-1]["consequences"]] == ["server_fatal"]
     assert data.end["reason"] == "crashed"
     # the followed log also fed the server stats (SGLang-style Decode batch lines)
     assert any(s["source"].startswith("log:sglang") for s in data.servers)
