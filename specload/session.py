@@ -315,7 +315,7 @@ class Session:
             if self._expect is not None:
                 self._expect.feed(line)
             for entry in detector.feed(line, t):
-                self._crash(book.add(entry, t))
+                self._crash_entry(book.add(entry, t))
             sample = parse_stats_line(line, t)
             if sample is not None:
                 self._server(sample)
@@ -325,7 +325,7 @@ class Session:
             await asyncio.sleep(0.2)
             t = self.clock.now_ns()
             for entry in self._detector.poll(t):
-                self._crash(self._book.add(entry, t))
+                self._crash_entry(self._book.add(entry, t))
 
     async def _build(self) -> None:
         cfg = self.cfg
@@ -468,7 +468,7 @@ class Session:
         if self._detector is not None:
             t = self.clock.now_ns()
             for entry in self._detector.finish():
-                self._crash(self._book.add(entry, t))
+                self._crash_entry(self._book.add(entry, t))
         if self.client is not None:
             await self.client.close()
         if self._launched is not None:
@@ -550,6 +550,11 @@ class Session:
     def _server(self, sample: ServerSample) -> None:
         self.stats.on_server(sample)
         self._to_record("server", sample)
+
+    def _crash_entry(self, ev: CrashEvent | None) -> None:
+        # None: the entry changed nothing (a re-print, one more copy of a known consequence)
+        if ev is not None:
+            self._crash(ev)
 
     def _crash(self, ev: CrashEvent) -> None:
         self.stats.on_crash(ev)

@@ -1215,11 +1215,11 @@ class LogScanner:
 
     def _take(self, entries: list[CrashEntry]) -> None:
         for e in entries:
-            ev = self.book.add(e, 0)
+            self.book.add(e, 0)
             key = (e.signature, e.process)
             if key not in self._entries:
                 self._entries[key] = e
-                self._roles[key] = ev.signature
+                self._roles[key] = self.book.last_root or e.signature
 
     @property
     def cut_lines(self) -> int:
@@ -1292,12 +1292,15 @@ class SignatureBook:
     One event per root signature; ``count`` is the number of failures with that root. ``processes``
     lists the named processes that showed the root signature, in order of first appearance (entries
     without a process tag count but add no name); ``consequences`` what followed the root, one per
-    signature. :meth:`add` returns the event the entry changed: the root's, also for a consequence.
+    signature. :meth:`add` returns the event the entry changed (the root's, also for a consequence), or
+    None when it changed nothing a reader sees: a re-print, or one more copy of a consequence already
+    listed. A server printing the same crash line in a loop then costs one record line, not one per line.
     """
 
     def __init__(self) -> None:
         self._events: dict[str, CrashEvent] = {}
         self._open: _Failure | None = None
+        self.last_root: str | None = None  # root signature of the failure the last entry went to
 
     def _joins(self, f: _Failure, entry: CrashEntry, t_ns: int) -> bool:
         d_ns = max(0, t_ns - f.last_ns)
@@ -1306,18 +1309,22 @@ class SignatureBook:
         window = CONSEQUENCE_WINDOW if entry.consequence else SAME_FAILURE
         return window.holds(entry.line_no - f.last_line, d_ns)
 
-    def add(self, entry: CrashEntry, t_ns: int) -> CrashEvent:
+    def add(self, entry: CrashEntry, t_ns: int) -> CrashEvent | None:
         f = self._open
         if f is not None and self._joins(f, entry, t_ns):
-            event = self._join(self._events[f.root], entry, t_ns)
+            before = self._events[f.root]
+            event = self._join(before, entry, t_ns)
+            visible = _visible(before) != _visible(event)
         else:
             f = self._open = _Failure(entry.signature, entry.line_no, t_ns)
             event = self._start(entry, t_ns)
+            visible = True
         f.last_line, f.last_ns = max(f.last_line, entry.line_no), max(f.last_ns, t_ns)
         if entry.exception_type == "process_exit":
             f.exit_line, f.exit_ns = entry.line_no, t_ns
         self._events[event.signature] = event
-        return event
+        self.last_root = event.signature
+        return event if visible else None
 
     def _start(self, entry: CrashEntry, t_ns: int) -> CrashEvent:
         old = self._events.get(entry.signature)
@@ -1372,6 +1379,11 @@ class SignatureBook:
     def failures(self) -> int:
         """Failures seen so far: what the crash count on screen says."""
         return sum(ev.count for ev in self._events.values())
+
+
+def _visible(ev: CrashEvent) -> tuple:
+    """What a reader of the event sees change (times and the counts of consequences do not count)."""
+    return (ev.innermost_frame, ev.processes, ev.count, tuple((c.signature, c.processes) for c in ev.consequences))
 
 
 def _with(processes: tuple[str, ...], process: str | None) -> tuple[str, ...]:

@@ -210,3 +210,18 @@ async def test_a_server_without_health_endpoint_is_not_taken_for_dead(tmp_path) 
     assert result.reason == "completed" and session.stats.snapshot().requests_ok == 6
     assert any("health not watched" in n for n in notices)
     assert session.stats.snapshot().health == "unknown"
+
+
+async def test_a_crash_line_printed_in_a_loop_is_one_record_line(sim, tmp_path) -> None:
+    # a server (or a wrapper script) printing the same crash line 20,000 times: one failure, one crash
+    # line in the record (each line used to write one, 310,000 lines in 15 s with the client saturated)
+    server = await sim(ttft_ms=5, itl_ms=5, spec_tokens=0)
+    rec = tmp_path / "run.jsonl"
+    session = Session(cfg(server.url, rec, levels=(1,), duration=3, watch=WatchConfig(
+        server_log_cmd="yes 'Segmentation fault (core dumped)' | head -n 20000; sleep 30",
+        on_crash="continue", metrics_url="off")))
+    result = await asyncio.wait_for(session.run(), 40)
+    assert result.reason == "completed"
+    assert session.log_seq == 20_000  # every line was read during the 3 s level
+    crashes = read_record(str(rec)).crashes
+    assert [(c["exception_type"], c["count"]) for c in crashes] == [("SIGSEGV", 1)]

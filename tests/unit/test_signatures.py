@@ -728,8 +728,16 @@ def test_signature_book_one_failure_on_several_ranks_counts_once() -> None:
     again = book.add(_entry(30, process="rank 1"), 20)
     assert not again.new and again.count == 1 and again.processes == ("rank 0", "rank 1")
     assert (again.first_seen_ns, again.last_seen_ns) == (10, 20)
-    reprint = book.add(_entry(60, process="rank 0"), 30)  # vLLM prints a worker's traceback twice
-    assert reprint.count == 1 and reprint.processes == ("rank 0", "rank 1")
+    assert book.add(_entry(60, process="rank 0"), 30) is None  # vLLM prints a traceback twice: no change
+    (ev,) = book.events()
+    assert ev.count == 1 and ev.processes == ("rank 0", "rank 1") and ev.last_seen_ns == 30
+    assert book.failures == 1
+
+
+def test_signature_book_a_crash_line_in_a_loop_is_one_event() -> None:
+    book = SignatureBook()
+    changed = [book.add(_entry(i, "SIGSEGV", "", consequence=True), i * MS) for i in range(1, 10_001)]
+    assert changed[0] is not None and changed[1:] == [None] * 9_999
     assert book.failures == 1
 
 
@@ -742,6 +750,9 @@ def test_signature_book_groups_consequences_under_the_root_cause() -> None:
     assert [(c.exception_type, c.count) for c in ev.consequences] == [("server_fatal", 1)]
     exit_ = book.add(_entry(12, "process_exit", "exited with code 1", "sglang-1", consequence=True), 900 * MS)
     assert [c.processes for c in exit_.consequences] == [(), ("sglang-1",)]
+    # the same exit notice again: counted, but nothing a reader sees changed
+    assert book.add(_entry(13, "process_exit", "exited with code 1", "sglang-1", consequence=True), 0) is None
+    assert [c.count for c in book.events()[0].consequences] == [1, 2]
     assert [e.exception_type for e in book.events()] == ["RuntimeError"] and book.failures == 1
 
 
@@ -1047,6 +1058,7 @@ def test_sigquit_printed_before_the_traceback_is_released_comes_after_it() -> No
     assert [e.exception_type for e in out] == ["AttributeError", "server_fatal"]
     book = SignatureBook()
     events = [book.add(e, 0) for e in out]
+    assert events[0] is not None and events[1] is not None
     assert events[0].new and not events[1].new and events[1].signature == events[0].signature
     assert book.failures == 1 and len(book.events()) == 1
 
