@@ -33,6 +33,23 @@ CHUNK_BYTES = 1 << 16
 CHUNKS_PER_POLL = 16
 
 
+def _drain(fd: int, split: LineSplitter, chunks: int = CHUNKS_PER_POLL) -> tuple[list[str], int, bool]:
+    """Read what is waiting on ``fd``, at most ``chunks`` chunks: (complete lines, bytes read, whether
+    more may be waiting). The one read loop of FileTail, for the poll and for the rest of a rotated file."""
+    lines: list[str] = []
+    n_bytes = 0
+    for _ in range(chunks):
+        try:
+            data = os.read(fd, CHUNK_BYTES)
+        except BlockingIOError:
+            data = b""
+        if not data:
+            return lines, n_bytes, False
+        n_bytes += len(data)
+        lines.extend(split.feed(data))
+    return lines, n_bytes, True
+
+
 class LogSource(Protocol):
     """What the session reads server log lines from."""
 
@@ -221,19 +238,11 @@ class FileTail:
                     first_open = waiting_noticed = gone_noticed = False
 
                 # Drain what is there, in bounded chunks.
-                n_read = 0
-                for _ in range(CHUNKS_PER_POLL):
-                    try:
-                        data = os.read(fd, CHUNK_BYTES)
-                    except BlockingIOError:
-                        data = b""
-                    if not data:
-                        break
-                    n_read += 1
-                    pos += len(data)
-                    for line in split.feed(data):
-                        yield line
-                if n_read == CHUNKS_PER_POLL:
+                lines, n_bytes, more = _drain(fd, split)
+                pos += n_bytes
+                for line in lines:
+                    yield line
+                if more:
                     await asyncio.sleep(0)  # more is waiting: let others run, then read on
                     continue
                 if self._stop.is_set():
@@ -258,14 +267,10 @@ class FileTail:
                 if pst is not None and (pst.st_dev, pst.st_ino) != ident:
                     # Rotated: take what the writer added to the old file since our last read,
                     # then switch. The old file's partial last line is complete by now.
-                    while True:
-                        try:
-                            data = os.read(fd, CHUNK_BYTES)
-                        except BlockingIOError:
-                            data = b""
-                        if not data:
-                            break
-                        for line in split.feed(data):
+                    more = True
+                    while more:
+                        lines, _, more = _drain(fd, split)
+                        for line in lines:
                             yield line
                     rest = split.flush()
                     if rest is not None:

@@ -195,3 +195,25 @@ def test_line_splitter_decodes_blocks_like_lines() -> None:
     data = "é\r\nü\n".encode() + b"\xff\xfe bad\n" + "ab€".encode()
     out = s.feed(data[:2]) + s.feed(data[2:])  # a chunk boundary inside a multi-byte character
     assert out == ["é", "ü", "\ufffd\ufffd bad"] and s.flush() == "ab€"
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/zero"), reason="no /dev/zero")
+async def test_dev_zero_as_a_log_file_is_read_in_capped_lines_and_bounded_memory() -> None:
+    import tracemalloc
+
+    tail = FileTail("/dev/zero", from_start=True, poll_interval=0.01, max_line_bytes=64 << 10)
+    lines = tail.lines()
+    tracemalloc.start()
+    try:
+        n = 0
+        async for line in lines:
+            assert len(line) <= 64 << 10
+            n += 1
+            if n == 400:  # 25 MiB of input without a newline
+                break
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+        await tail.stop()
+        await lines.aclose()
+    assert peak < 8 << 20, peak  # a few pieces and one read's worth, not the input
