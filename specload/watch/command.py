@@ -3,7 +3,10 @@
 ``CommandSource`` runs something like ``ssh gpu1 tail -F /var/log/sglang.log``,
 ``docker logs -f NAME`` or ``journalctl -fu UNIT`` and yields its output as lines. Such commands
 die (ssh drops, the container restarts), so the source restarts them with a backoff and says so
-through a notice rather than an exception: losing the log must never end a load run.
+through a notice rather than an exception: losing the log must never end a load run. Output is
+read by a task of its own into a bounded ``LineQueue`` and handed over in turns of
+``LINES_PER_TURN`` lines: a command that prints without end costs bounded memory (lines capped,
+the oldest dropped and counted when the loop falls behind) and never holds the loop for long.
 
 Also here, because ``launch.py`` needs exactly the same things: spawning a shell command in its
 own process group (``spawn_shell``), stopping the whole group (``terminate_group``) and describing
@@ -19,7 +22,7 @@ import signal
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 
-from specload.watch.tail import CHUNK_BYTES, LineSplitter, NoticeFn, NoticeLog
+from specload.watch.tail import CHUNK_BYTES, LINES_PER_TURN, LineQueue, LineSplitter, NoticeFn, NoticeLog
 
 
 def signal_name(signum: int) -> str:
@@ -155,6 +158,7 @@ class CommandSource:
         stable_after: float = 30.0,
         kill_grace: float = 2.0,
         env: dict[str, str] | None = None,
+        queue_bytes: int | None = None,
     ) -> None:
         if not backoff:
             raise ValueError("backoff needs at least one delay")
@@ -170,6 +174,19 @@ class CommandSource:
         self._proc: asyncio.subprocess.Process | None = None
         self._stopping = False
         self._stop = asyncio.Event()
+        self._queue = LineQueue(queue_bytes) if queue_bytes else LineQueue()
+        self._cut = 0
+        self._dropped_noticed = 0  # dropped-line count at the last notice (notices at 1, 2, 4, ... x)
+
+    @property
+    def dropped_lines(self) -> int:
+        """Lines dropped because the loop fell behind the command (a log flood)."""
+        return self._queue.dropped_lines
+
+    @property
+    def cut_lines(self) -> int:
+        """Pieces of lines cut at the line cap (a command printing without newlines)."""
+        return self._cut
 
     @property
     def pid(self) -> int | None:
@@ -189,6 +206,22 @@ class CommandSource:
         except TimeoutError:
             pass
 
+    async def _pump(self, proc: asyncio.subprocess.Process) -> None:
+        split = LineSplitter()
+        assert proc.stdout is not None
+        try:
+            while True:
+                data = await proc.stdout.read(CHUNK_BYTES)
+                if not data:
+                    break
+                self._queue.put(split.feed(data))
+            rest = split.flush()
+            if rest is not None:
+                self._queue.put([rest])
+        finally:
+            self._cut += split.cut_lines
+            self._queue.wake()
+
     async def lines(self) -> AsyncIterator[str]:
         loop = asyncio.get_running_loop()
         attempt = 0
@@ -202,21 +235,30 @@ class CommandSource:
             else:
                 self._proc = proc
                 self.starts += 1
-                split = LineSplitter()
-                assert proc.stdout is not None
+                # A reader task drains the pipe into a bounded queue, so the command never blocks on a
+                # full pipe and a flood the loop cannot examine is dropped (counted), not buffered.
+                pump = asyncio.ensure_future(self._pump(proc))
+                queue = self._queue
                 try:
                     while True:
-                        data = await proc.stdout.read(CHUNK_BYTES)
-                        if not data:
+                        batch = queue.take(LINES_PER_TURN)
+                        if batch:
+                            for line in batch:
+                                yield line
+                            if queue.dropped_lines and queue.dropped_lines >= 2 * self._dropped_noticed:
+                                self._dropped_noticed = max(1, queue.dropped_lines)
+                                self.notices(f"log flood: {queue.dropped_lines} lines dropped so far "
+                                             "(the log is read faster than it can be examined)")
+                            await asyncio.sleep(0)  # let the reader and the load engine run
+                            continue
+                        if pump.done():
                             break
-                        for line in split.feed(data):
-                            yield line
-                    rest = split.flush()
-                    if rest is not None:
-                        yield rest
+                        await queue.wait()
+                    pump.result()
                     rc = await proc.wait()
                 finally:
                     # Reached early when the consumer closes the generator: leave no orphan.
+                    pump.cancel()
                     if proc.returncode is None:
                         await terminate_group(proc, self.kill_grace)
                     self._proc = None

@@ -1,7 +1,8 @@
 """Following a server log file like ``tail -F``, and the line-splitting every log source shares.
 
-This module owns the byte-to-line boundary (``LineSplitter``), the ``LogSource`` shape that the
-session consumes (``lines()`` + ``stop()`` + notices), and ``FileTail``. Command and launched-server
+This module owns the byte-to-line boundary (``LineSplitter``, lines capped in length), the bounded
+``LineQueue`` between a pipe reader and the loop, the ``LogSource`` shape that the session consumes
+(``lines()`` + ``stop()`` + notices), and ``FileTail``. Command and launched-server
 sources live next door (``command.py``, ``launch.py``) and reuse the splitter, so all three decode
 and cut lines the same way: UTF-8 with ``errors="replace"``, newline removed, partial last lines
 held until their newline arrives.
@@ -31,6 +32,10 @@ CHUNK_BYTES = 1 << 16
 # Chunks read per poll before yielding to the event loop; a 10 MB backlog then never starves
 # the load engine sharing the loop.
 CHUNKS_PER_POLL = 16
+# Bytes of lines a LineQueue holds before it drops the oldest (a flood the loop cannot keep up with).
+QUEUE_BYTES = 8 << 20
+# Lines a source hands over before it lets the event loop run other tasks (the load engine).
+LINES_PER_TURN = 512
 
 
 def _drain(fd: int, split: LineSplitter, chunks: int = CHUNKS_PER_POLL) -> tuple[list[str], int, bool]:
@@ -129,6 +134,53 @@ class LineSplitter:
             out.append(piece.decode("utf-8", errors="replace"))
             self.cut_lines += 1
         return out
+
+
+class LineQueue:
+    """Lines between a reader (a pipe drained as fast as it fills) and the loop that examines them,
+    bounded in bytes: when the examiner falls behind (a log flood), the oldest lines are dropped and
+    counted rather than held. Keeping the newest is deliberate: a crash is what a dying server prints last.
+    """
+
+    __slots__ = ("_lines", "_bytes", "max_bytes", "dropped_lines", "_ready")
+
+    def __init__(self, max_bytes: int = QUEUE_BYTES) -> None:
+        self._lines: collections.deque[str] = collections.deque()
+        self._bytes = 0
+        self.max_bytes = max_bytes
+        self.dropped_lines = 0
+        self._ready = asyncio.Event()
+
+    def put(self, lines: list[str]) -> None:
+        for line in lines:
+            self._lines.append(line)
+            self._bytes += len(line) + 1
+        while self._bytes > self.max_bytes and len(self._lines) > 1:
+            self._bytes -= len(self._lines.popleft()) + 1
+            self.dropped_lines += 1
+        if self._lines:
+            self._ready.set()
+
+    def take(self, n: int) -> list[str]:
+        """Up to ``n`` lines, oldest first."""
+        out = []
+        while self._lines and len(out) < n:
+            line = self._lines.popleft()
+            self._bytes -= len(line) + 1
+            out.append(line)
+        if not self._lines:
+            self._ready.clear()
+        return out
+
+    async def wait(self) -> None:
+        await self._ready.wait()
+
+    def wake(self) -> None:
+        """Wake a waiting consumer (the reader ended)."""
+        self._ready.set()
+
+    def __len__(self) -> int:
+        return len(self._lines)
 
 
 class NoticeLog:
