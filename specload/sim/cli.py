@@ -262,7 +262,11 @@ async def _serve(config: SimConfig) -> int:
     # imported here so `specload sim --help` stays fast
     from specload.sim.server import SimServer
 
-    server = SimServer(config)
+    try:
+        server = SimServer(config)
+    except OSError as e:  # the log file went away between the check and the start
+        click.echo(f"specload sim: cannot write --log-file {config.log_file}: {e.strerror or e}", err=True)
+        return 2
     try:
         url = await server.start()
     except OSError as e:

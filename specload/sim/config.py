@@ -123,6 +123,14 @@ FLAVORS = ("vllm", "llamacpp")
 
 
 def _problems(c: SimConfig):
+    if c.log_file is not None and not c.quiet:
+        # tried here, so a directory that is missing or read-only is a one-line usage error before the
+        # server starts (through --sim-args too), not a traceback that specload reads as a crash
+        try:
+            with open(c.log_file, "a", encoding="utf-8"):
+                pass
+        except OSError as e:
+            yield f"cannot write --log-file {c.log_file}: {e.strerror or e}"
     if c.flavor not in FLAVORS:
         yield f"flavor must be one of {', '.join(FLAVORS)}, got {c.flavor!r}"
     if not (0 <= c.port <= 65535):
