@@ -7,6 +7,10 @@ server-log fixtures (their README.md). Unknown keys in ``expected.jsonl`` are ig
 
 from __future__ import annotations
 
+import json
+import resource
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -49,3 +53,44 @@ def test_unseen_live_feed_finds_the_same_crashes(case: dict) -> None:
 @pytest.mark.parametrize("case", CASES)
 def test_unseen_failures_counted_alike_offline_and_live(case: dict) -> None:
     check_failures(case, read_log(DATA, case))
+
+
+# ------------------------------------------------------------------------------------ the real CLI
+
+
+def _scan_cli(*args: str) -> tuple[subprocess.CompletedProcess[str], float]:
+    """``specload scan-log`` in a child; (result, the child's peak RSS in MB)."""
+    proc = subprocess.Popen([sys.executable, "-m", "specload.cli", "scan-log", *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out, err = proc.communicate(timeout=120)
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)  # max over children: fine for an upper bound
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err), usage.ru_maxrss / 1024
+
+
+def test_cli_counts_failures_like_the_live_run_and_shows_consequences() -> None:
+    res, _ = _scan_cli(str(DATA / "048_llamacpp_compose_restart_loop_same_assert_5x.log"))
+    assert res.returncode == 1
+    assert ": 5 failures, 1 root cause (2 entries)" in res.stdout
+    assert "seen:       5x" in res.stdout
+    assert "then:       process_exit: exited with code 134 (SIGABRT) on llama-1 (5x)" in res.stdout
+    js, _ = _scan_cli(str(DATA / "025_sglang_docker_compose_scheduler_oom.log"), "--json")
+    objs = [json.loads(line) for line in js.stdout.splitlines()]
+    roots = {o["signature"] for o in objs if o["consequence_of"] is None}
+    assert len(roots) == 1 and {o["consequence_of"] for o in objs} == {None, *roots}
+
+
+def test_cli_streams_a_big_log_in_bounded_memory(tmp_path: Path) -> None:
+    # 48 MB of long normal lines (the whole file used to be read, decoded and split in memory: about
+    # 4x its size), a crash at the very end, and a run of 3 MB without any newline (cut at 1 MiB)
+    log = tmp_path / "big.log"
+    with log.open("wb") as f:
+        line = b"INFO 01-01 00:00:00 [x.py:1] " + b"a" * 4000 + b"\n"
+        for _ in range(12_000):
+            f.write(line)
+        f.write(b"\x00" * (3 << 20) + b"\n")
+        f.write(b"terminate called after throwing an instance of 'c10::Error'\n  what():  CUDA error: boom\n")
+    res, peak_mb = _scan_cli(str(log), "--json")
+    assert res.returncode == 1
+    (obj,) = [json.loads(x) for x in res.stdout.splitlines()]
+    assert obj["exception_type"] == "c10::Error" and obj["line"] > 12_000
+    assert peak_mb < 100, peak_mb
