@@ -8,9 +8,10 @@ server-log fixtures (their README.md). Unknown keys in ``expected.jsonl`` are ig
 from __future__ import annotations
 
 import json
-import resource
+import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -60,11 +61,15 @@ def test_unseen_failures_counted_alike_offline_and_live(case: dict) -> None:
 
 def _scan_cli(*args: str) -> tuple[subprocess.CompletedProcess[str], float]:
     """``specload scan-log`` in a child; (result, the child's peak RSS in MB)."""
-    proc = subprocess.Popen([sys.executable, "-m", "specload.cli", "scan-log", *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    out, err = proc.communicate(timeout=120)
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)  # max over children: fine for an upper bound
-    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err), usage.ru_maxrss / 1024
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen([sys.executable, "-m", "specload.cli", "scan-log", *args], stdout=out, stderr=err)
+        # wait4: this child's own peak (RUSAGE_CHILDREN is the max over every child the suite started)
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        res = subprocess.CompletedProcess(proc.args, proc.returncode, out.read().decode(), err.read().decode())
+    return res, usage.ru_maxrss / 1024
 
 
 def test_cli_counts_failures_like_the_live_run_and_shows_consequences() -> None:
