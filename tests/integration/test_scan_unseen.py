@@ -85,17 +85,17 @@ def test_cli_counts_failures_like_the_live_run_and_shows_consequences() -> None:
 
 
 def test_cli_streams_a_big_log_in_bounded_memory(tmp_path: Path) -> None:
-    # 48 MB of long normal lines (the whole file used to be read, decoded and split in memory: about
-    # 4x its size), a crash at the very end, and a run of 3 MB without any newline (cut at 1 MiB)
+    # 64 MB of long normal lines (the whole file used to be read, decoded and split in memory: about
+    # 3.5x its size, 170 MB for 48 MB), a crash at the very end, and 3 MB without a newline (cut at 1 MiB)
     log = tmp_path / "big.log"
     with log.open("wb") as f:
         line = b"INFO 01-01 00:00:00 [x.py:1] " + b"a" * 4000 + b"\n"
-        for _ in range(12_000):
+        for _ in range(16_000):
             f.write(line)
         f.write(b"\x00" * (3 << 20) + b"\n")
         f.write(b"terminate called after throwing an instance of 'c10::Error'\n  what():  CUDA error: boom\n")
     res, peak_mb = _scan_cli(str(log), "--json")
     assert res.returncode == 1
     (obj,) = [json.loads(x) for x in res.stdout.splitlines()]
-    assert obj["exception_type"] == "c10::Error" and obj["line"] > 12_000
-    assert peak_mb < 100, peak_mb
+    assert obj["exception_type"] == "c10::Error" and obj["line"] > 16_000
+    assert peak_mb < 128, peak_mb  # the interpreter, one read, a few cut pieces: 70-110 MB seen
