@@ -41,13 +41,14 @@ def scaled(n: int, factor: float) -> int:
 
 
 class LevelSource(Protocol):
-    """Levels decided as the run goes. Both methods are called from the dispatcher, synchronously."""
+    """Levels decided as the run goes, awaited by the dispatcher (a source may think in a thread: the
+    requests in flight stream on meanwhile)."""
 
-    def next_level(self, level_index: int) -> LevelSpec | None:
+    async def next_level(self, level_index: int) -> LevelSpec | None:
         """The spec of level ``level_index`` (about to start), or None: no more levels from this source."""
         ...
 
-    def more_requests(self, level_index: int, started: int) -> int:
+    async def more_requests(self, level_index: int, started: int) -> int:
         """The level has started ``started`` requests, its count so far: how many more to start (0: end)."""
         ...
 
@@ -294,7 +295,9 @@ class Runner:
                 manual = self._manual
                 sourced = None
                 if manual is None and self.source is not None:
-                    sourced = self.source.next_level(index)
+                    sourced = await self.source.next_level(index)
+                    if self._stop:
+                        break
                     if sourced is None:
                         self.source = None  # the source is done: the plan goes on
                 if manual is not None:
@@ -366,8 +369,9 @@ class Runner:
                 break
             if not (self.held and not warmup):
                 if self._level_quota is not None and self._level_started >= self._level_quota:
-                    more = self.source.more_requests(index, self._level_started) if sourced and self.source else 0
-                    if more <= 0:
+                    source = self.source if sourced else None
+                    more = await source.more_requests(index, self._level_started) if source is not None else 0
+                    if more <= 0 or self._stop or self._skip:
                         break
                     self._level_quota += more
                     continue

@@ -41,27 +41,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
+from specload.stats.goodput import Interval
+
 CONCURRENCY = "concurrency"
 RATE = "rate"
 Z95 = 1.959964
 
 MET, MISSED, UNDECIDED, NONE = "met", "missed", "undecided", "none"
-
-
-@dataclass(frozen=True, slots=True)
-class Interval:
-    """A figure with its 95 % interval (lo == hi == value when the figure is exact)."""
-
-    value: float
-    lo: float
-    hi: float
-
-    @classmethod
-    def exact(cls, v: float) -> Interval:
-        return cls(v, v, v)
-
-    def as_list(self, nd: int = 3) -> list[float]:
-        return [round(self.value, nd), round(self.lo, nd), round(self.hi, nd)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,11 +97,20 @@ class SearchSettings:
             raise ValueError("max probes and max looks must be at least 1")
 
     def probe_requests(self, value: float) -> int:
-        """The base request count of a probe at ``value``: enough rounds for steady load and enough
-        requests for the objectives to be decidable."""
-        if self.requests:
-            return max(self.requests, self.min_requests)
-        return max(self.min_requests, math.ceil(self.rounds * value))
+        """The base request count of a probe at ``value``: a few rounds of load, and enough requests
+        *at steady state* for the objectives to be decidable. A closed-loop level's first and last C or
+        so requests run while it fills and drains and are not used (``level_metrics``); an open-loop
+        level loses its first requests until one ends, a fifth of the count is allowed for that."""
+        if self.axis != CONCURRENCY:
+            if self.requests:
+                return max(self.requests, self.min_requests)
+            return max(math.ceil(self.min_requests * 1.2) + 2, math.ceil(self.rounds * value))
+        c = max(1, math.ceil(value))
+        n = max(self.requests, self.min_requests) if self.requests else max(self.min_requests + 2 * c, self.rounds * c)
+        # whole rounds of C: when requests end together (a batch finishing in one step) and the count
+        # stops part-way through a round, the level's last start leaves fewer than C in flight and the
+        # steady-state selection (level_metrics) takes the drain for load
+        return -(-n // c) * c
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,21 +192,26 @@ def efficiency(low: ProbeOutcome, high: ProbeOutcome) -> Interval:
         return Interval(e, e, e)
     r = t2.value / t1.value
     se = math.hypot(_log_se(t1), _log_se(t2))
+    if not math.isfinite(se):
+        return Interval((r - 1.0) / gain, None, None)
     r_lo, r_hi = r * math.exp(-Z95 * se), r * math.exp(Z95 * se)
     return Interval((r - 1.0) / gain, (r_lo - 1.0) / gain, (r_hi - 1.0) / gain)
 
 
 def _log_se(t: Interval) -> float:
-    if t.value <= 0 or t.lo <= 0 or t.hi <= t.lo:
-        return 0.0 if t.hi <= t.lo else math.inf
+    """The standard error of log T implied by its interval; infinite when the data could not bound it."""
+    if t.lo is None or t.hi is None or t.value <= 0 or t.lo <= 0:
+        return math.inf
+    if t.hi <= t.lo:
+        return 0.0
     return (math.log(t.hi) - math.log(t.lo)) / (2 * Z95)
 
 
 def _side(iv: Interval, threshold: float) -> bool | None:
     """True: the whole interval is below ``threshold``; False: at or above it; None: it straddles."""
-    if iv.hi < threshold:
+    if iv.hi is not None and iv.hi < threshold:
         return True
-    if iv.lo >= threshold:
+    if iv.lo is not None and iv.lo >= threshold:
         return False
     return None
 

@@ -276,13 +276,14 @@ class ScriptedSource:
         self.asked: list[tuple[int, int]] = []
         self.indices: list[int] = []
 
-    def next_level(self, level_index: int) -> LevelSpec | None:
+    async def next_level(self, level_index: int) -> LevelSpec | None:
         if not self.specs:
             return None
         self.indices.append(level_index)
         return self.specs.pop(0)
 
-    def more_requests(self, level_index: int, started: int) -> int:
+    async def more_requests(self, level_index: int, started: int) -> int:
+        await asyncio.sleep(0)  # a source may await (think in a thread) while requests stream on
         self.asked.append((level_index, started))
         return self.extra.pop(level_index, 0)
 

@@ -116,20 +116,21 @@ def test_undecided_objectives_get_more_requests_up_to_the_cap_then_count_as_not_
         looks.append(n)
         return MET if c < 8 else UNDECIDED
 
-    settings = SearchSettings(requests=20, max_looks=3, max_probes=4)
+    settings = SearchSettings(requests=20, max_looks=3, max_probes=4)  # 20: whole rounds up to C=4
     s = CapacitySearch(settings)
     drive(s, batch_limited(1000), objectives)
     r = s.result()
     assert r.undecided == (8.0,)
     assert r.best is not None and r.best.value == 4  # 8 could not be confirmed: not claimed
     at_eight = [p.requests for p in r.probes if p.value == 8]
-    assert at_eight == [60]  # 20 + 20 + 20: the cap, never more
+    assert at_eight == [72]  # 24 (20 in whole rounds of 8) three times: the cap, never more
 
 
 def test_decided_probes_get_no_extra_requests() -> None:
-    s = CapacitySearch(SearchSettings(requests=20))
+    settings = SearchSettings(requests=20)
+    s = CapacitySearch(settings)
     drive(s, batch_limited(8), objectives=lambda c, n: MET)
-    assert all(p.requests == 20 for p in s.result().probes)
+    assert all(p.requests == settings.probe_requests(p.value) for p in s.result().probes)
 
 
 def test_a_noisy_step_gets_more_requests_and_noise_alone_is_not_saturation() -> None:
@@ -181,7 +182,7 @@ def test_the_time_budget_stops_new_probes_and_extra_requests() -> None:
     r = s.result()
     assert probed == [1, 2, 4]  # 36 s after the third probe started: no fourth
     assert r.reason == "time budget"
-    assert [p.requests for p in r.probes if p.value == 4] == [10]  # no extension past the budget
+    assert [p.requests for p in r.probes if p.value == 4] == [12]  # no extension past the budget
 
 
 def test_a_crash_aborts_without_a_best_point() -> None:
@@ -235,6 +236,10 @@ def test_settings_checks() -> None:
         SearchSettings(growth=1.0)
     with pytest.raises(ValueError):
         SearchSettings(axis="tokens")
-    assert SearchSettings().probe_requests(16) == 64
-    assert SearchSettings(min_requests=299).probe_requests(16) == 299
-    assert CapacitySearch(SearchSettings(), min_requests=299).settings.probe_requests(1) == 299
+    assert SearchSettings().probe_requests(16) == 64  # four rounds of 16
+    assert SearchSettings().probe_requests(1) == 12  # 10 at steady state, 2 for fill and drain
+    # a p99 objective needs 381 requests at steady state, plus the fill and drain of C=16
+    assert SearchSettings(min_requests=381).probe_requests(16) == 416  # 381 + 32, in whole rounds of 16
+    assert CapacitySearch(SearchSettings(), min_requests=381).settings.probe_requests(1) == 383
+    assert SearchSettings(requests=50).probe_requests(16) == 64
+    assert SearchSettings(axis=RATE, start=5.0, min_requests=35).probe_requests(5.0) == 44

@@ -1,0 +1,301 @@
+"""The capacity search on a running load: ``CapacitySearch`` (the rules) driven through the runner.
+
+``SearchDriver`` is the runner's level source while a search runs: each probe the search asks for
+becomes an ordinary level (drained, so probes never overlap, and recorded like any other level, so
+``report`` and plots show the throughput curve); the level's requests are collected as they end;
+when the level has started its requests the driver evaluates what has come back and asks the search
+whether to add more (a verdict that still straddles its limit); when the level has drained, its
+final figures go to the search, which picks the next probe. Evaluation bootstraps over requests, so
+it runs in a thread while the requests in flight go on streaming.
+
+Everything the search does is announced through ``on_event(value)`` (the session records it as an
+``event`` line of kind ``search``: ``start``, ``probe``, ``extend``, ``observed``, ``result``) and can be
+read at any moment with ``view()`` (the TUI draws the probes, the bracket and the objectives from it).
+
+Ending: ``stop()`` (the user's key, the run's end, the time budget) keeps what completed probes
+established; ``abort()`` (a server crash, the server down) gives no best point. A probe cut short
+by either is never used.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from specload.clock import SYSTEM_CLOCK, Clock
+from specload.engine.load import LevelSpec
+from specload.engine.search import (
+    CONCURRENCY,
+    NONE,
+    CapacitySearch,
+    ProbeOutcome,
+    ProbePlan,
+    SearchResult,
+)
+from specload.records import RequestRecord
+from specload.stats.goodput import LevelEvaluation, LevelRequestColumns, evaluate_level
+from specload.stats.slo import SloSpec
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeView:
+    value: float
+    level_index: int
+    throughput: float
+    objectives: str
+    acceptable: bool
+    saturated: bool | None
+
+
+@dataclass(frozen=True, slots=True)
+class SearchView:
+    """The search as the UI draws it: immutable, plain data."""
+
+    axis: str
+    phase: str  # grow, down, bisect, done
+    bracket: tuple[float | None, float | None]
+    current: ProbePlan | None
+    current_level_index: int | None
+    current_requests: int  # the current probe's request count so far (with extensions)
+    probes: tuple[ProbeView, ...]  # complete probes, in the order they ran
+    result: SearchResult | None
+    slo: str | None
+
+
+@dataclass(slots=True)
+class _Current:
+    plan: ProbePlan
+    level_index: int
+    quota: int
+    complete: bool = False
+
+
+class SearchDriver:
+    def __init__(
+        self,
+        search: CapacitySearch,
+        spec: SloSpec | None,
+        *,
+        concurrency_cap: int = 1024,
+        clock: Clock = SYSTEM_CLOCK,
+        t0_ns: int | None = None,
+        on_event: Callable[[dict], None] | None = None,
+        seed: int = 0,
+    ) -> None:
+        self.search = search
+        self.spec = spec
+        self.concurrency_cap = concurrency_cap
+        self.clock = clock
+        self.t0_ns = clock.now_ns() if t0_ns is None else t0_ns
+        self._on_event = on_event or (lambda v: None)
+        self._seed = seed
+        self._started_ns: int | None = None
+        self._cols: dict[int, LevelRequestColumns] = {}
+        self._current: _Current | None = None
+        self._result: SearchResult | None = None
+
+    # ------------------------------------------------------------------ info
+
+    @property
+    def finished(self) -> bool:
+        return self._result is not None
+
+    @property
+    def result(self) -> SearchResult | None:
+        return self._result
+
+    def elapsed_s(self) -> float:
+        if self._started_ns is None:
+            return 0.0
+        return (self.clock.now_ns() - self._started_ns) / 1e9
+
+    def probe_levels(self) -> set[int]:
+        return set(self._cols)
+
+    def view(self) -> SearchView:
+        s = self.search
+        probes = tuple(
+            ProbeView(p.value, p.level_index, p.throughput.value, p.objectives, s.acceptable(p), s.saturated(p))
+            for p in s.probes
+        )
+        cur = self._current
+        return SearchView(
+            axis=s.settings.axis,
+            phase="done" if self._result is not None else s.phase,
+            bracket=s.bracket(),
+            current=cur.plan if cur is not None and self._result is None else None,
+            current_level_index=cur.level_index if cur is not None and self._result is None else None,
+            current_requests=cur.quota if cur is not None else 0,
+            probes=probes,
+            result=self._result,
+            slo=self.spec.text() if self.spec is not None else None,
+        )
+
+    def announce_start(self) -> None:
+        st = self.search.settings
+        self._started_ns = self.clock.now_ns()
+        self._on_event({
+            "phase": "start",
+            "axis": st.axis,
+            "slo": self.spec.text() if self.spec is not None else None,
+            "start": st.start,
+            "max": st.max_value,
+            "max_probes": st.max_probes,
+            "budget_s": st.budget_s,
+            "min_efficiency": st.min_efficiency,
+            "resolution": st.resolution,
+        })
+
+    # ------------------------------------------------------------------ sink
+
+    def on_record(self, rec: RequestRecord) -> None:
+        cols = self._cols.get(rec.level_index)
+        if cols is not None and not rec.warmup:
+            cols.add(rec)
+
+    # ------------------------------------------------------------------ level source
+
+    async def next_level(self, level_index: int) -> LevelSpec | None:
+        if self._started_ns is None:
+            self.announce_start()
+        await self._settle_current()
+        if self._result is not None:
+            return None
+        plan = self.search.next_probe(self.elapsed_s())
+        if plan is None:
+            self._conclude()
+            return None
+        rate = self.search.settings.axis != CONCURRENCY
+        conc = self.concurrency_cap if rate else int(plan.value)
+        self._cols[level_index] = LevelRequestColumns(level_index, conc, self.spec, open_loop=rate, t0_ns=self.t0_ns)
+        self._current = _Current(plan, level_index, plan.requests)
+        self._on_event({
+            "phase": "probe",
+            "number": plan.number,
+            "step": plan.phase,
+            "value": plan.value,
+            "level_index": level_index,
+            "requests": plan.requests,
+            "cap": plan.cap,
+            "bracket": list(plan.bracket),
+        })
+        if rate:
+            return LevelSpec(conc, plan.requests, rate=plan.value, drain=True)
+        return LevelSpec(conc, plan.requests, drain=True)
+
+    async def more_requests(self, level_index: int, started: int) -> int:
+        cur = self._current
+        if cur is None or cur.level_index != level_index or self._result is not None:
+            return 0
+        ev = await self._evaluate(level_index)
+        if self._current is not cur or self._result is not None:
+            return 0  # stopped while evaluating
+        more = self.search.look(self._outcome(cur, ev, complete=False), started, self.elapsed_s())
+        if more <= 0:
+            cur.complete = True
+            return 0
+        cur.quota = started + more
+        self._on_event({"phase": "extend", "value": cur.plan.value, "level_index": level_index,
+                        "requests": cur.quota, "why": _why_undecided(ev)})
+        return more
+
+    # ------------------------------------------------------------------ ending
+
+    def stop(self, reason: str = "stopped") -> SearchResult:
+        """End the search where it stands; the probe in progress (if any) is not used."""
+        if self._result is None:
+            self.search.stop(reason)
+            self._current = None
+            self._conclude()
+        assert self._result is not None
+        return self._result
+
+    def abort(self, detail: str) -> SearchResult:
+        """The server crashed or went away: the search ends without a best point."""
+        if self._result is None:
+            self.search.abort(detail)
+            self._current = None
+            self._conclude()
+        assert self._result is not None
+        return self._result
+
+    # ------------------------------------------------------------------ inside
+
+    async def _settle_current(self) -> None:
+        cur = self._current
+        if cur is None:
+            return
+        if not cur.complete:
+            # the level ended before the driver let it (next-level key, a manual level): cut short
+            self.search.observe(ProbeOutcome(cur.plan.value, 0, NONE, _zero(), cur.level_index, complete=False))
+            self._current = None
+            self._on_event({"phase": "observed", "value": cur.plan.value, "level_index": cur.level_index,
+                            "complete": False})
+            return
+        ev = await self._evaluate(cur.level_index)
+        if self._current is not cur:
+            return
+        outcome = self._outcome(cur, ev, complete=True)
+        self.search.observe(outcome)
+        self._current = None
+        sat = self.search.saturated(outcome)
+        self._on_event({
+            "phase": "observed",
+            "value": outcome.value,
+            "level_index": outcome.level_index,
+            "complete": True,
+            "requests": outcome.requests,
+            "objectives": outcome.objectives,
+            "throughput_tok_s": outcome.throughput.as_list(),
+            "bracket": list(self.search.bracket()),
+            "saturated_below": _below_saturated(self.search, outcome),
+            "saturated": sat,
+        })
+
+    async def _evaluate(self, level_index: int) -> LevelEvaluation:
+        frozen = self._cols[level_index].freeze()
+        return await asyncio.to_thread(evaluate_level, frozen, seed=self._seed)
+
+    def _outcome(self, cur: _Current, ev: LevelEvaluation, *, complete: bool) -> ProbeOutcome:
+        g = ev.goodput
+        return ProbeOutcome(
+            value=cur.plan.value,
+            requests=ev.requests,
+            objectives=g.verdict if g is not None else NONE,
+            throughput=ev.throughput,
+            level_index=cur.level_index,
+            complete=complete,
+            req_s=ev.req_s,
+            goodput_req_s=g.req_s if g is not None else None,
+            goodput_tok_s=g.tok_s if g is not None else None,
+            good_share=g.good_share if g is not None else None,
+            in_flight=ev.in_flight,
+        )
+
+    def _conclude(self) -> None:
+        self._result = self.search.result()
+        self._on_event({"phase": "result", **self._result.as_record()})
+
+
+def _zero():  # noqa: ANN202 - an Interval
+    from specload.stats.goodput import Interval
+
+    return Interval.exact(0.0)
+
+
+def _why_undecided(ev: LevelEvaluation) -> str:
+    g = ev.goodput
+    if g is not None:
+        names = [o.name for o in g.objectives if o.verdict == "undecided"]
+        if names:
+            return "undecided: " + ", ".join(names)
+    return "throughput step undecided"
+
+
+def _below_saturated(search: CapacitySearch, outcome: ProbeOutcome) -> bool | None:
+    """Whether the probe just below this one now counts as saturated (this probe decided it)."""
+    below = [p for p in search.probes if p.value < outcome.value]
+    if not below:
+        return None
+    return search.saturated(max(below, key=lambda p: p.value))
