@@ -34,8 +34,8 @@ from specload.engine.search import (
     SearchResult,
 )
 from specload.records import RequestRecord
-from specload.stats.goodput import LevelEvaluation, LevelRequestColumns, evaluate_level
-from specload.stats.slo import SloSpec
+from specload.stats.goodput import LevelCollector, LevelEvaluation, evaluate_level
+from specload.stats.slo import Interval, SloSpec
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +77,7 @@ class SearchDriver:
         search: CapacitySearch,
         spec: SloSpec | None,
         *,
+        collector: LevelCollector | None = None,
         concurrency_cap: int = 1024,
         clock: Clock = SYSTEM_CLOCK,
         t0_ns: int | None = None,
@@ -91,7 +92,10 @@ class SearchDriver:
         self._on_event = on_event or (lambda v: None)
         self._seed = seed
         self._started_ns: int | None = None
-        self._cols: dict[int, LevelRequestColumns] = {}
+        # the run's collector when goodput is on for every level; otherwise the driver's own
+        self.collector = collector if collector is not None else LevelCollector(spec, t0_ns=self.t0_ns)
+        self._own_collector = collector is None
+        self._probe_levels: set[int] = set()
         self._current: _Current | None = None
         self._result: SearchResult | None = None
 
@@ -111,7 +115,7 @@ class SearchDriver:
         return (self.clock.now_ns() - self._started_ns) / 1e9
 
     def probe_levels(self) -> set[int]:
-        return set(self._cols)
+        return set(self._probe_levels)
 
     def view(self) -> SearchView:
         s = self.search
@@ -150,9 +154,10 @@ class SearchDriver:
     # ------------------------------------------------------------------ sink
 
     def on_record(self, rec: RequestRecord) -> None:
-        cols = self._cols.get(rec.level_index)
-        if cols is not None and not rec.warmup:
-            cols.add(rec)
+        """Keep a probe's requests (only when the driver has its own collector: a shared one is fed by
+        the session)."""
+        if self._own_collector and rec.level_index in self._probe_levels:
+            self.collector.add(rec)
 
     # ------------------------------------------------------------------ level source
 
@@ -168,7 +173,8 @@ class SearchDriver:
             return None
         rate = self.search.settings.axis != CONCURRENCY
         conc = self.concurrency_cap if rate else int(plan.value)
-        self._cols[level_index] = LevelRequestColumns(level_index, conc, self.spec, open_loop=rate, t0_ns=self.t0_ns)
+        self.collector.expect(level_index, conc, open_loop=rate)
+        self._probe_levels.add(level_index)
         self._current = _Current(plan, level_index, plan.requests)
         self._on_event({
             "phase": "probe",
@@ -254,7 +260,9 @@ class SearchDriver:
         })
 
     async def _evaluate(self, level_index: int) -> LevelEvaluation:
-        frozen = self._cols[level_index].freeze()
+        cols = self.collector.get(level_index)
+        assert cols is not None
+        frozen = cols.freeze()
         return await asyncio.to_thread(evaluate_level, frozen, seed=self._seed)
 
     def _outcome(self, cur: _Current, ev: LevelEvaluation, *, complete: bool) -> ProbeOutcome:
@@ -278,9 +286,7 @@ class SearchDriver:
         self._on_event({"phase": "result", **self._result.as_record()})
 
 
-def _zero():  # noqa: ANN202 - an Interval
-    from specload.stats.goodput import Interval
-
+def _zero() -> Interval:
     return Interval.exact(0.0)
 
 

@@ -353,9 +353,9 @@ class Runner:
             if sourced:
                 value["probe"] = True
             self._emit("level", value)
-        self.book.open(index, spec.concurrency)
         plan = self.plan
         rate = spec.rate if spec.rate is not None else plan.rate
+        self.book.open(index, spec.concurrency, rate)
         if rate:
             if self._arrivals is None:
                 self._arrivals = Arrivals(rate, plan.burstiness, self._seed)

@@ -41,7 +41,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
-from specload.stats.goodput import Interval
+from specload.stats.slo import Interval
 
 CONCURRENCY = "concurrency"
 RATE = "rate"

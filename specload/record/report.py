@@ -16,6 +16,7 @@ from rich.table import Table
 from specload.record.reader import RecordData, RecordReadError, read_record
 from specload.stats.level_metrics import DEFAULT_PRIMARY, METRICS
 from specload.stats.levels import LevelColumns, LevelSummary
+from specload.stats.slo import LevelGoodput
 
 
 def _f(v: float | None, fmt: str = "{:.1f}") -> str:
@@ -24,12 +25,31 @@ def _f(v: float | None, fmt: str = "{:.1f}") -> str:
 
 def level_line(s: LevelSummary) -> str:
     """One line per finished level, in the format of the per-level script users already know."""
-    return (
+    line = (
         f"C={s.concurrency:>3} | {s.requests} requests | throughput: {s.throughput_tok_s:>7.1f} tok/s | "
         f"per-req: {s.per_request_tok_s:>7.1f} tok/s | latency avg/p50/p99: "
         f"{_f(s.e2e_s_avg, '{:>6.1f}')}/{_f(s.e2e_s_p50, '{:>6.1f}')}/{_f(s.e2e_s_p99, '{:>6.1f}')}s | "
         f"ok: {s.ok}/{s.requests}"
     )
+    if s.rate is not None:
+        line = f"rate={s.rate:g}/s " + line
+    g = s.goodput
+    if g is not None:
+        line += f" | SLO {g.verdict}: good {goodput_share(g)}, goodput {_f(g.tok_s.value if g.tok_s else None)} tok/s"
+    return line
+
+
+def goodput_share(g: LevelGoodput, dash: str = "-") -> str:
+    """``97% (94-99)``: the share of good steady-state requests with its interval."""
+    sh = g.good_share
+    if sh is None:
+        return dash
+    if sh.lo is None or sh.hi is None:
+        return f"{sh.value * 100:.0f}%"
+    return f"{sh.value * 100:.0f}% ({sh.lo * 100:.0f}-{sh.hi * 100:.0f})"
+
+
+VERDICT_MARKS = {"met": "✔ met", "missed": "✖ missed", "undecided": "? undecided"}
 
 
 def level_cells(s: LevelSummary, dash: str = "-") -> dict[str, str]:
@@ -39,7 +59,7 @@ def level_cells(s: LevelSummary, dash: str = "-") -> dict[str, str]:
     def f(v: float | None, fmt: str = "{:.1f}") -> str:
         return dash if v is None else fmt.format(v)
 
-    return {
+    cells = {
         "C": str(s.concurrency),
         "tok/s": f"{s.throughput_tok_s:.1f}",
         "req tok/s": f"{s.per_request_tok_s:.1f}",
@@ -50,7 +70,16 @@ def level_cells(s: LevelSummary, dash: str = "-") -> dict[str, str]:
         "wall s": f"{s.wall_s:.1f}",
         "ok": f"{s.ok}/{s.requests}",
         "errors": ", ".join(f"{k} {n}" for k, n in s.errors) if s.errors else dash,
+        "rate": dash if s.rate is None else f"{s.rate:g}",
     }
+    g = s.goodput
+    cells.update({
+        "SLO": dash if g is None else VERDICT_MARKS.get(g.verdict, g.verdict),
+        "good": dash if g is None else goodput_share(g, dash),
+        "goodput tok/s": dash if g is None or g.tok_s is None else f"{g.tok_s.value:.1f}",
+        "goodput req/s": dash if g is None or g.req_s is None else f"{g.req_s.value:.2f}",
+    })
+    return cells
 
 
 TABLE_COLUMNS = (
@@ -59,13 +88,27 @@ TABLE_COLUMNS = (
 )
 
 
+GOODPUT_COLUMNS = ("SLO", "good", "goodput tok/s", "goodput req/s")
+
+
+def table_columns(levels: list[LevelSummary]) -> tuple[str, ...]:
+    """The table's columns: a rate column when a level ran open loop, goodput columns with --slo."""
+    cols = TABLE_COLUMNS
+    if any(s.rate is not None for s in levels):
+        cols = ("rate", *cols)
+    if any(s.goodput is not None for s in levels):
+        cols = (*cols[:-1], *GOODPUT_COLUMNS, cols[-1])  # errors stay last: they wrap
+    return cols
+
+
 def level_table(levels: list[LevelSummary], title: str | None = None) -> Table:
     t = Table(title=title, header_style="bold", show_edge=False, pad_edge=False)
-    for name in TABLE_COLUMNS:
-        t.add_column(name, justify="left" if name == "errors" else "right", no_wrap=name != "errors")
+    columns = table_columns(levels)
+    for name in columns:
+        t.add_column(name, justify="left" if name in ("errors", "SLO") else "right", no_wrap=name != "errors")
     for s in levels:
         cells = level_cells(s)
-        t.add_row(*(cells[name] for name in TABLE_COLUMNS))
+        t.add_row(*(cells[name] for name in columns))
     return t
 
 

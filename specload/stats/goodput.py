@@ -44,122 +44,9 @@ from specload.records import ErrorKind, RequestRecord
 from specload.stats import intervals as iv
 from specload.stats.histogram import LogHistogram
 from specload.stats.level_metrics import LevelRequests, estimate
-from specload.stats.slo import SloSpec
+from specload.stats.slo import MET, MISSED, UNDECIDED, Interval, LevelGoodput, ObjectiveResult, SloSpec
 
-MET, MISSED, UNDECIDED = iv.Objective.MET, iv.Objective.MISSED, iv.Objective.UNDECIDED
 NAN = float("nan")
-
-
-@dataclass(frozen=True, slots=True)
-class Interval:
-    """A figure with its 95 % interval (lo == hi == value when the figure is exact; lo or hi None when the
-    data cannot bound that side)."""
-
-    value: float
-    lo: float | None
-    hi: float | None
-
-    @classmethod
-    def exact(cls, v: float) -> Interval:
-        return cls(v, v, v)
-
-    @classmethod
-    def of(cls, est: iv.Estimate) -> Interval | None:
-        return None if est.value is None else cls(est.value, est.ci_low, est.ci_high)
-
-    def as_list(self, nd: int = 4) -> list[float | None]:
-        return [_round(self.value, nd), _round(self.lo, nd), _round(self.hi, nd)]
-
-    @classmethod
-    def from_list(cls, v: object) -> Interval | None:
-        if not isinstance(v, (list, tuple)) or len(v) != 3 or v[0] is None:
-            return None
-        return cls(float(v[0]), None if v[1] is None else float(v[1]), None if v[2] is None else float(v[2]))
-
-
-def _round(v: float | None, nd: int) -> float | None:
-    if v is None or not math.isfinite(v):
-        return None
-    return float(f"{v:.{nd + 2}g}") if abs(v) >= 1 else round(v, nd + 2)
-
-
-@dataclass(frozen=True, slots=True)
-class ObjectiveResult:
-    name: str  # ttft_p99, tpot_p50, ... or "attainment" (the per-request objectives together)
-    target: float  # the share of requests that must meet the threshold (0.99 for a p99)
-    limit_ms: float | None  # None for attainment
-    share: Interval | None  # share of the steady requests (or tokens, for ITL) meeting the threshold
-    value_ms: Interval | None  # the percentile itself (None for attainment)
-    verdict: str  # met, missed, undecided
-
-    def as_record(self) -> dict:
-        return {
-            "name": self.name,
-            "target": self.target,
-            "limit_ms": self.limit_ms,
-            "share": None if self.share is None else self.share.as_list(),
-            "value_ms": None if self.value_ms is None else self.value_ms.as_list(),
-            "verdict": self.verdict,
-        }
-
-    @classmethod
-    def from_record(cls, d: dict) -> ObjectiveResult:
-        return cls(
-            name=str(d.get("name")),
-            target=float(d.get("target", 0.0)),
-            limit_ms=d.get("limit_ms"),
-            share=Interval.from_list(d.get("share")),
-            value_ms=Interval.from_list(d.get("value_ms")),
-            verdict=str(d.get("verdict", UNDECIDED)),
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class LevelGoodput:
-    """A level against the objectives: what the table's goodput columns and the record's ``goodput``
-    object of a ``level`` line hold."""
-
-    slo: str  # the spec in canonical spelling
-    counted: int  # requests not cancelled by specload
-    steady: int  # ... of which ran at the level's full load (the figures below use these)
-    good: int  # steady requests that were good
-    good_share: Interval | None
-    req_s: Interval | None  # good requests per second
-    tok_s: Interval | None  # output tokens of good requests per second
-    objectives: tuple[ObjectiveResult, ...]
-    verdict: str  # met (every objective met), missed (any missed), undecided
-    note: str | None = None
-
-    def as_record(self) -> dict:
-        return {
-            "slo": self.slo,
-            "verdict": self.verdict,
-            "counted": self.counted,
-            "steady": self.steady,
-            "good": self.good,
-            "good_share": None if self.good_share is None else self.good_share.as_list(),
-            "req_s": None if self.req_s is None else self.req_s.as_list(),
-            "tok_s": None if self.tok_s is None else self.tok_s.as_list(),
-            "objectives": [o.as_record() for o in self.objectives],
-            "note": self.note,
-        }
-
-    @classmethod
-    def from_record(cls, d: dict | None) -> LevelGoodput | None:
-        if not isinstance(d, dict):
-            return None
-        return cls(
-            slo=str(d.get("slo", "")),
-            counted=int(d.get("counted", 0)),
-            steady=int(d.get("steady", 0)),
-            good=int(d.get("good", 0)),
-            good_share=Interval.from_list(d.get("good_share")),
-            req_s=Interval.from_list(d.get("req_s")),
-            tok_s=Interval.from_list(d.get("tok_s")),
-            objectives=tuple(ObjectiveResult.from_record(o) for o in d.get("objectives") or () if isinstance(o, dict)),
-            verdict=str(d.get("verdict", UNDECIDED)),
-            note=d.get("note"),
-        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -293,6 +180,10 @@ class FrozenLevel:
     itl_percentiles: dict[str, float | None]
 
 
+def _of(est: iv.Estimate) -> Interval | None:
+    return None if est.value is None else Interval(est.value, est.ci_low, est.ci_high)
+
+
 def _flags(a: array, n: int) -> np.ndarray:
     return np.frombuffer(a, dtype=np.int8).astype(bool) if len(a) else np.zeros(n, bool)
 
@@ -310,14 +201,14 @@ def evaluate_level(frozen: FrozenLevel | LevelRequestColumns, *, seed: int = 0) 
     n = level.n
     thr = estimate(level, "throughput", seed=seed)
     st = level.steady()
-    throughput = Interval.of(thr) or Interval.exact(0.0)
+    throughput = _of(thr) or Interval.exact(0.0)
     counted_mask = np.array([k != ErrorKind.CANCELLED.value for k in level.error_kind], dtype=bool) if n \
         else np.zeros(0, bool)
     sel = st.mask & counted_mask
     occ = (level.end_s - level.start_s) if n else np.zeros(0)  # type: ignore[operator]
     req_s = None
     if st.mean_in_flight is not None and sel.sum() >= 2:
-        req_s = Interval.of(iv.ratio_of_sums_ci(np.ones(int(sel.sum())), occ[sel], scale=st.mean_in_flight, seed=seed))
+        req_s = _of(iv.ratio_of_sums_ci(np.ones(int(sel.sum())), occ[sel], scale=st.mean_in_flight, seed=seed))
     goodput = None
     if fz.spec is not None:
         goodput = _goodput(fz, sel, occ, st.mean_in_flight, counted_mask, seed)
@@ -351,12 +242,12 @@ def _goodput(fz: FrozenLevel, sel: np.ndarray, occ: np.ndarray, in_flight: float
             if vals.size:
                 lo, hi = iv.order_statistic_ci(vals, o.quantile)
                 value = Interval(float(np.percentile(vals, o.quantile * 100)), lo, hi)
-        results.append(ObjectiveResult(o.name, o.quantile, o.limit_ms, Interval.of(share), value,
+        results.append(ObjectiveResult(o.name, o.quantile, o.limit_ms, _of(share), value,
                                        _verdict(share, o.quantile)))
     if spec.per_request:
         pr = fz.per_request_ok & level.ok
         share = iv.share_ci(int((pr & sel).sum()), k)
-        results.append(ObjectiveResult("attainment", spec.attainment, None, Interval.of(share), None,
+        results.append(ObjectiveResult("attainment", spec.attainment, None, _of(share), None,
                                        _verdict(share, spec.attainment)))
     verdicts = [r.verdict for r in results]
     verdict = MISSED if MISSED in verdicts else UNDECIDED if UNDECIDED in verdicts else MET
@@ -365,13 +256,13 @@ def _goodput(fz: FrozenLevel, sel: np.ndarray, occ: np.ndarray, in_flight: float
         verdict = UNDECIDED
         note = (f"no steady-state requests (fill and drain excluded): run at least about "
                 f"{2 * level.concurrency + iv.MIN_SAMPLES} requests per level")
-    good_share = Interval.of(iv.share_ci(int((good & sel).sum()), k)) if k else None
+    good_share = _of(iv.share_ci(int((good & sel).sum()), k)) if k else None
     req_s = tok_s = None
     if in_flight is not None and k >= 2:
         g = good[sel].astype(np.float64)
         tokens = np.where(good[sel], np.nan_to_num(level.output_tokens[sel]), 0.0)  # type: ignore[index]
-        req_s = Interval.of(iv.ratio_of_sums_ci(g, occ[sel], scale=in_flight, seed=seed))
-        tok_s = Interval.of(iv.ratio_of_sums_ci(tokens, occ[sel], scale=in_flight, seed=seed))
+        req_s = _of(iv.ratio_of_sums_ci(g, occ[sel], scale=in_flight, seed=seed))
+        tok_s = _of(iv.ratio_of_sums_ci(tokens, occ[sel], scale=in_flight, seed=seed))
     return LevelGoodput(
         slo=spec.text(),
         counted=int(counted_mask.sum()),
@@ -399,3 +290,39 @@ def _itl_share(fz: FrozenLevel, name: str, sel: np.ndarray) -> iv.Estimate:
     n_req = int(sel.sum())
     est = iv.share_ci(round(share * n_req), n_req)
     return iv.Estimate(share, est.ci_low, est.ci_high, n_req, None, math.inf, "wilson over requests", est.note)
+
+
+class LevelCollector:
+    """Every level's requests as ``LevelRequestColumns``, made as each level's first request ends.
+
+    One per run, shared by the level table's goodput and the capacity search, so each request is kept
+    once. Warm-up requests are not kept. A level's open-loop flag (its steady state starts at its first
+    end rather than when C are in flight) comes from the run (``--rate``) or from ``expect()``.
+    """
+
+    def __init__(self, spec: SloSpec | None, *, t0_ns: int = 0, open_loop: bool = False) -> None:
+        self.spec = spec
+        self.t0_ns = t0_ns
+        self.open_loop = open_loop
+        self._levels: dict[int, LevelRequestColumns] = {}
+
+    def expect(self, index: int, concurrency: int, *, open_loop: bool | None = None) -> LevelRequestColumns:
+        """Say how a level is run before its requests come (the search's probes)."""
+        cols = self._levels.get(index)
+        if cols is None:
+            cols = self._levels[index] = LevelRequestColumns(
+                index, concurrency, self.spec, open_loop=self.open_loop if open_loop is None else open_loop,
+                t0_ns=self.t0_ns,
+            )
+        return cols
+
+    def add(self, rec: RequestRecord) -> None:
+        if rec.warmup or rec.level_index < 0:
+            return
+        cols = self._levels.get(rec.level_index)
+        if cols is None:
+            cols = self.expect(rec.level_index, rec.level)
+        cols.add(rec)
+
+    def get(self, index: int) -> LevelRequestColumns | None:
+        return self._levels.get(index)

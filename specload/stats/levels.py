@@ -16,6 +16,7 @@ import numpy as np
 from specload.records import RequestRecord
 from specload.stats.histogram import LogHistogram
 from specload.stats.quantiles import percentiles
+from specload.stats.slo import LevelGoodput
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +42,10 @@ class LevelSummary:
     e2e_s_avg: float | None
     e2e_s_p50: float | None
     e2e_s_p99: float | None
+    # open loop: the offered request rate (req/s) of the level; None in a closed loop
+    rate: float | None = None
+    # the level against the --slo objectives (stats/goodput.py); None without objectives
+    goodput: LevelGoodput | None = None
 
     def as_record(self) -> dict:
         d = {
@@ -66,6 +71,10 @@ class LevelSummary:
             "e2e_s_p50": _r(self.e2e_s_p50, 4),
             "e2e_s_p99": _r(self.e2e_s_p99, 4),
         }
+        if self.rate is not None:
+            d["rate"] = self.rate
+        if self.goodput is not None:
+            d["goodput"] = self.goodput.as_record()
         return d
 
     @classmethod
@@ -93,6 +102,8 @@ class LevelSummary:
             e2e_s_avg=d.get("e2e_s_avg"),
             e2e_s_p50=d.get("e2e_s_p50"),
             e2e_s_p99=d.get("e2e_s_p99"),
+            rate=d.get("rate"),
+            goodput=LevelGoodput.from_record(d.get("goodput")),
         )
 
 
@@ -105,12 +116,13 @@ class LevelColumns:
 
     __slots__ = (
         "level_index", "concurrency", "requests", "ok", "errors", "estimated",
-        "first_start_ns", "last_end_ns", "tokens", "ttft_ns", "tpot_ns", "e2e_ns", "itl",
+        "first_start_ns", "last_end_ns", "tokens", "ttft_ns", "tpot_ns", "e2e_ns", "itl", "rate",
     )
 
-    def __init__(self, level_index: int, concurrency: int) -> None:
+    def __init__(self, level_index: int, concurrency: int, rate: float | None = None) -> None:
         self.level_index = level_index
         self.concurrency = concurrency
+        self.rate = rate
         self.requests = 0
         self.ok = 0
         self.errors: dict[str, int] = {}
@@ -209,6 +221,7 @@ class LevelColumns:
             e2e_s_avg=e2e_p[0],
             e2e_s_p50=e2e_p[1],
             e2e_s_p99=e2e_p[2],
+            rate=self.rate,
         )
         # At the record's precision everywhere: the run's table, the TUI, --json and `report` of
         # the record then print the same digits (354.35 in the record was once 354.3 on screen).
@@ -243,8 +256,8 @@ class LevelBook:
         self._closed: set[int] = set()
         self._released: set[int] = set()
 
-    def open(self, level_index: int, concurrency: int) -> None:
-        self._cols[level_index] = LevelColumns(level_index, concurrency)
+    def open(self, level_index: int, concurrency: int, rate: float | None = None) -> None:
+        self._cols[level_index] = LevelColumns(level_index, concurrency, rate)
         self._in_flight[level_index] = 0
 
     def started(self, level_index: int) -> None:

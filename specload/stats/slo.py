@@ -23,6 +23,10 @@ Per request, ITL is the request's worst per-token gap (``RequestRecord.itl_per_t
 token arrived within the limit". A level's ITL percentile pools the tokens of all its requests, as
 the level table's ITL does, and its share counts tokens.
 
+The result types of a level against a spec (``LevelGoodput``, ``ObjectiveResult``, ``Interval``) live
+here too, as plain data, so a level summary can carry them without the statistics that compute them
+(``goodput.py``).
+
 Pure: parsing and arithmetic, no I/O, nothing heavier than the standard library.
 """
 
@@ -35,6 +39,7 @@ from dataclasses import dataclass
 from specload.records import ErrorKind, RequestRecord
 
 METRICS = ("ttft", "tpot", "itl", "e2e")
+MET, MISSED, UNDECIDED = "met", "missed", "undecided"
 DEFAULT_ATTAINMENT = 0.90
 CONFIDENCE = 0.95
 
@@ -228,3 +233,111 @@ def _fmt_limit(ms: float) -> str:
     if ms >= 1000 and (ms / 1000).is_integer():
         return f"{ms / 1000:g}s"
     return f"{ms:g}ms"
+
+
+@dataclass(frozen=True, slots=True)
+class Interval:
+    """A figure with its 95 % interval (lo == hi == value when the figure is exact; lo or hi None when the
+    data cannot bound that side)."""
+
+    value: float
+    lo: float | None
+    hi: float | None
+
+    @classmethod
+    def exact(cls, v: float) -> Interval:
+        return cls(v, v, v)
+
+    def as_list(self, nd: int = 4) -> list[float | None]:
+        return [_round(self.value, nd), _round(self.lo, nd), _round(self.hi, nd)]
+
+    @classmethod
+    def from_list(cls, v: object) -> Interval | None:
+        if not isinstance(v, (list, tuple)) or len(v) != 3 or v[0] is None:
+            return None
+        return cls(float(v[0]), None if v[1] is None else float(v[1]), None if v[2] is None else float(v[2]))
+
+
+def _round(v: float | None, nd: int) -> float | None:
+    if v is None or not math.isfinite(v):
+        return None
+    return float(f"{v:.{nd + 2}g}") if abs(v) >= 1 else round(v, nd + 2)
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectiveResult:
+    name: str  # ttft_p99, tpot_p50, ... or "attainment" (the per-request objectives together)
+    target: float  # the share of requests that must meet the threshold (0.99 for a p99)
+    limit_ms: float | None  # None for attainment
+    share: Interval | None  # share of the steady requests (or tokens, for ITL) meeting the threshold
+    value_ms: Interval | None  # the percentile itself (None for attainment)
+    verdict: str  # met, missed, undecided
+
+    def as_record(self) -> dict:
+        return {
+            "name": self.name,
+            "target": self.target,
+            "limit_ms": self.limit_ms,
+            "share": None if self.share is None else self.share.as_list(),
+            "value_ms": None if self.value_ms is None else self.value_ms.as_list(),
+            "verdict": self.verdict,
+        }
+
+    @classmethod
+    def from_record(cls, d: dict) -> ObjectiveResult:
+        return cls(
+            name=str(d.get("name")),
+            target=float(d.get("target", 0.0)),
+            limit_ms=d.get("limit_ms"),
+            share=Interval.from_list(d.get("share")),
+            value_ms=Interval.from_list(d.get("value_ms")),
+            verdict=str(d.get("verdict", UNDECIDED)),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class LevelGoodput:
+    """A level against the objectives: what the table's goodput columns and the record's ``goodput``
+    object of a ``level`` line hold."""
+
+    slo: str  # the spec in canonical spelling
+    counted: int  # requests not cancelled by specload
+    steady: int  # ... of which ran at the level's full load (the figures below use these)
+    good: int  # steady requests that were good
+    good_share: Interval | None
+    req_s: Interval | None  # good requests per second
+    tok_s: Interval | None  # output tokens of good requests per second
+    objectives: tuple[ObjectiveResult, ...]
+    verdict: str  # met (every objective met), missed (any missed), undecided
+    note: str | None = None
+
+    def as_record(self) -> dict:
+        return {
+            "slo": self.slo,
+            "verdict": self.verdict,
+            "counted": self.counted,
+            "steady": self.steady,
+            "good": self.good,
+            "good_share": None if self.good_share is None else self.good_share.as_list(),
+            "req_s": None if self.req_s is None else self.req_s.as_list(),
+            "tok_s": None if self.tok_s is None else self.tok_s.as_list(),
+            "objectives": [o.as_record() for o in self.objectives],
+            "note": self.note,
+        }
+
+    @classmethod
+    def from_record(cls, d: dict | None) -> LevelGoodput | None:
+        if not isinstance(d, dict):
+            return None
+        return cls(
+            slo=str(d.get("slo", "")),
+            counted=int(d.get("counted", 0)),
+            steady=int(d.get("steady", 0)),
+            good=int(d.get("good", 0)),
+            good_share=Interval.from_list(d.get("good_share")),
+            req_s=Interval.from_list(d.get("req_s")),
+            tok_s=Interval.from_list(d.get("tok_s")),
+            objectives=tuple(ObjectiveResult.from_record(o) for o in d.get("objectives") or () if isinstance(o, dict)),
+            verdict=str(d.get("verdict", UNDECIDED)),
+            note=d.get("note"),
+        )

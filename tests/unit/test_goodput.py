@@ -7,15 +7,8 @@ from collections.abc import Callable
 import pytest
 
 from specload.records import ErrorKind, RequestRecord
-from specload.stats.goodput import (
-    MET,
-    MISSED,
-    UNDECIDED,
-    LevelGoodput,
-    LevelRequestColumns,
-    evaluate_level,
-)
-from specload.stats.slo import parse_slo
+from specload.stats.goodput import LevelRequestColumns, evaluate_level
+from specload.stats.slo import MET, MISSED, UNDECIDED, LevelGoodput, parse_slo
 
 MS = 1_000_000
 
