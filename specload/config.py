@@ -35,9 +35,10 @@ from specload.options import (
     to_dict,
 )
 from specload.secrets import redact_config, secret_values
+from specload.stats.slo import SloSpec
 
 __all__ = [
-    "ConfigError", "LoadConfig", "RecordConfig", "RequestConfig", "RunConfig", "TargetConfig", "WatchConfig",
+    "CapacityConfig", "ConfigError", "LoadConfig", "RecordConfig", "RequestConfig", "RunConfig", "TargetConfig", "WatchConfig",
 ]
 
 API_CHOICES = ("auto", "chat", "completions", "generate")
@@ -282,6 +283,41 @@ class RecordConfig:
                 raise ConfigError(str(e)) from None
 
 
+def parse_slo_option(text: str) -> SloSpec:
+    from specload.stats.slo import SloError, parse_slo
+
+    try:
+        return parse_slo(text)
+    except SloError as e:
+        raise ConfigError(str(e)) from None
+
+
+@dataclass(frozen=True, slots=True)
+class CapacityConfig:
+    """Latency objectives (goodput for every level) and the search for the best operating point."""
+
+    slo: SloSpec | None = option(
+        None, "--slo", parse=parse_slo_option, metavar="SPEC",
+        help="Latency objectives, e.g. 'ttft_p99<=500ms,tpot_p50<=40ms,e2e<=10s': every level gets goodput "
+             "and a verdict (README: Capacity).")
+    find_max: bool = option(False, "--find-max",
+                            help="Search the highest concurrency (with --rate: request rate) that meets --slo and "
+                                 "still adds throughput, from the first -c level (or --rate) up.")
+    search_max: float | None = option(None, "--search-max", check=positive,
+                                      help="The highest load the search tries [default: concurrency 1024; "
+                                           "rate: no bound].")
+    max_probes: int = option(12, "--max-probes", check=at_least(1), help="The search ends after this many probes.")
+    search_budget_s: float | None = option(900.0, "--search-budget", check=not_negative,
+                                           help="Seconds after which the search starts no new probe (0: no limit).")
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+        if self.search_budget_s == 0:
+            set_field(self, "search_budget_s", None)
+        if self.search_max is not None and not self.find_max:
+            raise ConfigError("--search-max applies to --find-max")
+
+
 @dataclass(frozen=True, slots=True)
 class RunConfig:
     """One run: its sections, and the options that belong to the run as a whole."""
@@ -291,6 +327,7 @@ class RunConfig:
     request: RequestConfig = field(default_factory=RequestConfig)
     watch: WatchConfig = field(default_factory=WatchConfig)
     record: RecordConfig = field(default_factory=RecordConfig)
+    capacity: CapacityConfig = field(default_factory=CapacityConfig)
     sim_args: tuple[str, ...] = option(DEFAULT_DEMO_SIM, "--sim-args", parse=parse_sim_args, metavar="ARGS",
                                        show_default=" ".join(DEFAULT_DEMO_SIM),
                                        help="Options for the built-in simulator (used when no URL is given).")

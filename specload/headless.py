@@ -77,6 +77,12 @@ class HeadlessPrinter:
             assert isinstance(payload, RunEvent)
             if payload.kind == "server_exit":
                 _err(f"specload: server {payload.value}")
+            elif payload.kind == "search" and isinstance(payload.value, dict):
+                from specload.record.report import search_progress_line
+
+                line = search_progress_line(payload.value)
+                if line:
+                    _err(f"specload: {line}")
         elif kind == "saturated":
             load, level = payload  # type: ignore[misc]
             if load.starved:
@@ -199,6 +205,8 @@ def print_summary(
             "client_starved_levels": sorted(starved),
             "record": session.cfg.record.path,
         }
+        if result.search is not None:
+            extra["search"] = result.search.as_record()
         sys.stdout.write(orjson.dumps(summary_json(levels, extra), option=orjson.OPT_INDENT_2).decode() + "\n")
         return
     from specload.record.report import wide_console
@@ -210,5 +218,10 @@ def print_summary(
     console.print(f"{snap.requests_ok}/{snap.requests_total} ok; errors: {errs}; end: {result.reason}")
     for c in snap.crashes:
         console.print(f"[red]crash[/] {c.exception_type}: {c.message} (x{c.count})", highlight=False)
+    if result.search is not None:
+        from specload.record.report import search_lines
+
+        for line in search_lines(result.search.as_record()):
+            console.print(line, highlight=False)
     if session.cfg.record.path:
         console.print(f"record: {session.cfg.record.path}", highlight=False)

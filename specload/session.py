@@ -12,6 +12,7 @@ Nothing here imports Textual.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import re
 import shlex
@@ -23,10 +24,12 @@ from dataclasses import dataclass
 
 from specload.clock import SYSTEM_CLOCK, Clock
 from specload.config import RunConfig
+from specload.engine.capacity import CapacityPart, SearchView
 from specload.engine.client import StreamingClient
 from specload.engine.probe import TargetError, discover
 from specload.engine.prompts import PromptError, PromptSource
 from specload.engine.runner import Runner, RunnerState
+from specload.engine.search import CONCURRENCY, RATE, SearchResult, SearchSettings
 from specload.record.writer import Recorder, RecordError
 from specload.records import CrashEvent, ErrorKind, RequestRecord, RunEvent, ServerSample
 from specload.secrets import Scrubber, redact_command
@@ -54,6 +57,7 @@ class SessionResult:
     exit_code: int
     levels: tuple[LevelSummary, ...]
     message: str | None = None  # one line for the user when reason == "error"
+    search: SearchResult | None = None  # the capacity search's result (the last one, in the TUI)
 
 
 class SessionError(Exception):
@@ -111,6 +115,16 @@ class Session:
         self.signal: int | None = None  # the signal that interrupted the run, if one did
         self._starting: asyncio.Future | None = None
         self._stash: list[tuple[str, object]] = []  # record lines from before the record was opened
+        # goodput (--slo) and the capacity search (--find-max, the TUI's key); headless runs without
+        # either keep no per-request columns
+        cap = cfg.capacity
+        self.capacity: CapacityPart | None = None
+        if cap.slo is not None or cap.find_max or stay_open:
+            self.capacity = CapacityPart(
+                cap.slo, clock=clock, t0_ns=self.t0_ns, open_loop=cfg.plan.rate is not None, seed=cfg.seed,
+                on_event=self._search_event, collect_all=cap.slo is not None,
+            )
+        self._level_chain: asyncio.Future | None = None  # level summaries waiting for their goodput
         # values that must never reach the screen, the record or a request error (specload.secrets)
         self.scrub = Scrubber(cfg.secret_values())
 
@@ -121,6 +135,56 @@ class Session:
 
     def runner_state(self) -> RunnerState | None:
         return self.runner.snapshot() if self.runner is not None else None
+
+    def search_view(self) -> SearchView | None:
+        return self.capacity.view() if self.capacity is not None else None
+
+    def search_settings(self, *, start: float | None = None) -> SearchSettings:
+        """The search as configured (``--rate``: the rate axis; the first -c level or --rate: the start)."""
+        cap, plan = self.cfg.capacity, self.cfg.plan
+        rate = plan.rate
+        if rate is not None:
+            return SearchSettings(
+                axis=RATE, start=start or rate, max_value=cap.search_max or max(1e6, rate),
+                min_value=min(rate, start or rate) / 64, max_probes=cap.max_probes,
+                budget_s=cap.search_budget_s,
+            )
+        first = plan.levels[0].concurrency if plan.levels else 1
+        begin = max(1.0, float(start or first))
+        top = max(cap.search_max or 1024.0, begin)
+        return SearchSettings(axis=CONCURRENCY, start=begin, max_value=top, max_probes=cap.max_probes,
+                              budget_s=cap.search_budget_s)
+
+    def start_search(self, *, start: float | None = None) -> bool:
+        """Start a capacity search now (the TUI's key): the current level ends and the probes follow.
+        False when there is no run to search on."""
+        if self.capacity is None or self.runner is None or self.phase != "running":
+            return False
+        settings = self.search_settings(start=start)
+        driver = self.capacity.new_search(settings, concurrency_cap=self._concurrency_cap())
+        self.runner.set_source(driver)
+        return True
+
+    def stop_search(self, *, hold_best: bool = False) -> SearchResult | None:
+        """End a search in progress (its result keeps what was confirmed); with ``hold_best`` the load
+        then holds at the best point found (a held manual level)."""
+        if self.capacity is None:
+            return None
+        result = self.capacity.stop_search("stopped by the user")
+        if result is None and self.capacity.results:
+            result = self.capacity.results[-1]
+        if self.runner is not None:
+            self.runner.set_source(None)
+            if hold_best and result is not None and result.best is not None:
+                if result.axis == CONCURRENCY:
+                    self.runner.set_target(int(result.best.value))
+                elif result.best.in_flight:
+                    self.runner.set_target(max(1, round(result.best.in_flight)))
+        return result
+
+    def _concurrency_cap(self) -> int:
+        levels = self.cfg.plan.levels
+        return max((lv.concurrency for lv in levels), default=1024) if self.cfg.plan.rate is not None else 1024
 
     def state_label(self) -> str:
         if self.phase != "running" or self.runner is None:
@@ -367,10 +431,14 @@ class Session:
         if hasattr(self.client, "on_worker_lost"):
             self.client.on_worker_lost = self._worker_lost
         await self.client.start()
+        plan = cfg.plan
+        if cfg.capacity.find_max:
+            # the search decides every level; the ramp's levels only give it its start
+            plan = dataclasses.replace(plan, levels=())
         self.runner = Runner(
             self.client,
             prompts,
-            cfg.plan,
+            plan,
             clock=self.clock,
             on_record=self._record,
             on_event=self._event,
@@ -378,6 +446,11 @@ class Session:
             stay_open=self.stay_open,
             seed=cfg.seed,
         )
+        if self.capacity is not None and cfg.capacity.find_max:
+            settings = self.search_settings()
+            self.runner.source = self.capacity.new_search(settings, concurrency_cap=self._concurrency_cap())
+            if settings.axis == CONCURRENCY:
+                self.runner.target = int(settings.start)  # the warm-up runs at the first probe's load
         self._open_recorder()
         await self._start_watchers()
 
@@ -447,11 +520,19 @@ class Session:
     async def _run_load(self) -> str:
         assert self.runner is not None
         reason = await self.runner.run()
-        return self._end_reason or reason
+        reason = self._end_reason or reason
+        if self.capacity is not None:
+            self.capacity.run_ended(reason)
+        return reason
 
     async def _teardown(self) -> None:
         if self.runner is not None:
             await self.runner.cancel_and_wait()
+        if self.capacity is not None:
+            self.capacity.run_ended(self._end_reason or "stopped")
+        if self._level_chain is not None:
+            # the last levels' goodput, before the record closes
+            await asyncio.gather(self._level_chain, return_exceptions=True)
         if self._metrics is not None and self.phase == "running":
             # the last interval's counters, read before the server may be stopped
             try:
@@ -520,7 +601,8 @@ class Session:
             lost = f"{r.lines_lost} record line{'s' if r.lines_lost != 1 else ''} lost"
             message = message or f"{r.error}; {lost}, the record ends at its last complete line ({r.lines_written} lines)"
             code = code or EXIT_ERROR
-        result = SessionResult(reason, code, tuple(self.stats.snapshot().levels), message)
+        search = self.capacity.results[-1] if self.capacity is not None and self.capacity.results else None
+        result = SessionResult(reason, code, tuple(self.stats.snapshot().levels), message, search)
         self.listener("end", result)
         return result
 
@@ -528,6 +610,8 @@ class Session:
 
     def _record(self, rec: RequestRecord) -> None:
         self.stats.on_record(rec)
+        if self.capacity is not None:
+            self.capacity.on_record(rec)
         if self.recorder is not None:
             self.recorder.request(rec)
         if rec.error_kind is ErrorKind.CONNECT and self._health is not None and not self._interrupted:
@@ -539,6 +623,26 @@ class Session:
         self.listener("event", ev)
 
     def _level(self, summary: LevelSummary) -> None:
+        if self.capacity is not None and self.capacity.spec is not None:
+            # goodput bootstraps over the level's requests: in a thread, the summaries kept in order
+            self._level_chain = asyncio.ensure_future(self._level_with_goodput(self._level_chain, summary))
+            return
+        self._level_done(summary)
+
+    async def _level_with_goodput(self, before: asyncio.Future | None, summary: LevelSummary) -> None:
+        if before is not None:
+            await asyncio.gather(before, return_exceptions=True)
+        assert self.capacity is not None
+        try:
+            summary = await self.capacity.finish_level(summary)
+        except Exception as e:  # noqa: BLE001 - a statistic that fails must not lose the level
+            self._notice(f"goodput of level {summary.level_index} could not be computed: {e}")
+        self._level_done(summary)
+
+    def _search_event(self, value: dict) -> None:
+        self._event(RunEvent(self.clock.now_ns(), "search", value))
+
+    def _level_done(self, summary: LevelSummary) -> None:
         if self._metrics is not None:
             # per-level server figures: the counters as the level ends, not up to a second later
             self._tasks.append(asyncio.ensure_future(self._metrics.scrape_now()))
@@ -562,6 +666,9 @@ class Session:
         self.listener("crash", ev)
         if not ev.new or self.runner is None:
             return
+        if self.capacity is not None:
+            # whatever --on-crash says, a search under a crashed server has no best point
+            self.capacity.server_failed(f"{ev.exception_type}: {ev.message}")
         if self.on_crash == "pause":
             self.runner.pause()
         elif self.on_crash == "stop":
@@ -587,6 +694,8 @@ class Session:
             self.server_down = True
             self._down_since = ev.t_ns
             self._notice(f"server down: {detail}")
+            if self.capacity is not None:
+                self.capacity.server_failed(f"server down: {detail}")
             if self.runner is not None and not self.runner.paused:
                 self._paused_for_down = True
                 self.runner.pause()
@@ -616,6 +725,8 @@ class Session:
         if self.phase == "running":
             self._event(RunEvent(self.clock.now_ns(), "server_exit", ex.description))
             self._notice(f"launched server {ex.description}")
+            if self.capacity is not None:
+                self.capacity.server_failed(f"the launched server {ex.description}")
 
     def _client_load(self, load: ClientLoad) -> None:
         worker_loads = getattr(self.client, "worker_loads", None)

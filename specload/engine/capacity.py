@@ -255,8 +255,8 @@ class SearchDriver:
             "objectives": outcome.objectives,
             "throughput_tok_s": outcome.throughput.as_list(),
             "bracket": list(self.search.bracket()),
-            "saturated_below": _below_saturated(self.search, outcome),
             "saturated": sat,
+            "plateau_tok_s": _r(self.search.plateau()),
         })
 
     async def _evaluate(self, level_index: int) -> LevelEvaluation:
@@ -299,9 +299,93 @@ def _why_undecided(ev: LevelEvaluation) -> str:
     return "throughput step undecided"
 
 
-def _below_saturated(search: CapacitySearch, outcome: ProbeOutcome) -> bool | None:
-    """Whether the probe just below this one now counts as saturated (this probe decided it)."""
-    below = [p for p in search.probes if p.value < outcome.value]
-    if not below:
-        return None
-    return search.saturated(max(below, key=lambda p: p.value))
+def _r(v: float | None) -> float | None:
+    return None if v is None else round(v, 3)
+
+
+class CapacityPart:
+    """Goodput for every level (``--slo``) and the capacity search (``--find-max``, the TUI's key), as
+    one part of a session: it keeps the levels' requests, attaches goodput to each level summary (in a
+    thread: ``finish_level`` is awaited), runs the search's driver as the runner's level source, and ends
+    the search when the run ends (``run_ended``) or the server fails under it (``server_failed``)."""
+
+    def __init__(
+        self,
+        spec: SloSpec | None,
+        *,
+        clock: Clock = SYSTEM_CLOCK,
+        t0_ns: int = 0,
+        open_loop: bool = False,
+        seed: int = 0,
+        on_event: Callable[[dict], None] | None = None,
+        collect_all: bool = True,
+    ) -> None:
+        self.spec = spec
+        self.clock = clock
+        self.t0_ns = t0_ns
+        self.seed = seed
+        # without objectives only the search's probes are kept (the TUI without --slo)
+        self.collect_all = collect_all
+        self._on_event = on_event or (lambda v: None)
+        self.collector = LevelCollector(spec, t0_ns=t0_ns, open_loop=open_loop)
+        self.driver: SearchDriver | None = None
+        self.results: list[SearchResult] = []  # every search of the run, in order
+
+    def on_record(self, rec: RequestRecord) -> None:
+        if self.collect_all or self.collector.get(rec.level_index) is not None:
+            self.collector.add(rec)
+
+    def new_search(self, settings: SearchSettings, *, concurrency_cap: int = 1024) -> SearchDriver:
+        """A search to hand to the runner (``Runner.source`` before the run, or ``set_source`` during it).
+        A search still running is stopped first."""
+        if self.driver is not None and not self.driver.finished:
+            self.stop_search("replaced by a new search")
+        min_req = self.spec.min_requests() if self.spec is not None else 0
+        self.driver = SearchDriver(
+            CapacitySearch(settings, min_requests=min_req),
+            self.spec,
+            collector=self.collector,
+            concurrency_cap=concurrency_cap,
+            clock=self.clock,
+            t0_ns=self.t0_ns,
+            on_event=self._search_event,
+            seed=self.seed,
+        )
+        return self.driver
+
+    def _search_event(self, value: dict) -> None:
+        if value.get("phase") == "result" and self.driver is not None and self.driver.result is not None:
+            self.results.append(self.driver.result)
+        self._on_event(value)
+
+    @property
+    def searching(self) -> bool:
+        return self.driver is not None and not self.driver.finished
+
+    def view(self) -> SearchView | None:
+        return self.driver.view() if self.driver is not None else None
+
+    async def finish_level(self, summary: LevelSummary) -> LevelSummary:
+        """The summary with its goodput (unchanged without objectives)."""
+        if self.spec is None:
+            return summary
+        cols = self.collector.get(summary.level_index)
+        if cols is None or not len(cols):
+            return summary
+        ev = await asyncio.to_thread(evaluate_level, cols.freeze(), seed=self.seed)
+        return replace(summary, goodput=ev.goodput)
+
+    def stop_search(self, reason: str = "stopped") -> SearchResult | None:
+        if self.driver is None or self.driver.finished:
+            return None
+        return self.driver.stop(reason)
+
+    def server_failed(self, detail: str) -> SearchResult | None:
+        """A crash, the server down or gone: a search in progress ends without a best point."""
+        if self.driver is None or self.driver.finished:
+            return None
+        return self.driver.abort(detail)
+
+    def run_ended(self, reason: str) -> None:
+        if self.searching:
+            self.stop_search("run " + reason if reason != "completed" else "run ended")

@@ -11,27 +11,36 @@ A probe is **acceptable** when
 
 - its objectives were met with confidence (``met``; ``undecided`` at the request cap counts as not
   met: the search only claims a load it could confirm), and
-- it is not **saturated**: going from it to the next higher probe still added tokens. The search
-  measures this as the *scaling efficiency* between two loads, the throughput gain over the load
-  gain, ``e = (T2/T1 - 1) / (C2/C1 - 1)``: 1 when throughput grows in proportion (every added stream
-  decodes at full speed), 0 when added load only queues. A probe whose step up has ``e`` below
-  ``min_efficiency`` (10 %) is at or past the knee: more load there adds latency, not tokens. The
-  highest probe has no step up yet and counts as not saturated.
+- it is not past the **knee**: its throughput is below ``knee_share`` (95 %) of the plateau.
 
-Comparing each probe with the *next* probe above it (not with the one below) is what makes the knee
-land on the right load: with a batch limit of 10 and probes at 8, 16 and 32, the step 8->16 still
-gains (e = 0.25) and 16->32 does not, so the knee lies in (8, 16]; bisecting it probes 12 (12->16
-gains nothing: saturated), 10 (saturated), 9 (9->10 gains: not), and ends at 10.
+The **plateau** exists once a step up has been seen to add (almost) nothing: between two probes at
+most one growth factor apart, the *scaling efficiency* ``e = (T2/T1 - 1) / (C2/C1 - 1)`` (the
+throughput gain over the load gain: 1 when every added stream decodes at full speed, 0 when added
+load only queues) lies wholly below ``min_efficiency`` (10 %). Only such a step stops the growth for
+saturation ("added concurrency adds latency, not tokens"); the plateau's throughput is then the
+mean of the probes from that step's lower load up, and the **knee** is the lowest load reaching
+95 % of it. Until a plateau is seen,
+nothing is past the knee: a curve that keeps growing, however slowly, is searched until the
+objectives stop it. Wider pairs do not count (a concave curve that still gains 20 % per doubling has a
+low *average* efficiency over a 16-fold span, which is not saturation).
 
-Decisions use intervals: a probe's throughput carries a 95 % interval, and an efficiency is decided
-only when its interval lies on one side of the threshold. A probe whose objectives or efficiencies
-straddle their limits gets more requests (``look``), up to a cap; at the cap the point estimate
-decides for saturation, and objectives still undecided count as not met.
+Why 95 % of the plateau and not "the last step that still gained": throughput differs from level to
+level by a few percent on a shared machine (load from other processes, drift), more than the gain
+of a small step near the knee (C=6 to 7 is a 17 % step; at 10 % efficiency it gains 1.7 %), so a
+step-by-step rule lands the knee wherever noise says. Every throughput interval is therefore taken
+as at least +-``level_noise`` (2 %) when deciding a step, and the knee is read against the plateau.
+For a server whose throughput grows in proportion up to a batch limit B and stays flat beyond, the
+knee is the lowest C with C >= 0.95 B: B itself for B up to 19.
+
+Decisions use intervals: objectives are decided on their verdict's interval, and a probe gets more
+requests (``look``) while its objectives are undecided or its throughput interval is wider than
+``throughput_ci`` (2 %), up to a cap (a probe's interval is fixed once it ends, and later steps
+compare against it).
 
 The **result**: the best load (the highest acceptable probe, or the knee itself when the objectives
 hold there), its bracket (the true limit lies between the best and the first unacceptable probe),
 the throughput, goodput and request rate there with their intervals, and the knee of the throughput
-curve (the lowest saturated probe, with the bracket it lies in). A search that is stopped, runs out
+curve (with the probe below it, which had not reached it). A search that is stopped, runs out
 of probes or time, or never finds an unacceptable load says so; one aborted by a server crash gives
 no best point at all, since the probes it cut short say nothing about the server's capacity.
 """
@@ -81,6 +90,11 @@ class SearchSettings:
     max_probes: int = 12
     budget_s: float | None = 900.0  # no new probe or extra requests once this much time has passed
     min_efficiency: float = 0.1  # below this scaling efficiency a step up is saturated
+    knee_share: float = 0.95  # the knee: the lowest load reaching this share of the plateau's throughput
+    level_noise: float = 0.02  # throughput intervals are taken as at least +-2 % when deciding a step
+    # a probe's throughput interval must be this narrow (half-width / value) before it ends: a probe's
+    # interval is fixed once it ends, and later steps compare against it
+    throughput_ci: float = 0.02
     requests: int = 0  # requests per probe; 0: auto (see probe_requests)
     min_requests: int = 10  # at least this many (the objectives' minimum sample goes here)
     rounds: int = 4  # auto: this many rounds of C requests (concurrency) or seconds of arrivals (rate)
@@ -177,11 +191,12 @@ def _outcome_record(p: ProbeOutcome) -> dict:
     }
 
 
-def efficiency(low: ProbeOutcome, high: ProbeOutcome) -> Interval:
+def efficiency(low: ProbeOutcome, high: ProbeOutcome, *, floor: float = 0.0) -> Interval:
     """Scaling efficiency from ``low`` to ``high`` with a 95 % interval: (T2/T1 - 1) / (L2/L1 - 1).
 
     The ratio's interval combines the two throughput intervals on the log scale (each interval's
-    half-width taken as 1.96 standard errors of log T; the levels are independent samples).
+    half-width taken as 1.96 standard errors of log T, and as at least ``floor`` relative; the levels
+    are independent samples).
     """
     t1, t2 = low.throughput, high.throughput
     gain = high.value / low.value - 1.0
@@ -191,7 +206,8 @@ def efficiency(low: ProbeOutcome, high: ProbeOutcome) -> Interval:
         e = math.inf if t2.value > 0 else 0.0
         return Interval(e, e, e)
     r = t2.value / t1.value
-    se = math.hypot(_log_se(t1), _log_se(t2))
+    fl = math.log1p(floor) / Z95 if floor > 0 else 0.0
+    se = math.hypot(max(_log_se(t1), fl), max(_log_se(t2), fl))
     if not math.isfinite(se):
         return Interval((r - 1.0) / gain, None, None)
     r_lo, r_hi = r * math.exp(-Z95 * se), r * math.exp(Z95 * se)
@@ -267,15 +283,32 @@ class CapacitySearch:
     def _sorted(self) -> list[ProbeOutcome]:
         return sorted(self._done, key=lambda p: p.value)
 
-    def saturated(self, p: ProbeOutcome) -> bool | None:
-        """Is the step from ``p`` to the next higher probe saturated? None: no higher probe yet.
-        Undecided efficiencies fall to the point estimate (the probe already had its extra requests)."""
-        up = self._neighbour(p.value, above=True)
-        if up is None:
+    def plateau(self) -> float | None:
+        """The plateau's throughput, once a step of at most one growth factor has been seen to add
+        (almost) nothing (decided with confidence); None until then. A flat step's lower load is
+        already on the plateau: its throughput and that of every probe above it are averaged, so
+        one level measured a few percent high or low does not move the knee."""
+        st = self.settings
+        ordered = self._sorted()
+        start = None
+        for i, a in enumerate(ordered):
+            for b in ordered[i + 1:]:
+                if b.value > a.value * st.growth * 1.0001:
+                    break
+                if _side(efficiency(a, b, floor=st.level_noise), st.min_efficiency) is True:
+                    start = a.value
+                    break
+            if start is not None:
+                break
+        if start is None:
             return None
-        e = efficiency(p, up)
-        side = _side(e, self.settings.min_efficiency)
-        return side if side is not None else e.value < self.settings.min_efficiency
+        on = [p.throughput.value for p in ordered if p.value >= start]
+        return sum(on) / len(on)
+
+    def saturated(self, p: ProbeOutcome) -> bool:
+        """At or past the knee: a plateau exists and ``p`` reached ``knee_share`` of it."""
+        top = self.plateau()
+        return top is not None and p.throughput.value >= self.settings.knee_share * top
 
     def acceptable(self, p: ProbeOutcome) -> bool:
         return p.objectives in (MET, NONE) and not self.saturated(p)
@@ -378,16 +411,13 @@ class CapacitySearch:
         return cur.plan.requests
 
     def _decided(self, p: ProbeOutcome) -> bool:
+        """May this probe end: its objectives decided and its throughput interval narrow enough?"""
         if p.objectives == UNDECIDED:
             return False
-        e_min = self.settings.min_efficiency
-        below = self._neighbour(p.value, above=False)
-        if below is not None and below.objectives in (MET, NONE) and _side(efficiency(below, p), e_min) is None:
+        t = p.throughput
+        if t.lo is None or t.hi is None:
             return False
-        above = self._neighbour(p.value, above=True)
-        if above is not None and p.objectives in (MET, NONE) and _side(efficiency(p, above), e_min) is None:
-            return False
-        return True
+        return not (t.value > 0 and (t.hi - t.lo) / 2 > self.settings.throughput_ci * t.value)
 
     def observe(self, outcome: ProbeOutcome) -> None:
         """The current probe has ended; ``outcome`` is its final figure."""
@@ -420,8 +450,7 @@ class CapacitySearch:
         ordered = self._sorted()
         below = None
         for p in ordered:
-            sat = self.saturated(p)
-            if sat:
+            if self.saturated(p):
                 return Knee(p.value, below, True)
             below = p.value
         return Knee(None, below, False)

@@ -35,21 +35,31 @@ def level_line(s: LevelSummary) -> str:
         line = f"rate={s.rate:g}/s " + line
     g = s.goodput
     if g is not None:
-        line += f" | SLO {g.verdict}: good {goodput_share(g)}, goodput {_f(g.tok_s.value if g.tok_s else None)} tok/s"
+        line += f" | SLO {g.verdict}: good {goodput_share(g)} %, goodput {_f(g.tok_s.value if g.tok_s else None)} tok/s"
     return line
 
 
 def goodput_share(g: LevelGoodput, dash: str = "-") -> str:
-    """``97% (94-99)``: the share of good steady-state requests with its interval."""
-    sh = g.good_share
-    if sh is None:
+    """``97 (94-99)``: the percentage of good steady-state requests with its interval."""
+    return pct_interval(g.good_share, dash)
+
+
+def pct_interval(sh: object, dash: str = "-") -> str:
+    """A share (an ``Interval`` or a record's ``[value, lo, hi]``) as ``97 (94-99)`` percent."""
+    if isinstance(sh, list):
+        v, lo, hi = (sh + [None, None, None])[:3]
+    elif sh is not None:
+        v, lo, hi = sh.value, sh.lo, sh.hi  # type: ignore[attr-defined]
+    else:
         return dash
-    if sh.lo is None or sh.hi is None:
-        return f"{sh.value * 100:.0f}%"
-    return f"{sh.value * 100:.0f}% ({sh.lo * 100:.0f}-{sh.hi * 100:.0f})"
+    if v is None:
+        return dash
+    if lo is None or hi is None:
+        return f"{v * 100:.0f}"
+    return f"{v * 100:.0f} ({lo * 100:.0f}-{hi * 100:.0f})"
 
 
-VERDICT_MARKS = {"met": "✔ met", "missed": "✖ missed", "undecided": "? undecided"}
+VERDICT_MARKS = {"met": "✔ met", "missed": "✖ missed", "undecided": "? open"}
 
 
 def level_cells(s: LevelSummary, dash: str = "-") -> dict[str, str]:
@@ -75,9 +85,9 @@ def level_cells(s: LevelSummary, dash: str = "-") -> dict[str, str]:
     g = s.goodput
     cells.update({
         "SLO": dash if g is None else VERDICT_MARKS.get(g.verdict, g.verdict),
-        "good": dash if g is None else goodput_share(g, dash),
-        "goodput tok/s": dash if g is None or g.tok_s is None else f"{g.tok_s.value:.1f}",
-        "goodput req/s": dash if g is None or g.req_s is None else f"{g.req_s.value:.2f}",
+        "good %": dash if g is None else goodput_share(g, dash),
+        "good tok/s": dash if g is None or g.tok_s is None else f"{g.tok_s.value:.1f}",
+        "good req/s": dash if g is None or g.req_s is None else f"{g.req_s.value:.2f}",
     })
     return cells
 
@@ -88,7 +98,7 @@ TABLE_COLUMNS = (
 )
 
 
-GOODPUT_COLUMNS = ("SLO", "good", "goodput tok/s", "goodput req/s")
+GOODPUT_COLUMNS = ("SLO", "good %", "good tok/s", "good req/s")
 
 
 def table_columns(levels: list[LevelSummary]) -> tuple[str, ...]:
@@ -97,7 +107,8 @@ def table_columns(levels: list[LevelSummary]) -> tuple[str, ...]:
     if any(s.rate is not None for s in levels):
         cols = ("rate", *cols)
     if any(s.goodput is not None for s in levels):
-        cols = (*cols[:-1], *GOODPUT_COLUMNS, cols[-1])  # errors stay last: they wrap
+        # errors stay last (they wrap); tokens and wall time give way (the record and --json keep them)
+        cols = (*(c for c in cols[:-1] if c not in ("tokens", "wall s")), *GOODPUT_COLUMNS, cols[-1])
     return cols
 
 
@@ -110,6 +121,89 @@ def level_table(levels: list[LevelSummary], title: str | None = None) -> Table:
         cells = level_cells(s)
         t.add_row(*(cells[name] for name in columns))
     return t
+
+
+def _load(axis: str | None, v: object) -> str:
+    if not isinstance(v, (int, float)):
+        return "-"
+    return f"C={v:g}" if axis != "rate" else f"{v:g} req/s"
+
+
+def _iv(v: object, fmt: str = "{:.1f}") -> str:
+    """``[value, lo, hi]`` from a record as ``value (lo-hi)``."""
+    if not isinstance(v, list) or len(v) != 3 or v[0] is None:
+        return "-"
+    if v[1] is None or v[2] is None:
+        return fmt.format(v[0]) + " (unbounded)"
+    return f"{fmt.format(v[0])} ({fmt.format(v[1])}-{fmt.format(v[2])})"
+
+
+_AXIS: dict[int, str] = {}  # probe progress lines need the search's axis; one search at a time
+
+
+def search_progress_line(v: dict) -> str | None:
+    """A line of headless progress for one ``search`` event of the record (None: nothing to say)."""
+    phase = v.get("phase")
+    axis = v.get("axis") or _AXIS.get(0, "concurrency")
+    if phase == "start":
+        _AXIS[0] = axis
+        what = f"SLO {v['slo']}" if v.get("slo") else "no --slo: saturation only"
+        top = v.get("max")
+        top_s = f" up to {_load(axis, top)}" if isinstance(top, (int, float)) and top < 1e6 else ""
+        budget = f", {v['budget_s']:g} s" if v.get("budget_s") else ""
+        return (f"capacity search over {axis} from {_load(axis, v.get('start'))}{top_s} ({what}); "
+                f"at most {v.get('max_probes')} probes{budget}")
+    if phase == "probe":
+        return (f"probe {v.get('number')} ({v.get('step')}): {_load(axis, v.get('value'))}, "
+                f"{v.get('requests')} requests")
+    if phase == "extend":
+        return f"probe {_load(axis, v.get('value'))} {v.get('why')}: {v.get('requests')} requests in all"
+    if phase == "observed":
+        if not v.get("complete"):
+            return f"probe {_load(axis, v.get('value'))} cut short: not used"
+        lo, hi = (v.get("bracket") or [None, None])[:2]
+        obj = v.get("objectives")
+        obj_s = "" if obj == "none" else f"objectives {obj}, "
+        sat = " (at the plateau)" if v.get("saturated") else ""
+        return (f"probe {_load(axis, v.get('value'))}: {obj_s}{_iv(v.get('throughput_tok_s'))} tok/s{sat}; "
+                f"bracket {_load(axis, lo)} .. {_load(axis, hi)}")
+    if phase == "result":
+        return f"capacity search: {v.get('message')}"
+    return None
+
+
+def search_lines(r: dict) -> list[str]:
+    """The search's result for the end of a run and for ``report``: best point, figures, knee, probes."""
+    axis = r.get("axis", "concurrency")
+    out = [f"[bold]capacity search[/] ({axis}): {r.get('message')}"]
+    b = r.get("best")
+    if isinstance(b, dict):
+        at = _load(axis, b.get("value"))
+        alt = (f", {_iv(b.get('req_s'), '{:.2f}')} req/s" if axis != "rate"
+               else f", {b.get('in_flight'):.1f} in flight" if isinstance(b.get("in_flight"), (int, float)) else "")
+        line = f"  at {at}: throughput {_iv(b.get('throughput_tok_s'))} tok/s{alt}"
+        if b.get("goodput_tok_s"):
+            line += (f"; goodput {_iv(b.get('goodput_tok_s'))} tok/s, {_iv(b.get('goodput_req_s'), '{:.2f}')} req/s, "
+                     f"good {pct_interval(b.get('good_share'))} %")
+        out.append(line)
+        lo, hi = (r.get("bracket") or [None, None])[:2]
+        if hi is not None and lo is not None and hi != b.get("value"):
+            out.append(f"  the limit lies between {_load(axis, lo)} and {_load(axis, hi)}")
+    knee = r.get("knee") or {}
+    if knee.get("reached"):
+        below = f" (after {_load(axis, knee.get('below'))}, which still scaled)" if knee.get("below") is not None else ""
+        out.append(f"  knee of the throughput curve: {_load(axis, knee.get('value'))}{below}")
+    elif r.get("probes"):
+        out.append(f"  knee not reached: throughput still grew up to {_load(axis, knee.get('below'))}")
+    probes = r.get("probes") or []
+    if probes:
+        marks = {"met": "✔", "none": "", "missed": "✖", "undecided": "?"}
+        parts = [f"{_load(axis, p.get('value'))}{marks.get(p.get('objectives'), '')}" for p in probes]
+        out.append(f"  probes in order: {', '.join(parts)}")
+    if r.get("undecided"):
+        out.append("  undecided at the request cap (counted as not met): "
+                   + ", ".join(_load(axis, v) for v in r["undecided"]))
+    return out
 
 
 def wide_console() -> Console:
@@ -314,6 +408,10 @@ def _single_report(record: str, as_json: bool, as_csv: bool) -> None:
                 for c in data.crashes
             ],
         }
+        searches, unfinished = search_results(data)
+        if searches or unfinished:
+            extra["searches"] = searches
+            extra["search_unfinished"] = unfinished
         sys.stdout.write(orjson.dumps(summary_json(levels, extra), option=orjson.OPT_INDENT_2).decode() + "\n")
         return
     console = wide_console()
@@ -335,6 +433,12 @@ def _single_report(record: str, as_json: bool, as_csv: bool) -> None:
             f"[red]crash[/] {c.get('exception_type')}: {c.get('message')} "
             f"({c.get('innermost_frame') or 'no frame'}) at {_seconds(c.get('first_seen_s', c.get('t_s')))} s"
         )
+    searches, unfinished = search_results(data)
+    for r in searches:
+        for line in search_lines(r):
+            console.print(line, highlight=False)
+    if unfinished:
+        console.print("[yellow]a capacity search was running when the record ended: it has no result[/]")
     end = data.end
     if end is None:
         console.print("[yellow]record has no end line: the run was cut short[/]")
@@ -343,6 +447,23 @@ def _single_report(record: str, as_json: bool, as_csv: bool) -> None:
             f"end: {end.get('reason')} after {_seconds(end.get('elapsed_s'))} s, "
             f"{end.get('ok')}/{end.get('requests')} ok"
         )
+
+
+def search_results(data: RecordData) -> tuple[list[dict], bool]:
+    """The capacity searches' results in the record (``event`` lines of kind ``search``, phase
+    ``result``), and whether a search had started without a result (a record cut short)."""
+    results: list[dict] = []
+    open_search = False
+    for ev in data.events:
+        v = ev.get("value")
+        if ev.get("kind") != "search" or not isinstance(v, dict):
+            continue
+        if v.get("phase") == "start":
+            open_search = True
+        elif v.get("phase") == "result":
+            open_search = False
+            results.append({k: x for k, x in v.items() if k != "phase"})
+    return results, open_search
 
 
 def _seconds(v: object) -> str:
