@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from specload.clock import SYSTEM_CLOCK, Clock
 from specload.engine.load import LevelSpec
@@ -32,8 +32,10 @@ from specload.engine.search import (
     ProbeOutcome,
     ProbePlan,
     SearchResult,
+    SearchSettings,
 )
 from specload.records import RequestRecord
+from specload.stats.levels import LevelSummary
 from specload.stats.goodput import LevelCollector, LevelEvaluation, evaluate_level
 from specload.stats.slo import Interval, SloSpec
 
