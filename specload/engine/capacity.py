@@ -35,8 +35,8 @@ from specload.engine.search import (
     SearchSettings,
 )
 from specload.records import RequestRecord
-from specload.stats.levels import LevelSummary
 from specload.stats.goodput import LevelCollector, LevelEvaluation, evaluate_level
+from specload.stats.levels import LevelSummary
 from specload.stats.slo import Interval, SloSpec
 
 
