@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import TypeVar
 
 from specload.clock import SYSTEM_CLOCK, Clock
 from specload.engine.load import LevelSpec
@@ -38,6 +39,16 @@ from specload.records import RequestRecord
 from specload.stats.goodput import LevelCollector, LevelEvaluation, evaluate_level
 from specload.stats.levels import LevelSummary
 from specload.stats.slo import Interval, SloSpec
+
+T = TypeVar("T")
+
+
+async def off_loop(fn: Callable[..., T], *args: object, **kwargs: object) -> T:
+    """``fn`` in a thread, so its bootstraps (tens of ms) never hold up the streams on the loop; inline
+    on a virtual-time loop (``sim/virtual_time.py``), whose clock would run on while a thread computed."""
+    if getattr(asyncio.get_running_loop(), "virtual_time", False):
+        return fn(*args, **kwargs)
+    return await asyncio.to_thread(fn, *args, **kwargs)
 
 
 @dataclass(frozen=True, slots=True)
@@ -265,7 +276,7 @@ class SearchDriver:
         cols = self.collector.get(level_index)
         assert cols is not None
         frozen = cols.freeze()
-        return await asyncio.to_thread(evaluate_level, frozen, seed=self._seed)
+        return await off_loop(evaluate_level, frozen, seed=self._seed)
 
     def _outcome(self, cur: _Current, ev: LevelEvaluation, *, complete: bool) -> ProbeOutcome:
         g = ev.goodput
@@ -374,7 +385,7 @@ class CapacityPart:
         cols = self.collector.get(summary.level_index)
         if cols is None or not len(cols):
             return summary
-        ev = await asyncio.to_thread(evaluate_level, cols.freeze(), seed=self.seed)
+        ev = await off_loop(evaluate_level, cols.freeze(), seed=self.seed)
         return replace(summary, goodput=ev.goodput)
 
     def stop_search(self, reason: str = "stopped") -> SearchResult | None:

@@ -123,7 +123,7 @@ def level_table(levels: list[LevelSummary], title: str | None = None) -> Table:
     return t
 
 
-def _load(axis: str | None, v: object) -> str:
+def _at(axis: str | None, v: object) -> str:
     if not isinstance(v, (int, float)):
         return "-"
     return f"C={v:g}" if axis != "rate" else f"{v:g} req/s"
@@ -149,24 +149,24 @@ def search_progress_line(v: dict) -> str | None:
         _AXIS[0] = axis
         what = f"SLO {v['slo']}" if v.get("slo") else "no --slo: saturation only"
         top = v.get("max")
-        top_s = f" up to {_load(axis, top)}" if isinstance(top, (int, float)) and top < 1e6 else ""
+        top_s = f" up to {_at(axis, top)}" if isinstance(top, (int, float)) and top < 1e6 else ""
         budget = f", {v['budget_s']:g} s" if v.get("budget_s") else ""
-        return (f"capacity search over {axis} from {_load(axis, v.get('start'))}{top_s} ({what}); "
+        return (f"capacity search over {axis} from {_at(axis, v.get('start'))}{top_s} ({what}); "
                 f"at most {v.get('max_probes')} probes{budget}")
     if phase == "probe":
-        return (f"probe {v.get('number')} ({v.get('step')}): {_load(axis, v.get('value'))}, "
+        return (f"probe {v.get('number')} ({v.get('step')}): {_at(axis, v.get('value'))}, "
                 f"{v.get('requests')} requests")
     if phase == "extend":
-        return f"probe {_load(axis, v.get('value'))} {v.get('why')}: {v.get('requests')} requests in all"
+        return f"probe {_at(axis, v.get('value'))} {v.get('why')}: {v.get('requests')} requests in all"
     if phase == "observed":
         if not v.get("complete"):
-            return f"probe {_load(axis, v.get('value'))} cut short: not used"
+            return f"probe {_at(axis, v.get('value'))} cut short: not used"
         lo, hi = (v.get("bracket") or [None, None])[:2]
         obj = v.get("objectives")
         obj_s = "" if obj == "none" else f"objectives {obj}, "
         sat = " (at the plateau)" if v.get("saturated") else ""
-        return (f"probe {_load(axis, v.get('value'))}: {obj_s}{_iv(v.get('throughput_tok_s'))} tok/s{sat}; "
-                f"bracket {_load(axis, lo)} .. {_load(axis, hi)}")
+        return (f"probe {_at(axis, v.get('value'))}: {obj_s}{_iv(v.get('throughput_tok_s'))} tok/s{sat}; "
+                f"bracket {_at(axis, lo)} .. {_at(axis, hi)}")
     if phase == "result":
         return f"capacity search: {v.get('message')}"
     return None
@@ -178,7 +178,7 @@ def search_lines(r: dict) -> list[str]:
     out = [f"[bold]capacity search[/] ({axis}): {r.get('message')}"]
     b = r.get("best")
     if isinstance(b, dict):
-        at = _load(axis, b.get("value"))
+        at = _at(axis, b.get("value"))
         alt = (f", {_iv(b.get('req_s'), '{:.2f}')} req/s" if axis != "rate"
                else f", {b.get('in_flight'):.1f} in flight" if isinstance(b.get("in_flight"), (int, float)) else "")
         line = f"  at {at}: throughput {_iv(b.get('throughput_tok_s'))} tok/s{alt}"
@@ -188,21 +188,21 @@ def search_lines(r: dict) -> list[str]:
         out.append(line)
         lo, hi = (r.get("bracket") or [None, None])[:2]
         if hi is not None and lo is not None and hi != b.get("value"):
-            out.append(f"  the limit lies between {_load(axis, lo)} and {_load(axis, hi)}")
+            out.append(f"  the limit lies between {_at(axis, lo)} and {_at(axis, hi)}")
     knee = r.get("knee") or {}
     if knee.get("reached"):
-        below = f" (after {_load(axis, knee.get('below'))}, which still scaled)" if knee.get("below") is not None else ""
-        out.append(f"  knee of the throughput curve: {_load(axis, knee.get('value'))}{below}")
+        below = f" (after {_at(axis, knee.get('below'))}, which still scaled)" if knee.get("below") is not None else ""
+        out.append(f"  knee of the throughput curve: {_at(axis, knee.get('value'))}{below}")
     elif r.get("probes"):
-        out.append(f"  knee not reached: throughput still grew up to {_load(axis, knee.get('below'))}")
+        out.append(f"  knee not reached: throughput still grew up to {_at(axis, knee.get('below'))}")
     probes = r.get("probes") or []
     if probes:
         marks = {"met": "✔", "none": "", "missed": "✖", "undecided": "?"}
-        parts = [f"{_load(axis, p.get('value'))}{marks.get(p.get('objectives'), '')}" for p in probes]
+        parts = [f"{_at(axis, p.get('value'))}{marks.get(p.get('objectives'), '')}" for p in probes]
         out.append(f"  probes in order: {', '.join(parts)}")
     if r.get("undecided"):
         out.append("  undecided at the request cap (counted as not met): "
-                   + ", ".join(_load(axis, v) for v in r["undecided"]))
+                   + ", ".join(_at(axis, v) for v in r["undecided"]))
     return out
 
 

@@ -40,6 +40,10 @@ class _VirtualSelector(selectors.DefaultSelector):
 
 
 class VirtualTimeLoop(asyncio.SelectorEventLoop):
+    # code that would compute in a thread does it inline on this loop (the capacity search's level
+    # evaluations): the clock would run on to the next timers while the thread computed
+    virtual_time = True
+
     def __init__(self, start: float = 1000.0) -> None:
         sel = _VirtualSelector()
         super().__init__(selector=sel)
