@@ -29,8 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from specload.config import CapacityConfig, RecordConfig, RequestConfig, RunConfig, TargetConfig, WatchConfig
-from specload.engine.load import build_plan
+from specload.config import RunConfig
 from specload.record.reader import read_record
 from specload.session import Session, SessionResult
 from specload.sim.config import SimConfig
@@ -48,15 +47,10 @@ def virtual_search(*, sim: dict, start: int = 2, slo: str | None = None, max_tok
         server = SimServer(SimConfig(**{"quiet": True, "seed": 1, **sim}))
         url = await server.start()
         try:
-            cfg = RunConfig(
-                target=TargetConfig(url=url, api="chat"),
-                plan=build_plan((start,), requests_per_level=None, duration_per_level=None, rate=rate,
-                                max_duration_s=3600),
-                request=RequestConfig(max_tokens=max_tokens, ignore_eos=True, continuous_usage=True, prompt="hi"),
-                watch=WatchConfig(),
-                record=RecordConfig(path=str(record) if record else None),
-                capacity=CapacityConfig(slo=parse_slo(slo) if slo else None, find_max=True, **capacity),  # type: ignore[arg-type]
-            )
+            cfg = RunConfig.of(url, api="chat", concurrency=(start,), rate=rate, max_duration_s=3600,
+                               max_tokens=max_tokens, ignore_eos=True, continuous_usage=True, prompt="hi",
+                               path=str(record) if record else None, slo=parse_slo(slo) if slo else None,
+                               find_max=True, **capacity)
             return await Session(cfg, clock=LoopClock(asyncio.get_running_loop())).run()
         finally:
             await server.stop()
@@ -137,12 +131,8 @@ def test_a_level_table_of_a_plain_ramp_gets_goodput() -> None:
         server = SimServer(SimConfig(quiet=True, seed=1, **BATCH, step_ms=10, step_slope=0.1, max_batch=64))
         url = await server.start()
         try:
-            cfg = RunConfig(
-                target=TargetConfig(url=url, api="chat"),
-                plan=build_plan((2, 16), requests_per_level=64, duration_per_level=None),
-                request=RequestConfig(max_tokens=16, ignore_eos=True, prompt="hi"),
-                capacity=CapacityConfig(slo=parse_slo("tpot_p50<=20ms,e2e<=2s")),
-            )
+            cfg = RunConfig.of(url, api="chat", concurrency=(2, 16), requests_per_level=64, max_tokens=16,
+                               ignore_eos=True, prompt="hi", slo=parse_slo("tpot_p50<=20ms,e2e<=2s"))
             return await Session(cfg, clock=LoopClock(asyncio.get_running_loop())).run()
         finally:
             await server.stop()
