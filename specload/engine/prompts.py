@@ -10,7 +10,6 @@ from __future__ import annotations
 import itertools
 import random
 from collections.abc import Iterator
-from pathlib import Path
 
 import orjson
 
@@ -76,21 +75,51 @@ class PromptSource:
         return cls(synthetic_tokens=prompt_tokens, seed=seed)
 
 
-def _read(path: str) -> str:
+# Bounds on what is read from a prompt file or dataset: a path may name /dev/zero, a FIFO or a
+# file far larger than memory. No prompt is anywhere near 16 MiB (about 4 million tokens), and a
+# dataset's prompts are all held in memory, so its size is capped too.
+MAX_PROMPT_BYTES = 16 << 20
+MAX_DATASET_BYTES = 2 << 30
+
+
+def _read(path: str, limit: int = MAX_PROMPT_BYTES) -> str:
     try:
-        return Path(path).read_text(encoding="utf-8", errors="replace")
+        with open(path, "rb") as f:
+            data = f.read(limit + 1)
     except OSError as e:
         raise PromptError(f"cannot read {path}: {e.strerror or e}") from None
+    if len(data) > limit:
+        raise PromptError(f"prompt file {path} is larger than {limit >> 20} MiB")
+    return data.decode("utf-8", errors="replace")
 
 
 _PROMPT_KEYS = ("prompt", "text", "input", "question", "instruction")
+
+
+def _dataset_lines(path: str) -> Iterator[tuple[int, bytes]]:
+    """(line number, line) of a JSONL file, read a line at a time, each line and the whole bounded."""
+    total = 0
+    try:
+        with open(path, "rb") as f:
+            for n in itertools.count(1):
+                line = f.readline(MAX_PROMPT_BYTES + 1)
+                if not line:
+                    return
+                if len(line) > MAX_PROMPT_BYTES:
+                    raise PromptError(f"{path}:{n}: line longer than {MAX_PROMPT_BYTES >> 20} MiB")
+                total += len(line)
+                if total > MAX_DATASET_BYTES:
+                    raise PromptError(f"{path}: larger than {MAX_DATASET_BYTES >> 30} GiB (use a sample of it)")
+                yield n, line
+    except OSError as e:
+        raise PromptError(f"cannot read {path}: {e.strerror or e}") from None
 
 
 def load_dataset(path: str) -> list[str]:
     """JSONL: one object per line with a prompt under a common key, or a chat ``messages`` list
     (the first user message is used; ShareGPT's ``conversations`` with ``from``/``value`` too)."""
     prompts: list[str] = []
-    for n, line in enumerate(_read(path).splitlines(), 1):
+    for n, line in _dataset_lines(path):
         if not line.strip():
             continue
         try:

@@ -50,3 +50,19 @@ def test_prompt_file_and_text(tmp_path) -> None:
     assert PromptSource.from_options(prompt="fixed").next() == "fixed"
     with pytest.raises(PromptError, match="cannot read"):
         PromptSource.from_options(prompt_file=str(tmp_path / "missing.txt"))
+
+
+@pytest.mark.parametrize("kind", ["prompt_file", "dataset"])
+def test_dev_zero_is_refused_after_a_bounded_read(kind: str) -> None:
+    # before: read without limit until MemoryError
+    with pytest.raises(PromptError, match="larger than 16 MiB|longer than 16 MiB"):
+        PromptSource.from_options(**{kind: "/dev/zero"})
+
+
+def test_a_dataset_line_over_the_bound_names_its_line(tmp_path) -> None:
+    f = tmp_path / "d.jsonl"
+    with open(f, "wb") as out:
+        out.write(b'{"prompt": "ok"}\n')
+        out.write(b'{"prompt": "' + b"a" * (16 << 20) + b'"}\n')
+    with pytest.raises(PromptError, match=r"d.jsonl:2: line longer than 16 MiB"):
+        load_dataset(str(f))
