@@ -14,8 +14,8 @@ client for request errors, the recorder for every line, the record's config head
   assignments inside commands.
 * **In URLs.** The password of ``scheme://user:pw@host`` is masked wherever it appears.
 * **By value.** The values the rule finds in a run's options (the API key, credential headers and
-  their bare tokens, URL passwords, the values of secret flags in ``--launch``) are collected once
-  into a ``Scrubber``, which masks them in any text: a server that logs its own arguments (vLLM
+  their bare tokens, the password inside a ``Basic`` token, URL passwords, the values of secret
+  flags in ``--launch``) are collected once into a ``Scrubber``, which masks them in any text: a server that logs its own arguments (vLLM
   does), or an error body that echoes a header, cannot leak them.
 
 Masked values become ``***``. Nothing here does I/O; it imports only the standard library, so every
@@ -164,6 +164,24 @@ def command_secrets(cmd: str | None) -> list[str]:
     return found + url_passwords(cmd)
 
 
+def basic_credentials(value: str) -> list[str]:
+    """``Basic base64(user:password)`` -> the password and ``user:password`` as sent. A URL's
+    password travels this way (``http://user:pw@host`` becomes this header), and a server that
+    echoes or logs a failed login writes it in plain text, not in base64."""
+    scheme, _, token = value.strip().partition(" ")
+    if scheme.lower() != "basic" or not token:
+        return []
+    import base64
+    import binascii
+
+    try:
+        pair = base64.b64decode(token.strip(), validate=True).decode("utf-8")
+    except (binascii.Error, UnicodeDecodeError):
+        return []
+    _, sep, password = pair.partition(":")
+    return [pair, password] if sep and password else []
+
+
 def secret_values(
     *,
     api_key: str | None = None,
@@ -181,6 +199,7 @@ def secret_values(
         if is_secret_name(name):
             values.append(value)
             values.extend(part for part in value.split() if len(part) >= 8)
+            values.extend(basic_credentials(value))
     for text in texts:
         values += command_secrets(text)
     return tuple(sorted({v for v in values if len(v) >= MIN_SECRET_LEN}, key=len, reverse=True))

@@ -20,6 +20,8 @@ between requests:
 ``json``           a non-streamed JSON answer, as a server does for ``"stream": false``
 ``status``         ``params["status"]`` with ``params["body"]``
 ``stall``          headers and one chunk, then silence (until the client leaves, bounded)
+``echo``           HTTP 500 whose message echoes the request's credentials: the Authorization
+                   header, its Basic user:password decoded, and ``X-Api-Key``
 =================  ==============================================================================
 
 ``/v1/models`` answers ``models_body`` (raw bytes; ``{"data":[{"id":"hostile"}]}`` by default) and
@@ -30,6 +32,7 @@ headers kept in ``seen_headers``; ``connections`` counts TCP connections accepte
 from __future__ import annotations
 
 import asyncio
+import base64
 import gzip
 import socket
 import struct
@@ -199,6 +202,14 @@ class HostileServer:
     async def _mode_status(self, request: web.Request) -> web.StreamResponse:
         return web.Response(status=self.params.get("status", 500), body=self.params.get("body", b"{}"),
                             content_type="application/json")
+
+    async def _mode_echo(self, request: web.Request) -> web.StreamResponse:
+        auth = request.headers.get("Authorization", "")
+        basic = ""
+        if auth.startswith("Basic "):
+            basic = base64.b64decode(auth[6:]).decode(errors="replace")
+        message = f"denied: auth={auth} user:password={basic} key={request.headers.get('X-Api-Key', '')}"
+        return web.json_response({"error": {"message": message}}, status=500)
 
     async def _mode_stall(self, request: web.Request) -> web.StreamResponse:
         resp = await self._stream(request)

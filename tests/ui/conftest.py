@@ -27,3 +27,17 @@ async def wait_for(pilot, cond: Callable[[], object], what: str, timeout: float 
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
         await pilot.pause(0.05)
+
+
+def screen_text(app) -> str:  # noqa: ANN001 - a running App
+    """What the screen shows, as plain text (the SVG export splits text at every style change and
+    escapes spaces, so a string on screen may not be found in it)."""
+    import io
+
+    from rich.console import Console
+
+    width, height = app.size
+    console = Console(width=width, height=height, file=io.StringIO(), force_terminal=True,
+                      color_system="truecolor", record=True, legacy_windows=False, safe_box=False)
+    console.print(app.screen._compositor.render_update(full=True, screen_stack=app._background_screens))
+    return console.export_text()

@@ -76,3 +76,15 @@ def test_scrubber_masks_known_values_in_text_and_bytes() -> None:
     assert s("got Bearer sk-bearer-99 and sk-bearer-99, abc") == "got *** and ***, abc"
     assert s.scrub_bytes(b'{"detail":"sk-bearer-99"}') == b'{"detail":"***"}'
     assert not Scrubber() and Scrubber()("x") == "x"
+
+
+def test_the_password_inside_a_basic_token_is_a_secret_value() -> None:
+    # http://admin:pw@host becomes "Authorization: Basic base64(admin:pw)"; a server that echoes a
+    # failed login writes the password in plain text
+    import base64
+
+    token = base64.b64encode(b"admin:s3cret-pass").decode()
+    values = secret_values(headers=[("Authorization", f"Basic {token}")])
+    assert {"s3cret-pass", "admin:s3cret-pass", token} <= set(values)
+    assert set(secret_values(headers=[("Authorization", "Basic !!notbase64")])) == {"Basic !!notbase64", "!!notbase64"}
+    assert secret_values(headers=[("X-Note", f"Basic {token}")]) == ()  # not a credential header
