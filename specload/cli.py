@@ -42,8 +42,28 @@ def cli() -> None:
     """Load-test LLM inference servers and watch them for crashes."""
 
 
+def _standard_fds() -> None:
+    """Started with stdin, stdout or stderr closed (``2>&-``): put /dev/null there. Otherwise the
+    next file, pipe or socket opened takes that number and output meant for the terminal lands in
+    it (a run exited 1 silently at start), and uvloop aborts closing a descriptor below 3."""
+    import os
+
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            null = os.open(os.devnull, os.O_RDWR)
+            if null != fd:
+                os.dup2(null, fd)
+                os.close(null)
+            name = ("stdin", "stdout", "stderr")[fd]
+            if getattr(sys, name) is None:  # Python found the descriptor closed at start-up
+                setattr(sys, name, open(fd, "r" if fd == 0 else "w", closefd=False))  # noqa: SIM115
+
+
 def main(argv: list[str] | None = None) -> None:
     """Run the CLI. Usage errors are one line (``specload: error: ...``, exit 2), never a usage dump."""
+    _standard_fds()
     try:
         rc = cli.main(args=argv, prog_name="specload", standalone_mode=False)
     except click.exceptions.UsageError as e:
