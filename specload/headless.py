@@ -209,6 +209,8 @@ def print_summary(
             extra["search"] = result.search.as_record()
         sys.stdout.write(orjson.dumps(summary_json(levels, extra), option=orjson.OPT_INDENT_2).decode() + "\n")
         return
+    from rich.markup import escape
+
     from specload.record.report import wide_console
 
     console = wide_console()
@@ -217,7 +219,8 @@ def print_summary(
     errs = ", ".join(f"{k} {n}" for k, n in snap.errors_by_kind) or "none"
     console.print(f"{snap.requests_ok}/{snap.requests_total} ok; errors: {errs}; end: {result.reason}")
     for c in snap.crashes:
-        console.print(f"[red]crash[/] {c.exception_type}: {c.message} (x{c.count})", highlight=False)
+        # the server's text is never markup: a log line holding "[/]" must not end the run in a traceback
+        console.print(f"[red]crash[/] {escape(c.exception_type)}: {escape(c.message)} (x{c.count})", highlight=False)
     if result.search is not None:
         from specload.record.report import search_lines
 

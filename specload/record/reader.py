@@ -1,7 +1,12 @@
-"""Reading records back: tolerant of a record cut short by a killed process.
+"""Reading records back: tolerant of a record cut short by a killed process, and of any line.
 
 A last line without its newline, or one that is not valid JSON, is dropped and reported as
-``truncated``; every complete line before it is kept.
+``truncated``; every complete line before it is kept. Every line is checked against the schema of
+its type (keys and their types, numbers finite and of sane size) before anything uses it: a line
+that fails is skipped and counted (``bad_lines``, with the first reasons in ``problems``), so a
+hand-edited or corrupted record gives a report with a warning, never a traceback. A file holding
+two records (two ``run`` headers: files concatenated) is refused with the line numbers, rather than
+merged into one with levels overwritten.
 """
 
 from __future__ import annotations
@@ -27,6 +32,12 @@ class RecordData:
     end: dict | None = None
     truncated: bool = False
     bad_lines: int = 0
+    problems: list[str] = field(default_factory=list)  # the first few reasons for bad lines
+
+    def bad(self, line_no: int, reason: str) -> None:
+        self.bad_lines += 1
+        if len(self.problems) < 5:
+            self.problems.append(f"line {line_no}: {reason}")
 
 
 def iter_lines(path: str):
@@ -45,6 +56,106 @@ def iter_lines(path: str):
         yield tail, False
 
 
+# ---------------------------------------------------------------- the schema of each line type
+
+_MAX_INT = 1 << 53  # beyond it a float cannot hold the integer; no count in a record is near it
+_MAX_NUM = 1e15  # seconds, milliseconds, rates: anything larger is not a measurement
+
+
+def _int(v: object) -> bool:
+    return type(v) is int and -_MAX_INT <= v <= _MAX_INT  # type: ignore[operator]
+
+
+def _num(v: object) -> bool:
+    return (type(v) is int and -_MAX_INT <= v <= _MAX_INT) or (  # type: ignore[operator]
+        type(v) is float and -_MAX_NUM <= v <= _MAX_NUM  # NaN fails both comparisons
+    )
+
+
+def _bool(v: object) -> bool:
+    return type(v) is bool
+
+
+def _str(v: object) -> bool:
+    return type(v) is str
+
+
+def _opt(check):  # noqa: ANN001, ANN202
+    return lambda v: v is None or check(v)
+
+
+def _error(v: object) -> bool:
+    return v is None or (
+        isinstance(v, dict) and _opt(_str)(v.get("kind")) and _opt(_str)(v.get("detail")) and _opt(_int)(v.get("status"))
+    )
+
+
+def _counts(v: object) -> bool:
+    return isinstance(v, dict) and all(isinstance(k, str) and _int(n) for k, n in v.items())
+
+
+def _strs(v: object) -> bool:
+    return isinstance(v, list) and all(isinstance(x, str) for x in v)
+
+
+def _any(v: object) -> bool:
+    return True
+
+
+_onum, _oint, _ostr = _opt(_num), _opt(_int), _opt(_str)
+# type -> {key: (check, required)}
+_SCHEMA: dict[str, dict] = {
+    "run": {"version": (_oint, False), "target": (_ostr, False), "model": (_ostr, False), "api": (_ostr, False)},
+    "request": {
+        "start_s": (_num, True), "level_index": (_int, True), "ok": (_bool, True), "id": (_oint, False),
+        "level": (_int, False), "warmup": (_bool, False), "end_s": (_num, False), "ttft_ms": (_onum, False),
+        "tpot_ms": (_onum, False), "e2e_ms": (_onum, False), "itl_ms_p50": (_onum, False),
+        "output_tokens": (_int, False), "tokens_estimated": (_bool, False), "prompt_tokens": (_oint, False),
+        "chunks": (_int, False), "finish_reason": (_ostr, False), "retries": (_int, False), "error": (_error, False),
+    },
+    "level": {
+        "level_index": (_int, True), "concurrency": (_int, True), "requests": (_int, True), "ok": (_int, True),
+        "wall_s": (_num, True), "throughput_tok_s": (_num, True), "per_request_tok_s": (_num, True),
+        "errors": (_counts, False), "output_tokens": (_int, False), "tokens_estimated": (_bool, False),
+        "req_s": (_num, False),
+        **{k: (_onum, False) for k in ("ttft_ms_avg", "ttft_ms_p50", "ttft_ms_p99", "tpot_ms_p50", "tpot_ms_p99",
+                                        "itl_ms_p50", "itl_ms_p99", "e2e_s_avg", "e2e_s_p50", "e2e_s_p99")},
+    },
+    "event": {"t_s": (_num, True), "kind": (_str, True), "value": (_any, False)},
+    "crash": {
+        "t_s": (_num, True), "signature": (_str, True), "first_seen_s": (_num, False), "exception_type": (_ostr, False),
+        "message": (_ostr, False), "innermost_frame": (_ostr, False), "processes": (_strs, False),
+        "count": (_int, False), "new": (_bool, False), "excerpt": (_ostr, False),
+    },
+    "server": {
+        "t_s": (_num, True), "source": (_str, True),
+        **{k: (_onum, False) for k in ("running", "queued", "gen_tok_s", "prompt_tok_s", "accept_len", "accept_rate",
+                                        "token_usage")},
+    },
+    "client": {"t_s": (_num, True), "cpu_pct": (_onum, False), "loop_lag_ms": (_onum, False),
+               "saturated": (_bool, False), "level": (_int, False)},
+    "end": {"reason": (_str, True), "elapsed_s": (_num, False), "requests": (_int, False), "ok": (_int, False),
+            "ended_at": (_str, False)},
+}
+
+
+def line_problem(obj: dict) -> str | None:
+    """Why a decoded line cannot be used (None: it can): an unknown type, a missing key, a value of
+    the wrong type, a number that is not finite or not of sane size."""
+    t = obj.get("type")
+    schema = _SCHEMA.get(t) if isinstance(t, str) else None
+    if schema is None:
+        return f"unknown line type {str(t)[:40]!r}"
+    for key, (check, required) in schema.items():
+        if key not in obj:
+            if required:
+                return f"{t} line without {key!r}"
+            continue
+        if not check(obj[key]):
+            return f"{t} line: {key} = {str(obj[key])[:40]!r} is not valid"
+    return None
+
+
 def read_record(path: str) -> RecordData:
     rec = RecordData()
     buckets = {
@@ -55,27 +166,37 @@ def read_record(path: str) -> RecordData:
         "server": rec.servers,
         "client": rec.clients,
     }
-    for raw, complete in iter_lines(path):
+    runs: list[int] = []
+    for n, (raw, complete) in enumerate(iter_lines(path), 1):
         try:
             obj = orjson.loads(raw)
         except orjson.JSONDecodeError:
             if complete:
-                rec.bad_lines += 1
+                rec.bad(n, "not JSON")
             else:
                 rec.truncated = True
             continue
         if not isinstance(obj, dict):
-            rec.bad_lines += 1
+            rec.bad(n, "not a JSON object")
             continue
-        t = obj.get("type")
+        problem = line_problem(obj)
+        if problem is not None:
+            rec.bad(n, problem)
+            continue
+        t = obj["type"]
         if t == "run":
+            runs.append(n)
             rec.run = obj
         elif t == "end":
             rec.end = obj
-        elif t in buckets:
-            buckets[t].append(obj)
         else:
-            rec.bad_lines += 1
+            buckets[t].append(obj)
+    if len(runs) > 1:
+        at = ", ".join(str(n) for n in runs[:5])
+        raise RecordReadError(
+            f"{path} holds {len(runs)} records (run headers at lines {at}): files joined together? "
+            "Split it at those lines and read each record on its own"
+        )
     if rec.run is None:
         raise RecordReadError(f"{path} is not a specload record (no run header)")
     if rec.end is None:

@@ -11,7 +11,9 @@ import sys
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from specload.record.reader import RecordData, RecordReadError, read_record
 from specload.stats.level_metrics import DEFAULT_PRIMARY, METRICS
@@ -119,7 +121,7 @@ def level_table(levels: list[LevelSummary], title: str | None = None) -> Table:
         t.add_column(name, justify="left" if name in ("errors", "SLO") else "right", no_wrap=name != "errors")
     for s in levels:
         cells = level_cells(s)
-        t.add_row(*(cells[name] for name in columns))
+        t.add_row(*(Text(cells[name]) for name in columns))  # error kinds from a file are not markup
     return t
 
 
@@ -403,6 +405,7 @@ def _single_report(record: str, as_json: bool, as_csv: bool) -> None:
             "target": (data.run or {}).get("target"),
             "end": data.end,
             "truncated": data.truncated,
+            "bad_lines": data.bad_lines,
             "crashes": [
                 {k: c.get(k) for k in ("exception_type", "message", "innermost_frame", "processes", "count")}
                 for c in data.crashes
@@ -416,22 +419,30 @@ def _single_report(record: str, as_json: bool, as_csv: bool) -> None:
         return
     console = wide_console()
     run = data.run or {}
-    console.print(f"[bold]specload record[/] {record}")
+    console.print(f"[bold]specload record[/] {escape(record)}")
     console.print(
         f"target {run.get('target', '?')}  model {run.get('model', '?')}  api {run.get('api', '?')}  "
-        f"started {run.get('started_at', '?')}"
+        f"started {run.get('started_at', '?')}",
+        markup=False,
     )
     console.print(level_table(levels))
     if recomputed:
         console.print("[yellow]some levels were recomputed from request lines (record cut short)[/]")
+    if data.bad_lines:
+        console.print(
+            f"[yellow]{data.bad_lines} line{'s' if data.bad_lines != 1 else ''} skipped, not valid record "
+            f"lines ({escape('; '.join(data.problems[:2]))})[/]",
+            highlight=False,
+        )
     seen = set()
     for c in data.crashes:
         if c.get("signature") in seen:
             continue
         seen.add(c.get("signature"))
-        console.print(
-            f"[red]crash[/] {c.get('exception_type')}: {c.get('message')} "
-            f"({c.get('innermost_frame') or 'no frame'}) at {_seconds(c.get('first_seen_s', c.get('t_s')))} s"
+        console.print(  # the server's text is never markup
+            f"[red]crash[/] {escape(str(c.get('exception_type')))}: {escape(str(c.get('message')))} "
+            f"({escape(str(c.get('innermost_frame') or 'no frame'))}) at "
+            f"{_seconds(c.get('first_seen_s', c.get('t_s')))} s"
         )
     searches, unfinished = search_results(data)
     for r in searches:
@@ -444,7 +455,7 @@ def _single_report(record: str, as_json: bool, as_csv: bool) -> None:
         console.print("[yellow]record has no end line: the run was cut short[/]")
     else:
         console.print(
-            f"end: {end.get('reason')} after {_seconds(end.get('elapsed_s'))} s, "
+            f"end: {escape(str(end.get('reason')))} after {_seconds(end.get('elapsed_s'))} s, "
             f"{end.get('ok')}/{end.get('requests')} ok"
         )
 
