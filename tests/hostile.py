@@ -236,3 +236,34 @@ def _reset(request: web.Request) -> None:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
     transport.abort()
 
+
+
+def self_signed_cert(directory: str) -> tuple[str, str] | None:
+    """A throwaway self-signed certificate for 127.0.0.1 made with the openssl command: (cert, key),
+    or None when openssl is not installed."""
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    if shutil.which("openssl") is None:
+        return None
+    cert, key = Path(directory) / "cert.pem", Path(directory) / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=127.0.0.1", "-days", "1",
+         "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True, timeout=60,
+    )  # fmt: skip
+    return str(cert), str(key)
+
+
+async def start_tls(server: HostileServer, cert: str, key: str) -> str:
+    """Serve ``server``'s app over TLS as well; returns that port's https URL."""
+    import ssl
+
+    assert server._runner is not None
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.load_cert_chain(cert, key)
+    site = web.TCPSite(server._runner, "127.0.0.1", 0, ssl_context=ctx)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    return f"https://127.0.0.1:{port}"

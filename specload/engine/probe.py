@@ -9,11 +9,14 @@ with a one-line reason, raised before any load is sent.
 
 from __future__ import annotations
 
+from urllib.parse import urlparse
+
 import aiohttp
 import orjson
 
 from specload.config import RequestConfig
 from specload.engine.api import CHAT, COMPLETIONS, GENERATE, PATHS, build_body
+from specload.engine.neterrors import connect_reason, speaks_tls
 
 
 class TargetError(Exception):
@@ -24,11 +27,20 @@ _PROBE_REQUEST = RequestConfig(max_tokens=1)  # the tiny request that finds the 
 
 
 def _reason(e: BaseException) -> str:
-    if isinstance(e, aiohttp.ClientConnectorError):
-        return f"connection refused or unreachable ({e.os_error.strerror if e.os_error else e})"
-    if isinstance(e, TimeoutError):
-        return "no answer (timeout)"
+    if isinstance(e, aiohttp.ClientConnectorError | TimeoutError):
+        return connect_reason(e)
     return f"{type(e).__name__}: {e}".replace("\n", " ")[:200]
+
+
+async def _tls_on_plain_http(base_url: str) -> str | None:
+    """A message when an ``http://`` URL names a port where the server speaks TLS."""
+    u = urlparse(base_url)
+    if u.scheme != "http" or not u.hostname:
+        return None
+    if await speaks_tls(u.hostname, u.port or 80):
+        return (f"{base_url} answers with TLS, not plain HTTP: use "
+                f"https://{u.netloc}{u.path}")
+    return None
 
 
 def model_ids(body: bytes) -> list[str]:
@@ -72,6 +84,9 @@ async def discover(
         except aiohttp.ClientError as e:
             if isinstance(e, aiohttp.ClientConnectorError):
                 raise TargetError(f"cannot connect to {base_url}: {_reason(e)}") from None
+            # an answer that is not HTTP at all: an https:// server addressed with http://?
+            if (tls := await _tls_on_plain_http(base_url)) is not None:
+                raise TargetError(tls) from None
         except TimeoutError:
             raise TargetError(f"cannot connect to {base_url}: no answer within {timeout_s:g} s") from None
         if api != "auto":
