@@ -223,6 +223,7 @@ class Session:
                     loop.add_signal_handler(sig, self.signalled, sig)
                 except (NotImplementedError, RuntimeError):
                     pass
+        self._check_fd_limit()
         outcome: tuple[str, int, str | None]
         try:
             self._starting = asyncio.ensure_future(self._start_server())
@@ -254,6 +255,17 @@ class Session:
             # torn down before the record is closed: crashes the detector still holds get recorded
             await self._teardown()
         return self._finish(*outcome)
+
+    def _check_fd_limit(self) -> None:
+        """Each stream holds a socket: raise the open-file limit for the highest planned concurrency,
+        and say so up front when it cannot be (requests beyond it fail in specload, not the server)."""
+        from specload.neterrors import raise_fd_limit
+
+        peak = max((lv.concurrency for lv in self.cfg.plan.levels), default=1)
+        limit = raise_fd_limit(peak + 256)
+        if limit is not None and limit < peak + 64:
+            self._notice(f"open-file limit {limit} (ulimit -n) is too low for C={peak}: requests beyond "
+                         f"about {max(1, limit - 32)} in flight will fail in specload; raise it with ulimit -n")
 
     def _interrupted_code(self) -> int:
         # a shell reports a process ended by signal N as 128 + N: 130 Ctrl-C, 143 SIGTERM, 129 SIGHUP

@@ -16,7 +16,7 @@ import orjson
 
 from specload.config import RequestConfig
 from specload.engine.api import CHAT, COMPLETIONS, GENERATE, PATHS, build_body
-from specload.engine.neterrors import connect_reason, speaks_tls
+from specload.neterrors import connect_reason, speaks_tls
 
 
 class TargetError(Exception):

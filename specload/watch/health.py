@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import aiohttp
 
 from specload.clock import SYSTEM_CLOCK, Clock
+from specload.neterrors import connect_reason, is_client_side
 from specload.records import RunEvent
 
 HealthFn = Callable[[RunEvent, str], None]
@@ -27,6 +28,7 @@ class HealthCheck:
     ok: bool
     detail: str
     refused: bool = False  # the port is closed: down at once, no second chance
+    client_side: bool = False  # the check failed in specload itself (no file descriptor): no verdict
 
 
 class HealthMonitor:
@@ -76,6 +78,9 @@ class HealthMonitor:
 
     def observe(self, check: HealthCheck) -> None:
         """Fold one check result into the state (public so tests and replays can drive it)."""
+        if check.client_side:
+            self.detail = check.detail
+            return
         if check.ok:
             self._failures = 0
             self._set("up", check.detail)
@@ -100,6 +105,8 @@ class HealthMonitor:
                     return HealthCheck(True, f"HTTP 200 in {ms:.0f} ms")
                 return HealthCheck(False, f"HTTP {resp.status}")
         except aiohttp.ClientConnectorError as exc:
+            if is_client_side(exc):  # out of file descriptors here: says nothing about the server
+                return HealthCheck(False, connect_reason(exc), client_side=True)
             if isinstance(exc.os_error, ConnectionRefusedError):
                 return HealthCheck(False, "connection refused", refused=True)
             return HealthCheck(False, f"cannot connect: {exc.os_error or exc}")

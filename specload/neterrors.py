@@ -1,4 +1,5 @@
-"""What a failed connection means, in one line: whose fault it is and what to do.
+"""What a failed connection means, in one line: whose fault it is and what to do (no I/O but a TLS
+handshake on request; shared by engine/ and watch/, so it lives beside them).
 
 Shared by the API probe, the streaming client and the health monitor, so the same failure reads the
 same everywhere. The distinctions matter for the diagnosis: a refused connection means nothing
@@ -40,6 +41,23 @@ def fd_limit() -> int | None:
         return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
     except (ImportError, OSError, ValueError):
         return None
+
+
+def raise_fd_limit(needed: int) -> int | None:
+    """Raise this process's soft limit on open files toward its hard limit (a load of C streams needs
+    about C descriptors, and a default soft limit of 1024 is below what C=2000 needs). Returns the
+    soft limit now in force (None where there are no limits to read)."""
+    try:
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        want = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
+        if soft != resource.RLIM_INFINITY and soft < want:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+            soft = want
+        return soft
+    except (ImportError, OSError, ValueError):
+        return fd_limit()
 
 
 def connect_reason(e: BaseException) -> str:
