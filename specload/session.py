@@ -48,6 +48,7 @@ EXIT_ALL_FAILED = 5  # headless: the run completed but not one request succeeded
 EXIT_WORKER_LOST = 6  # a load worker died and the run stopped (all of them, or --on-worker-death stop)
 EXIT_INTERRUPTED = 130
 
+MAX_STASH = 10_000  # record lines held while the server starts, before the record is open
 _LISTENING = re.compile(r"listening on (https?://\S+)")
 
 
@@ -125,6 +126,7 @@ class Session:
                 on_event=self._search_event, collect_all=cap.slo is not None,
             )
         self._level_chain: asyncio.Future | None = None  # level summaries waiting for their goodput
+        self._stash_dropped = 0
         # values that must never reach the screen, the record or a request error (specload.secrets)
         self.scrub = Scrubber(cfg.secret_values())
 
@@ -485,12 +487,20 @@ class Session:
         stash, self._stash = self._stash, []
         for method, payload in stash:
             getattr(self.recorder, method)(payload)
+        if self._stash_dropped:
+            self._notice(f"{self._stash_dropped} record lines from while the server started were not kept "
+                         f"(more than {MAX_STASH})")
 
     def _to_record(self, method: str, payload: object) -> None:
         if self.recorder is not None:
             getattr(self.recorder, method)(payload)
         elif self.cfg.record.path:
-            self._stash.append((method, payload))
+            # bounded: a server may log for many minutes while it loads, and a flood of stats or
+            # crash lines must not grow memory before the record exists
+            if len(self._stash) < MAX_STASH:
+                self._stash.append((method, payload))
+            else:
+                self._stash_dropped += 1
 
     async def _start_watchers(self) -> None:
         w = self.cfg.watch
