@@ -39,9 +39,13 @@ class PlanError(ConfigError):
 def parse_levels(text: str) -> tuple[int, ...]:
     """``"1,2,4,8"`` -> (1, 2, 4, 8). Every level a positive integer."""
     out = []
-    for part in text.replace(" ", "").split(","):
+    parts = text.replace(" ", "").split(",")
+    for part in parts:
         if not part:
-            continue
+            if len(parts) == 1:
+                break
+            # "1,,4" is a typo (a level left out?), not two levels
+            raise PlanError(f"concurrency levels {text!r} have an empty entry")
         try:
             n = int(part)
         except ValueError:

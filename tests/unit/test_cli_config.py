@@ -6,6 +6,7 @@ import pytest
 
 from specload.cli_run import build_config, run_command
 from specload.config import ConfigError
+from specload.engine.load import PlanError
 
 
 def config(*args: str):
@@ -42,3 +43,10 @@ def test_a_request_body_that_cannot_be_written_is_a_usage_error(args, needle) ->
     with pytest.raises(ConfigError, match="cannot be written as JSON") as e:
         config(*args)
     assert needle in str(e.value) and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("levels", ["1,,4", ",4", "4,", "1, ,4"])
+def test_an_empty_concurrency_entry_is_an_error(levels: str) -> None:
+    # before: "1,,4" ran levels 1 and 4 without a word
+    with pytest.raises(PlanError, match="empty entry"):
+        config("-c", levels)
