@@ -61,8 +61,10 @@ class RequestRecord:
 
     @property
     def tpot_ns(self) -> float | None:
-        """(E2E - TTFT) / (output_tokens - 1): the mean time per output token after the first."""
-        if self.ttft_ns is None or self.e2e_ns is None or self.output_tokens < 2:
+        """(E2E - TTFT) / (output_tokens - 1): the mean time per output token after the first.
+        None when all the text came in one chunk (an answer not streamed, ``"stream": false``): the
+        time between tokens was not seen, and 0.0 would read as infinitely fast decoding."""
+        if self.ttft_ns is None or self.e2e_ns is None or self.output_tokens < 2 or self.chunks < 2:
             return None
         return (self.e2e_ns - self.ttft_ns) / (self.output_tokens - 1)
 

@@ -127,6 +127,7 @@ class Session:
             )
         self._level_chain: asyncio.Future | None = None  # level summaries waiting for their goodput
         self._stash_dropped = 0
+        self._warned_unstreamed = False
         # values that must never reach the screen, the record or a request error (specload.secrets)
         self.scrub = Scrubber(cfg.secret_values())
 
@@ -631,6 +632,11 @@ class Session:
     # ------------------------------------------------------------------ sinks
 
     def _record(self, rec: RequestRecord) -> None:
+        if rec.ok and rec.chunks == 1 and rec.output_tokens > 1 and not self._warned_unstreamed:
+            self._warned_unstreamed = True
+            self._notice(f"the server sent a whole answer of {rec.output_tokens} tokens in one piece (not "
+                         "streamed: \"stream\": false in --extra-body?): TTFT is the whole answer's time, "
+                         "TPOT and ITL cannot be measured")
         self.stats.on_record(rec)
         if self.capacity is not None:
             self.capacity.on_record(rec)

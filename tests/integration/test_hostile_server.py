@@ -9,7 +9,9 @@ that was never released and no summary says "all ok" for requests that vanished.
 from __future__ import annotations
 
 import asyncio
+import sys
 
+import orjson
 import pytest
 
 from specload.config import RequestConfig
@@ -110,3 +112,19 @@ async def test_a_models_list_of_the_wrong_shape_means_no_model_name(hostile, bod
     assert await asyncio.wait_for(discover(server.url), 10) == ("chat", None)
     server.models_body = b'{"data": [{"id": "m1"}, {"id": "m2"}]}'
     assert await asyncio.wait_for(discover(server.url), 10) == ("chat", "m1")
+
+
+async def test_an_answer_not_streamed_has_no_tpot_and_says_why(hostile) -> None:
+    # before: --extra-body '{"stream": false}' gave TPOT 0.0 ms without a word
+    server = await hostile()
+    server.mode, server.params = "json", {"n": 16}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "specload.cli", "run", server.url, "--api", "chat", "-c", "1", "-n", "2",
+        "--max-tokens", "16", "--extra-body", '{"stream": false}', "--json", "--no-health", "--metrics-url", "off",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 0, err.decode()
+    level = orjson.loads(out)["levels"][0]
+    assert level["ok"] == 2 and level["tpot_ms_p50"] is None and level["ttft_ms_p50"] is not None
+    assert err.decode().count("in one piece (not streamed") == 1
