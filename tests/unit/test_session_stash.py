@@ -3,8 +3,7 @@ many minutes while it loads, and a flood before the record exists must not grow 
 
 from __future__ import annotations
 
-from specload.config import RecordConfig, RunConfig, TargetConfig
-from specload.engine.load import build_plan
+from specload.config import RunConfig
 from specload.record.reader import read_record
 from specload.records import ServerSample
 from specload.session import MAX_STASH, Session
@@ -12,9 +11,7 @@ from specload.session import MAX_STASH, Session
 
 def test_lines_held_before_the_record_opens_are_bounded_and_counted(tmp_path) -> None:
     rec = tmp_path / "r.jsonl"
-    cfg = RunConfig(target=TargetConfig(url="http://127.0.0.1:9", api="chat"),
-                    plan=build_plan((1,), requests_per_level=1, duration_per_level=None),
-                    record=RecordConfig(path=str(rec)))
+    cfg = RunConfig.of("http://127.0.0.1:9", api="chat", concurrency=(1,), requests_per_level=1, path=str(rec))
     notices: list[str] = []
     session = Session(cfg, listener=lambda kind, payload: notices.append(str(payload)) if kind == "notice" else None)
     for i in range(MAX_STASH + 5):
