@@ -318,6 +318,16 @@ class CapacityConfig:
             raise ConfigError("--search-max applies to --find-max")
 
 
+def _check_ray(value: str | None) -> str | None:
+    if value is None:
+        return None
+    if not value.strip():
+        return "needs local, auto or a cluster address"
+    from specload.engine.ray_workers import RAY_MISSING, ray_available
+
+    return None if ray_available() else f"needs Ray, which is not installed: {RAY_MISSING.split(': ', 1)[1]}"
+
+
 @dataclass(frozen=True, slots=True)
 class RunConfig:
     """One run: its sections, and the options that belong to the run as a whole."""
@@ -337,6 +347,10 @@ class RunConfig:
     on_worker_death: str = option("continue", "--on-worker-death", choices=("continue", "stop"),
                                   help="With --workers: when a worker process dies, go on with the others "
                                        "(its requests in flight are recorded as lost) or stop the run.")
+    ray: str | None = option(None, "--ray", metavar="local|auto|ADDRESS", check=_check_ray,
+                             help="Run the --workers as Ray actors: 'local' starts Ray on this machine for the "
+                                  "run, 'auto' joins this machine's cluster, or a cluster address (HOST:6379). "
+                                  "Needs the ray extra.")
     label: str | None = option(None, "--label", help="Name of this run in comparisons ('specload report A B'); "
                                                      "kept in the record (default: the record's file name).")
     command: str | None = None  # the command line that started the run (secrets masked), for reports

@@ -235,10 +235,18 @@ class Session:
             except asyncio.CancelledError:
                 if not self._interrupted:
                     raise
+            if not self._interrupted:
+                # building may wait too (a slow /v1/models, Ray starting or joining a cluster):
+                # an interrupt stops that wait as it stops the wait for the server
+                self._starting = asyncio.ensure_future(self._build())
+                try:
+                    await self._starting
+                except asyncio.CancelledError:
+                    if not self._interrupted:
+                        raise
             if self._interrupted:
                 outcome = ("interrupted", self._interrupted_code(), None)
             else:
-                await self._build()
                 settle_before_load()
                 self.phase = "running"
                 self.listener("phase", self.phase)
@@ -428,7 +436,11 @@ class Session:
             seed=cfg.seed,
         )
         client_cls = StreamingClient
-        if cfg.workers > 1:
+        if cfg.ray:
+            from specload.engine.ray_workers import RayPoolClient
+
+            client_cls = functools.partial(RayPoolClient, cfg.workers, address=cfg.ray)  # type: ignore[assignment]
+        elif cfg.workers > 1:
             from specload.engine.workers import WorkerPoolClient
 
             client_cls = functools.partial(WorkerPoolClient, cfg.workers)  # type: ignore[assignment]
@@ -445,7 +457,15 @@ class Session:
         )
         if hasattr(self.client, "on_worker_lost"):
             self.client.on_worker_lost = self._worker_lost
-        await self.client.start()
+        if cfg.ray:
+            from specload.engine.ray_workers import RayStartError
+
+            try:
+                await self.client.start()
+            except RayStartError as e:  # no cluster at that address, actors that cannot be placed
+                raise SessionError(str(e)) from None
+        else:
+            await self.client.start()
         plan = cfg.plan
         if cfg.capacity.find_max:
             # the search decides every level; the ramp's levels only give it its start
@@ -484,6 +504,11 @@ class Session:
         )
         header = self.cfg.describe()
         header.update({"target": self.url, "model": self.model, "api": self.api, "builtin_sim": self.builtin_sim})
+        # how the times of requests measured by other processes or machines sit on this timeline
+        header["timeline"] = getattr(self.client, "timeline", None) or {
+            "clock": "CLOCK_MONOTONIC of this machine" + (", shared by the worker processes" if self.cfg.workers > 1 else ""),
+            "alignment": "none needed",
+        }
         self.recorder.open(header)
         stash, self._stash = self._stash, []
         for method, payload in stash:

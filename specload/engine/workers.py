@@ -436,6 +436,8 @@ async def _worker_main() -> None:
         if tokens[0]:
             emit({"op": "tokens", "t": tokens[1], "n": tokens[0]})
         reporter.cancel()
+        # retrieved, or the cancelled gather prints "exception was never retrieved" at exit
+        await asyncio.gather(reporter, return_exceptions=True)
         await client.close()
         await out.drain()
 
