@@ -180,9 +180,9 @@ class Session:
             self.runner.set_source(None)
             if hold_best and result is not None and result.best is not None:
                 if result.axis == CONCURRENCY:
-                    self.runner.set_target(int(result.best.value))
-                elif result.best.in_flight:
-                    self.runner.set_target(max(1, round(result.best.in_flight)))
+                    self.runner.set_target(int(result.best.value), force=True)
+                else:  # the best rate, open loop, its cap the concurrency the search gave it
+                    self.runner.set_target(self._concurrency_cap(), force=True, rate=result.best.value)
         return result
 
     def _concurrency_cap(self) -> int:

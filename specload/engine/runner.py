@@ -125,6 +125,7 @@ class Runner:
         self._stop = False
         self._skip = False
         self._manual: int | None = None
+        self._manual_rate: float | None = None
         self._cursor = 0
         self._level_index = -1
         self._level_number = 0
@@ -139,12 +140,15 @@ class Runner:
 
     # ---------------------------------------------------------------- controls
 
-    def set_target(self, n: int) -> None:
-        """The user sets the concurrency: a new held manual level at ``n``."""
+    def set_target(self, n: int, *, force: bool = False, rate: float | None = None) -> None:
+        """The user sets the concurrency: a new held manual level at ``n`` (with ``force`` even when
+        it is the current target: holding the capacity search's best point after its last probe;
+        ``rate``: open loop at that rate, ``n`` its cap)."""
         n = max(1, min(MAX_CONCURRENCY, int(n)))
-        if n == self.target and self._manual is None:
+        if n == self.target and self._manual is None and not force:
             return
         self._manual = n
+        self._manual_rate = rate
         self._skip = True
         self._wake.set()
 
@@ -303,7 +307,8 @@ class Runner:
                 if manual is not None:
                     self._manual = None
                     self.held = True
-                    spec, number = LevelSpec(manual), 0
+                    spec, number = LevelSpec(manual, rate=self._manual_rate), 0
+                    self._manual_rate = None
                 elif sourced is not None:
                     spec, number = sourced, 0
                 elif self._cursor < len(self.plan.levels):

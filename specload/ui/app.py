@@ -21,7 +21,7 @@ import os
 import signal
 from pathlib import Path
 
-from textual.app import App, ComposeResult
+from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.css.query import NoMatches
 from textual.reactive import var
@@ -29,6 +29,7 @@ from textual.widgets import Footer
 from textual.worker import Worker
 
 from specload.config import RunConfig
+from specload.engine.capacity import SearchView
 from specload.engine.runner import MAX_CONCURRENCY, RunnerState, scaled
 from specload.session import EXIT_CRASHED, EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, Session, SessionResult
 from specload.stats.live import StatsSnapshot
@@ -86,6 +87,9 @@ class SpecloadApp(App[int]):
         Binding("h", "hold", "Hold"),
         Binding("m", "marker", "Mark"),
         Binding("e", "crashes", "Crashes", show=False),
+        # the capacity search: f starts it (or stops one running), b holds the load at its best point
+        Binding("f", "find_max", "Find max", show=False),
+        Binding("b", "hold_best", "Best", show=False),
         Binding("question_mark", "help", "Keys", key_display="?"),
         Binding("right", "panel(1)", "Panel", show=False),
         Binding("left", "panel(-1)", "Panel", show=False),
@@ -96,6 +100,7 @@ class SpecloadApp(App[int]):
     state_label: var[str] = var("starting")
     target_info: var[tuple[str, str, str]] = var(("", "", ""))
     pending_target: var[int | None] = var(None)  # a concurrency keyed in, applied once keys settle
+    search: var[SearchView | None] = var(None)  # the capacity search, when one has run or runs
 
     def __init__(
         self,
@@ -156,7 +161,7 @@ class SpecloadApp(App[int]):
         yield RunHeader().data_bind(App.snapshot, App.state_label, App.target_info)
         with Dashboard():
             with TopRow():
-                load = LoadPanel(classes="top-panel").data_bind(App.runner_state, App.pending_target)
+                load = LoadPanel(classes="top-panel").data_bind(App.runner_state, App.pending_target, App.search)
                 load.border_title = "load"
                 yield load
                 tp = ThroughputPanel(classes="top-panel").data_bind(App.snapshot)
@@ -170,7 +175,7 @@ class SpecloadApp(App[int]):
                 levels = LevelTable(id="p-levels", classes="detail-panel").data_bind(App.snapshot)
                 levels.border_title = "levels"
                 yield levels
-                chart = KneeChart(id="p-chart", classes="detail-panel").data_bind(App.snapshot)
+                chart = KneeChart(id="p-chart", classes="detail-panel").data_bind(App.snapshot, App.search)
                 chart.border_title = "throughput vs concurrency"
                 yield chart
                 server = ServerPanel(id="p-server", classes="detail-panel").data_bind(App.snapshot)
@@ -189,6 +194,8 @@ class SpecloadApp(App[int]):
 
     def on_mount(self) -> None:
         self.query_one(CrashTable).t0_ns = self.source.t0_ns
+        slo = getattr(getattr(getattr(self.source, "cfg", None), "capacity", None), "slo", None)
+        self.query_one(LatencyPanel).set_objectives(slo)
         for text, severity in self._startup_notices:
             self.notify(text, severity=severity, timeout=8)  # type: ignore[arg-type]
         self.sample()
@@ -224,6 +231,8 @@ class SpecloadApp(App[int]):
         self.runner_state = src.runner_state()
         self.state_label = src.state_label()
         self.target_info = (src.url or "", src.model or "", src.api or "")
+        search_view = getattr(src, "search_view", None)
+        self.search = search_view() if search_view is not None else None
         if self._ticks % LOG_EVERY == 0:
             try:
                 self.query_one(LogTail).pull(src.log_lines)
@@ -256,6 +265,22 @@ class SpecloadApp(App[int]):
             self.notify(f"server {ev.value}", title="server", severity="error", timeout=10)
         elif ev.kind in ("pause", "resume", "hold", "next", "concurrency"):
             self.runner_state = self.source.runner_state()  # show the change now, not at the next tick
+        elif ev.kind == "search" and isinstance(ev.value, dict):
+            self._search_event(ev.value)
+
+    def _search_event(self, v: dict) -> None:
+        phase = v.get("phase")
+        if phase == "result":
+            crashed = v.get("reason") == "crashed"
+            self.notify(str(v.get("message")), title="capacity search", severity="error" if crashed else "information",
+                        timeout=30)
+            dash = self.query_one(Dashboard)
+            if dash.compact:
+                dash.show_panel("chart")
+        elif phase == "start":
+            what = f"objectives {v['slo']}" if v.get("slo") else "no --slo: saturation only"
+            self.notify(f"probing from {v.get('start'):g} ({what}) · f stops it, b holds the best point",
+                        title="capacity search", timeout=6)
 
     def on_level_finished(self, msg: LevelFinished) -> None:
         self.query_one(LevelTable).show_level(msg.summary)
@@ -380,9 +405,17 @@ class SpecloadApp(App[int]):
             self._settle_timer.stop()
             self._settle_timer = None
 
+    def _take_over_from_search(self) -> None:
+        """A concurrency set by hand ends a capacity search: the user has taken the load over."""
+        if self.session is not None and self.session.capacity is not None and self.session.capacity.searching:
+            result = self.session.stop_search()
+            if result is not None:
+                self.notify(result.message, title="search stopped", timeout=10)
+
     def _apply_pending(self) -> None:
         n, self.pending_target, self._settle_timer = self.pending_target, None, None
         if n is not None and (r := self._runner()) is not None:
+            self._take_over_from_search()
             r.set_target(n)
             self.runner_state = self.source.runner_state()
 
@@ -394,6 +427,7 @@ class SpecloadApp(App[int]):
             if n is not None and (r := self._runner()) is not None:
                 self._cancel_settle()
                 self.pending_target = None
+                self._take_over_from_search()
                 r.set_target(n)
                 self.runner_state = self.source.runner_state()
                 self.notify(f"concurrency → {n} (held)", timeout=3)
@@ -433,6 +467,43 @@ class SpecloadApp(App[int]):
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen())
+
+    def action_find_max(self) -> None:
+        """Start the capacity search from the current concurrency, or stop the one running."""
+        if self.session is None or self._runner() is None:
+            return
+        if self.session.capacity is not None and self.session.capacity.searching:
+            result = self.session.stop_search()
+            self.runner_state = self.source.runner_state()
+            if result is not None:
+                self.notify(result.message, title="search stopped", timeout=15)
+            return
+        self._cancel_settle()
+        self.pending_target = None
+        start = self.session.runner.target if self.session.runner is not None and not self.session.cfg.plan.rate else None
+        if not self.session.start_search(start=start):
+            self.notify("the search cannot start now", severity="warning", timeout=3)
+        self.runner_state = self.source.runner_state()
+
+    def action_hold_best(self) -> None:
+        """Hold the load at the best point found (stopping a search that still runs)."""
+        if self.session is None or self._runner() is None:
+            return
+        result = self.session.stop_search(hold_best=True)
+        if result is None or result.best is None:
+            self.notify("no best point found yet", severity="warning", timeout=4)
+            return
+        self.runner_state = self.source.runner_state()
+        self.notify(f"holding the best point: {result.message.split(';')[0]}", title="capacity search", timeout=8)
+
+    def get_system_commands(self, screen):  # noqa: ANN001, ANN201 - Textual's signature
+        yield from super().get_system_commands(screen)
+        if self.session is not None:
+            yield SystemCommand("Find max (capacity search)",
+                                "Search the highest load that meets the objectives and still adds throughput (f)",
+                                self.action_find_max)
+            yield SystemCommand("Hold at the best point", "Stop the search and hold the best load it found (b)",
+                                self.action_hold_best)
 
     def action_panel(self, delta: int) -> None:
         self.query_one(Dashboard).step_panel(delta)

@@ -100,6 +100,8 @@ KEYS_HELP = (
     ("h", "hold the current level / resume the ramp"),
     ("m", "marker with an optional note (into the record)"),
     ("e", "crash excerpts"),
+    ("f", "capacity search from the current load (--slo objectives) / stop it"),
+    ("b", "hold the load at the best point the search found"),
     ("← / →", "switch panel (small terminals)"),
     ("ctrl+p", "command palette (themes: 'Change theme')"),
     ("?", "this help"),

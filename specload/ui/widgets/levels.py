@@ -16,6 +16,7 @@ from textual.reactive import var
 from textual.widgets import DataTable
 from textual_plotext import PlotextPlot
 
+from specload.engine.capacity import SearchView
 from specload.record.report import level_cells as report_cells
 from specload.stats.levels import LevelSummary
 from specload.stats.live import StatsSnapshot
@@ -53,7 +54,18 @@ def row_key(s: LevelSummary) -> str:
     return f"level-{s.level_index}"
 
 
+GOODPUT_COLUMNS = (("slo", "SLO"), ("good", "good %"), ("goodtok", "good tok/s"))
+
+
+def goodput_cells(s: LevelSummary) -> tuple[str, ...]:
+    cells = report_cells(s, dash=DASH)
+    return cells["SLO"], cells["good %"], cells["good tok/s"]
+
+
 class LevelTable(DataTable):
+    """The finished levels; with ``--slo`` three more columns (verdict, share of good requests with its
+    interval, goodput tok/s), added when the first level with goodput arrives."""
+
     DEFAULT_CSS = """
     LevelTable { height: 1fr; background: $surface; }
     """
@@ -65,22 +77,31 @@ class LevelTable(DataTable):
         # Arrow keys belong to the concurrency controls, so the table never takes focus.
         self.can_focus = False
         self._shown: dict[str, tuple[str, ...]] = {}
+        self._goodput = False
 
     def on_mount(self) -> None:
         for key, label in COLUMNS:
             self.add_column(label, key=key)
 
+    def _columns(self) -> tuple[tuple[str, str], ...]:
+        return COLUMNS + GOODPUT_COLUMNS if self._goodput else COLUMNS
+
     def show_level(self, s: LevelSummary) -> None:
         """Add the level's row, or update the cells that changed when it is already there."""
+        if s.goodput is not None and not self._goodput:
+            self._goodput = True
+            for key, label in GOODPUT_COLUMNS:
+                self.add_column(label, key=key, default=DASH)
+            self._shown = {k: v + (DASH,) * len(GOODPUT_COLUMNS) for k, v in self._shown.items()}
         key = row_key(s)
-        cells = level_cells(s)
+        cells = level_cells(s) + (goodput_cells(s) if self._goodput else ())
         old = self._shown.get(key)
         if old == cells:
             return
         if old is None:
             self.add_row(*cells, key=key)
         else:
-            for (col, _), new, was in zip(COLUMNS, cells, old, strict=True):
+            for (col, _), new, was in zip(self._columns(), cells, old, strict=True):
                 if new != was:
                     self.update_cell(key, col, new)
         self._shown[key] = cells
@@ -94,11 +115,16 @@ class LevelTable(DataTable):
 
 
 class KneeChart(PlotextPlot):
+    """Throughput against load. A capacity search draws on it too: its probes (those it could not
+    accept marked x), the bracket it is narrowing (two vertical lines) and, at the end, its best point
+    (*) and what it found in the title. A rate search plots against the offered rate."""
+
     DEFAULT_CSS = """
     KneeChart { height: 1fr; min-height: 8; }
     """
 
     snapshot: var[StatsSnapshot | None] = var(None)
+    search: var[SearchView | None] = var(None)
 
     def __init__(self, **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
@@ -112,6 +138,9 @@ class KneeChart(PlotextPlot):
         if snap is not None and snap.levels != self._levels:
             self.set_levels(snap.levels)
 
+    def watch_search(self, _search: SearchView | None) -> None:
+        self.redraw()
+
     def set_levels(self, levels: tuple[LevelSummary, ...]) -> None:
         self._levels = tuple(levels)
         self.redraw()
@@ -124,23 +153,77 @@ class KneeChart(PlotextPlot):
         plt = self.plt
         plt.clear_data()
         plt.clear_figure()
-        plt.title("throughput vs concurrency")
-        plt.xlabel("concurrency")
+        sv = self.search
+        rate_axis = sv is not None and sv.axis == "rate"
+        plt.title(chart_title(sv))
+        plt.xlabel("request rate (req/s)" if rate_axis else "concurrency")
         plt.ylabel("tok/s")
-        # a manual level may repeat a concurrency: the latest measurement of each C is plotted
-        by_c: dict[int, float] = {}
+        # a manual level may repeat a concurrency: the latest measurement of each load is plotted
+        by_x: dict[float, float] = {}
         for s in self._levels:
-            by_c[s.concurrency] = s.throughput_tok_s
-        if by_c:
-            cs = sorted(by_c)
-            ys = [by_c[c] for c in cs]
-            # ramps usually double the concurrency: on a log2 axis each level is one step apart
-            xs = [math.log2(c) for c in cs]
+            if rate_axis:
+                if s.rate is not None:
+                    by_x[s.rate] = s.throughput_tok_s
+            elif s.rate is None or sv is None:
+                by_x[float(s.concurrency)] = s.throughput_tok_s
+        if by_x:
+            loads = sorted(by_x)
+            ys = [by_x[c] for c in loads]
+            # ramps usually double the load: on a log2 axis each level is one step apart
+            xs = [math.log2(c) for c in loads]
             # one line, no separate point markers: plotext rounds scatter points and hd lines
             # differently, and the misaligned dots read as a second series
             plt.plot(xs, ys, marker="hd", color=self._colour("specload-throughput"))
-            plt.xticks(xs, [str(c) for c in cs])
+            shown = tick_loads(loads)
+            plt.xticks([math.log2(c) for c in shown], [f"{c:g}" for c in shown])
             if len(xs) == 1:
                 plt.xlim(xs[0] - 1, xs[0] + 1)
-            plt.ylim(0, max(ys) * 1.1 if max(ys) > 0 else 1)
+            top = max(ys) if max(ys) > 0 else 1
+            plt.ylim(0, top * 1.1)
+            if sv is not None:
+                self._draw_search(sv, top)
         self.refresh()
+
+    def _draw_search(self, sv: SearchView, top: float) -> None:
+        plt = self.plt
+        bad = [(math.log2(p.value), p.throughput) for p in sv.probes if not p.acceptable and p.value > 0]
+        if bad:
+            plt.scatter([x for x, _ in bad], [y for _, y in bad], marker="x", color=self._colour("error"))
+        if sv.result is None:
+            for edge in sv.bracket:
+                if edge is not None and edge > 0:
+                    plt.vline(math.log2(edge), color=self._colour("accent"))
+        elif sv.result.best is not None and sv.result.best.value > 0:
+            plt.scatter([math.log2(sv.result.best.value)], [sv.result.best.throughput.value], marker="*",
+                        color=self._colour("specload-good"))
+
+
+def tick_loads(loads: list[float], most: int = 6) -> list[float]:
+    """The loads to label on the x axis: all of them when few, else the ends and powers of two (a
+    bisection's probes 12, 13, 14 would print over each other)."""
+    if len(loads) <= most:
+        return loads
+    keep = [c for c in loads if c == loads[0] or c == loads[-1] or math.log2(c).is_integer()]
+    if len(keep) > most:
+        step = math.ceil(len(keep) / most)
+        keep = keep[::step] + ([keep[-1]] if keep[-1] not in keep[::step] else [])
+    return keep
+
+
+def chart_title(sv: SearchView | None) -> str:
+    if sv is None:
+        return "throughput vs concurrency"
+    unit = "C=" if sv.axis == "concurrency" else ""
+    suffix = "" if sv.axis == "concurrency" else "/s"
+
+    def v(x: float | None) -> str:
+        return "?" if x is None else f"{unit}{x:g}{suffix}"
+
+    r = sv.result
+    if r is None:
+        lo, hi = sv.bracket
+        return f"search: {sv.phase} {v(lo)}..{v(hi)}" if hi is not None else f"search: {sv.phase} from {v(lo)}"
+    if r.best is None:
+        return "search: crashed, no best point" if r.reason == "crashed" else f"search: {r.reason}, no best point"
+    knee = f" · knee {v(r.knee.value)}" if r.knee.reached else ""
+    return f"best {v(r.best.value)} ({r.limited_by or r.reason}){knee}"

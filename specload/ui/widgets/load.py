@@ -15,6 +15,7 @@ from textual.reactive import var
 from textual.widget import Widget
 from textual.widgets import ProgressBar
 
+from specload.engine.capacity import SearchView
 from specload.engine.runner import RunnerState
 from specload.ui.widgets.value import ValueLabel
 
@@ -40,6 +41,7 @@ class LoadPanel(Widget):
 
     runner_state: var[RunnerState | None] = var(None)
     pending_target: var[int | None] = var(None)  # keyed in, not yet applied
+    search: var[SearchView | None] = var(None)  # a capacity search's probe is a level too
 
     def compose(self) -> ComposeResult:
         with Horizontal():
@@ -53,6 +55,9 @@ class LoadPanel(Widget):
     def watch_pending_target(self, _pending: int | None) -> None:
         self.watch_runner_state(self.runner_state)
 
+    def watch_search(self, _search: SearchView | None) -> None:
+        self.watch_runner_state(self.runner_state)
+
     def watch_runner_state(self, rs: RunnerState | None) -> None:
         conc = self.query_one("#load-conc", ValueLabel)
         level = self.query_one("#load-level", ValueLabel)
@@ -64,8 +69,13 @@ class LoadPanel(Widget):
             return
         target = f"{rs.target}" if self.pending_target is None else f"{rs.target}→{self.pending_target}"
         conc.show(f"concurrency  target [b]{target}[/]  in flight [b]{rs.in_flight}[/]")
+        sv = self.search
         if rs.level_index < 0:
             where = "warm-up"
+        elif rs.sourced and sv is not None and sv.current is not None:
+            where = probe_text(sv)
+        elif rs.sourced and rs.state == "finished":
+            where = "search done · b holds the best point"
         elif rs.level_number == 0:
             where = f"manual level C={rs.target}"
         else:
@@ -83,3 +93,20 @@ class LoadPanel(Widget):
         else:
             bar.update(total=1, progress=0)
         level.show(where)
+
+
+def _load(axis: str, v: float | None) -> str:
+    if v is None:
+        return "–"
+    return f"C={v:g}" if axis == "concurrency" else f"{v:g}/s"
+
+
+def probe_text(sv: SearchView) -> str:
+    """``probe 5 bisect C=12 · [8..16]``: the probe running and the bracket the search narrows."""
+    p = sv.current
+    assert p is not None
+    lo, hi = sv.bracket
+    text = f"probe {p.number} {p.phase} {_load(sv.axis, p.value)}"
+    if lo is not None or hi is not None:
+        text += f" · [{_load(sv.axis, lo).removeprefix('C=')}..{_load(sv.axis, hi).removeprefix('C=')}]"
+    return text

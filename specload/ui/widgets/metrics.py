@@ -7,7 +7,11 @@ few labels; the series themselves are computed once per second by the stats, nev
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
+from rich.console import Console, ConsoleOptions, RenderResult
+from rich.segment import Segment
+from rich.style import Style
 from textual.app import ComposeResult
 from textual.containers import Horizontal
 from textual.reactive import var
@@ -15,10 +19,82 @@ from textual.widget import Widget
 from textual.widgets import Label, Sparkline
 
 from specload.stats.live import LatencyView, StatsSnapshot
+from specload.stats.slo import SloSpec
 from specload.ui.widgets.numbers import count, ms, plottable
 from specload.ui.widgets.value import ValueLabel
 
 HISTORY_S = 180  # seconds of history a sparkline shows ("the last minutes")
+
+
+_BARS = "▁▂▃▄▅▆▇█"
+
+
+class _LimitBars:
+    """A one-row sparkline whose scale includes a limit: bars over it are drawn in another colour, so
+    the objective reads as the height where the line changes colour."""
+
+    def __init__(self, data: Sequence[float], width: int, limit: float, under: Style, over: Style) -> None:
+        self.data, self.width, self.limit, self.under, self.over = data, width, limit, under, over
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        width = self.width or options.max_width
+        data = list(self.data)
+        if not data:
+            yield Segment("▁" * width, self.under)
+            return
+        # the limit sits at 80 % of the scale, so a series under it never fills the row
+        top = max(max(data), self.limit / 0.8)
+        n = len(data)
+        for i in range(width):
+            a, b = i * n // width, max((i + 1) * n // width, i * n // width + 1)
+            v = max(data[a:b])
+            idx = min(len(_BARS) - 1, max(0, int(v / top * len(_BARS))))
+            yield Segment(_BARS[idx], self.over if v > self.limit else self.under)
+
+
+class LimitSparkline(Sparkline):
+    """Textual's sparkline, or with ``limit`` set, one drawn against that limit (``_LimitBars``)."""
+
+    DEFAULT_CSS = """
+    LimitSparkline > .limitsparkline--over { color: $error; }
+    """
+    COMPONENT_CLASSES = {"sparkline--max-color", "sparkline--min-color", "limitsparkline--over"}
+
+    limit: var[float | None] = var(None)
+
+    def render(self):  # noqa: ANN201 - Textual's RenderResult
+        if self.limit is None:
+            return super().render()
+        under = Style.from_color(self.get_component_styles("sparkline--min-color").color.rich_color)
+        over = Style.from_color(self.get_component_styles("limitsparkline--over").color.rich_color)
+        return _LimitBars(self.data or [], self.size.width, self.limit, under, over)
+
+
+@dataclass(frozen=True, slots=True)
+class RowObjective:
+    """What a latency row shows of an objective: which rolling percentile, against which limit (ms)."""
+
+    series: str  # "p50" or "p99": the rolling percentiles the live stats keep
+    limit_ms: float
+    label: str  # the objective as written, for the value text
+
+
+def row_objectives(spec: SloSpec | None) -> dict[str, RowObjective]:
+    """Per latency row (ttft, tpot, e2e), the objective to draw. The live stats keep rolling p50 and
+    p99 only: a p50 objective is drawn on the p50 line, anything higher (p90, p99, per-request
+    objectives met by 90 % of requests) on the p99 line, which is then the stricter test."""
+    out: dict[str, RowObjective] = {}
+    if spec is None:
+        return out
+    for key in ("ttft", "tpot", "e2e"):
+        mine = [o for o in spec.objectives if o.metric == key]
+        if not mine:
+            continue
+        # the tightest limit decides where the line goes
+        o = min(mine, key=lambda o: o.limit_ms)
+        series = "p50" if o.quantile is not None and o.quantile <= 0.5 else "p99"
+        out[key] = RowObjective(series, o.limit_ms, o.text())
+    return out
 
 
 class MetricRow(Horizontal):
@@ -45,15 +121,18 @@ class MetricRow(Horizontal):
 
     def compose(self) -> ComposeResult:
         yield Label(self._name, classes="metric-name")
-        yield Sparkline([], summary_function=max)
+        yield LimitSparkline([], summary_function=max)
         yield ValueLabel("–", classes="metric-value")
 
     def show(self, series: Sequence[float], value: str) -> None:
         data = plottable(series, HISTORY_S)
-        spark = self.query_one(Sparkline)
+        spark = self.query_one(LimitSparkline)
         if data != spark.data:
             spark.data = data
         self.query_one(".metric-value", ValueLabel).show(value)
+
+    def set_limit(self, limit: float | None) -> None:
+        self.query_one(LimitSparkline).limit = limit
 
 
 class ThroughputPanel(Widget):
@@ -86,8 +165,18 @@ def latency_text(view: LatencyView) -> str:
     return f"p50 [b]{ms(view.p50):>7}[/] p99 {ms(view.p99):>7}"
 
 
+def objective_text(view: LatencyView, o: RowObjective) -> str:
+    """``p99  412 ms ✔≤500``: the rolling percentile the objective is drawn on, against its limit."""
+    v = view.p50 if o.series == "p50" else view.p99
+    mark = "" if v is None else ("✔" if v <= o.limit_ms else "✖")
+    limit = f"{o.limit_ms / 1000:g}s" if o.limit_ms >= 1000 else f"{o.limit_ms:g}"
+    return f"{o.series} [b]{ms(v):>7}[/] {mark}≤{limit}"
+
+
 class LatencyPanel(Widget):
-    """TTFT, TPOT and E2E; each sparkline is the rolling p50 (the 10 s window of the stats)."""
+    """TTFT, TPOT and E2E; each sparkline is the rolling p50 (the 10 s window of the stats). With
+    ``--slo`` a row with an objective shows the percentile it is drawn on against the limit instead:
+    bars over the limit in the error colour, the limit at a fixed height."""
 
     DEFAULT_CSS = """
     LatencyPanel { height: auto; layout: vertical; padding: 0 1; }
@@ -100,9 +189,24 @@ class LatencyPanel(Widget):
         yield MetricRow("TPOT", kind="lat", id="lat-tpot")
         yield MetricRow("E2E", kind="lat", id="lat-e2e")
 
+    objectives: dict[str, RowObjective] = {}
+
+    def set_objectives(self, spec: SloSpec | None) -> None:
+        self.objectives = row_objectives(spec)
+        for key in ("ttft", "tpot", "e2e"):
+            o = self.objectives.get(key)
+            self.query_one(f"#lat-{key}", MetricRow).set_limit(o.limit_ms if o is not None else None)
+        self.watch_snapshot(getattr(self, "snapshot", None))
+
     def watch_snapshot(self, snap: StatsSnapshot | None) -> None:
         if snap is None:
             return
         for key, view in (("ttft", snap.ttft), ("tpot", snap.tpot), ("e2e", snap.e2e)):
-            self.query_one(f"#lat-{key}", MetricRow).show(view.p50_series, latency_text(view))
+            o = self.objectives.get(key)
+            row = self.query_one(f"#lat-{key}", MetricRow)
+            if o is None:
+                row.show(view.p50_series, latency_text(view))
+            else:
+                series = view.p50_series if o.series == "p50" else view.p99_series
+                row.show(series, objective_text(view, o))
 
