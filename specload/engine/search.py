@@ -112,15 +112,18 @@ class SearchSettings:
 
     def probe_requests(self, value: float) -> int:
         """The base request count of a probe at ``value``: a few rounds of load, and enough requests
-        *at steady state* for the objectives to be decidable. A closed-loop level's first and last C or
-        so requests run while it fills and drains and are not used (``level_metrics``); an open-loop
-        level loses its first requests until one ends, a fifth of the count is allowed for that."""
+        *at steady state* for the objectives to be decidable when the probe is first looked at. A
+        closed-loop level's first and last C or so requests run while it fills and drains and are not
+        used (``level_metrics``); an open-loop level loses its first requests until one ends, a fifth
+        of the count is allowed for that."""
         if self.axis != CONCURRENCY:
             if self.requests:
                 return max(self.requests, self.min_requests)
             return max(math.ceil(self.min_requests * 1.2) + 2, math.ceil(self.rounds * value))
         c = max(1, math.ceil(value))
-        n = max(self.requests, self.min_requests) if self.requests else max(self.min_requests + 2 * c, self.rounds * c)
+        # fill and drain take about C requests each, and the look at the quota comes while the last C
+        # are still in flight: 3 C more than the objectives need, so the first look can decide
+        n = max(self.requests, self.min_requests) if self.requests else max(self.min_requests + 3 * c, self.rounds * c)
         # whole rounds of C: when requests end together (a batch finishing in one step) and the count
         # stops part-way through a round, the level's last start leaves fewer than C in flight and the
         # steady-state selection (level_metrics) takes the drain for load

@@ -266,9 +266,9 @@ def test_settings_checks() -> None:
     with pytest.raises(ValueError):
         SearchSettings(axis="tokens")
     assert SearchSettings().probe_requests(16) == 64  # four rounds of 16
-    assert SearchSettings().probe_requests(1) == 12  # 10 at steady state, 2 for fill and drain
-    # a p99 objective needs 381 requests at steady state, plus the fill and drain of C=16
-    assert SearchSettings(min_requests=381).probe_requests(16) == 416  # 381 + 32, in whole rounds of 16
-    assert CapacitySearch(SearchSettings(), min_requests=381).settings.probe_requests(1) == 383
+    assert SearchSettings().probe_requests(1) == 13  # 10 at steady state, 3 for fill, drain and the look
+    # a p99 objective needs 381 requests at steady state, plus the fill, drain and look of C=16
+    assert SearchSettings(min_requests=381).probe_requests(16) == 432  # 381 + 48, in whole rounds of 16
+    assert CapacitySearch(SearchSettings(), min_requests=381).settings.probe_requests(1) == 384
     assert SearchSettings(requests=50).probe_requests(16) == 64
     assert SearchSettings(axis=RATE, start=5.0, min_requests=35).probe_requests(5.0) == 44
