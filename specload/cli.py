@@ -12,6 +12,7 @@ import sys
 import click
 
 from specload import __version__
+from specload.exitcode import ExitCode
 
 # name -> "module:attribute" of a click.Command
 _COMMANDS: dict[str, str] = {
@@ -75,7 +76,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(e.exit_code)
     except (KeyboardInterrupt, click.exceptions.Abort):
         click.echo("specload: interrupted", err=True)
-        sys.exit(130)
+        sys.exit(ExitCode.INTERRUPTED)
     sys.exit(rc if isinstance(rc, int) else 0)
 
 

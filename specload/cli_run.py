@@ -17,10 +17,11 @@ import click
 from specload.cli_options import click_options
 from specload.config import ConfigError, RunConfig
 from specload.engine.prompts import PromptError
+from specload.exitcode import ExitCode
 from specload.options import build, option
 
 
-def _fail(msg: str, code: int = 2) -> None:
+def _fail(msg: str, code: int = ExitCode.USAGE) -> None:
     click.echo(f"specload: error: {msg}", err=True)
     sys.exit(code)
 

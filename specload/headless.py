@@ -15,8 +15,11 @@ import shutil
 import sys
 
 from specload.config import RunConfig
+from specload.exitcode import ExitCode
+from specload.formatting import level_line
 from specload.records import CrashEvent, RunEvent
-from specload.session import EXIT_ALL_FAILED, EXIT_ERROR, Session, SessionResult
+from specload.session import Session, SessionResult
+from specload.stats.client_load import ClientLoad
 from specload.stats.levels import LevelSummary
 
 STATUS_INTERVAL_S = 1.0
@@ -55,46 +58,45 @@ class HeadlessPrinter:
             self.status_shown = False
             self._write(_CLEAR)
 
-    def __call__(self, kind: str, payload: object) -> None:
-        _err = self.err
-        if kind == "notice":
-            _err(f"specload: {payload}")
-        elif kind == "target":
-            d = payload  # type: ignore[assignment]
-            _err(f"specload: target {d['url']}  model {d['model']}  api {d['api']}")  # type: ignore[index]
-        elif kind == "level":
-            from specload.record.report import level_line
+    # ------------------------------------------------------------------ SessionListener
 
-            assert isinstance(payload, LevelSummary)
-            _err(level_line(payload))
-        elif kind == "crash":
-            assert isinstance(payload, CrashEvent)
-            if payload.new:
-                where = f" at {payload.innermost_frame}" if payload.innermost_frame else ""
-                procs = f" on {', '.join(payload.processes)}" if payload.processes else ""
-                _err(f"specload: SERVER CRASH {payload.exception_type}: {payload.message}{where}{procs}")
-        elif kind == "event":
-            assert isinstance(payload, RunEvent)
-            if payload.kind == "server_exit":
-                _err(f"specload: server {payload.value}")
-            elif payload.kind == "search" and isinstance(payload.value, dict):
-                from specload.record.report import search_progress_line
+    def phase(self, phase: str) -> None:
+        pass
 
-                line = search_progress_line(payload.value)
-                if line:
-                    _err(f"specload: {line}")
-        elif kind == "saturated":
-            load, level = payload  # type: ignore[misc]
-            if load.starved:
-                if level not in self.starved_levels:
-                    self.starved_levels.add(level)
-                    _err(f"specload: WARNING {load.warning(level)}")
-            elif level not in self.saturated_levels:
-                self.saturated_levels.add(level)
-                _err(f"specload: WARNING {load.warning(level)}")
-        elif kind == "waiting":
-            elapsed, line = payload  # type: ignore[misc]
-            _err(f"specload: waiting for the server ({elapsed:.0f} s){': ' + line if line else ''}")
+    def notice(self, text: str) -> None:
+        self.err(f"specload: {text}")
+
+    def target_found(self, url: str, model: str | None, api: str) -> None:
+        self.err(f"specload: target {url}  model {model}  api {api}")
+
+    def run_event(self, event: RunEvent) -> None:
+        if event.kind == "server_exit":
+            self.err(f"specload: server {event.value}")
+        elif event.kind == "search" and isinstance(event.value, dict):
+            from specload.record.report import search_progress_line
+
+            line = search_progress_line(event.value)
+            if line:
+                self.err(f"specload: {line}")
+
+    def level_done(self, summary: LevelSummary) -> None:
+        self.err(level_line(summary))
+
+    def crash(self, crash: CrashEvent) -> None:
+        if crash.new:
+            where = f" at {crash.innermost_frame}" if crash.innermost_frame else ""
+            procs = f" on {', '.join(crash.processes)}" if crash.processes else ""
+            self.err(f"specload: SERVER CRASH {crash.exception_type}: {crash.message}{where}{procs}")
+
+    def client_load(self, load: ClientLoad, level: int) -> None:
+        # one warning per level and kind: a saturated level stays saturated for its whole length
+        seen = self.starved_levels if load.starved else self.saturated_levels if load.saturated else None
+        if seen is not None and level not in seen:
+            seen.add(level)
+            self.err(f"specload: WARNING {load.warning(level)}")
+
+    def ended(self, result: SessionResult) -> None:
+        pass
 
 
 def _install_loop() -> None:
@@ -137,13 +139,14 @@ async def _status_loop(session: Session, printer: HeadlessPrinter, interval_s: f
 
 
 async def _run_with_status(session: Session, printer: HeadlessPrinter, status: bool) -> SessionResult:
-    ticker = asyncio.ensure_future(_status_loop(session, printer, STATUS_INTERVAL_S)) if status else None
-    try:
-        return await session.run()
-    finally:
-        if ticker is not None:
-            ticker.cancel()
-        printer.clear_status()
+    async with asyncio.TaskGroup() as tg:
+        ticker = tg.create_task(_status_loop(session, printer, STATUS_INTERVAL_S)) if status else None
+        try:
+            return await session.run()
+        finally:
+            if ticker is not None:
+                ticker.cancel()
+            printer.clear_status()
 
 
 def run_headless(cfg: RunConfig, *, as_json: bool) -> int:
@@ -155,11 +158,11 @@ def run_headless(cfg: RunConfig, *, as_json: bool) -> int:
         result: SessionResult = asyncio.run(_run_with_status(session, printer, status))
     except KeyboardInterrupt:
         printer.err("specload: interrupted")
-        return 130
+        return ExitCode.INTERRUPTED
     if result.message:
         printer.err(f"specload: error: {result.message}")
     if result.reason == "error":
-        return result.exit_code or EXIT_ERROR
+        return result.exit_code or ExitCode.ERROR
     try:
         print_summary(session, result, as_json=as_json, saturated=printer.saturated_levels,
                       starved=printer.starved_levels)
@@ -168,7 +171,7 @@ def run_headless(cfg: RunConfig, *, as_json: bool) -> int:
     snap = session.stats.snapshot()
     if result.exit_code == 0 and snap.requests_total > 0 and snap.requests_ok == 0:
         printer.err("specload: every request failed")
-        return EXIT_ALL_FAILED
+        return ExitCode.ALL_FAILED
     return result.exit_code
 
 

@@ -102,3 +102,23 @@ def unchecked(cls: type, **fields: object) -> object:
 
 _TARGET_FIELDS = {f.name for f in dataclasses.fields(TargetConfig)} - {"headers"}  # the client's own argument
 _REQUEST_FIELDS = {f.name for f in dataclasses.fields(RequestConfig)}
+
+
+class Heard:
+    """A ``SessionListener`` that keeps every call as ``(method name, argument)`` (several arguments
+    as a tuple), for tests to look through: ``[p for k, p in heard.calls if k == "notice"]``."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, object]] = []
+
+    def __getattr__(self, name: str) -> Callable[..., None]:
+        if name.startswith("_"):
+            raise AttributeError(name)
+
+        def record(*args: object) -> None:
+            self.calls.append((name, args[0] if len(args) == 1 else args))
+
+        return record
+
+    def of(self, kind: str) -> list[object]:
+        return [p for k, p in self.calls if k == kind]

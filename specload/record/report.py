@@ -15,103 +15,11 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from specload.exitcode import ExitCode
+from specload.formatting import level_cells, pct_interval, seconds, table_columns
 from specload.record.reader import RecordData, RecordReadError, read_record
 from specload.stats.level_metrics import DEFAULT_PRIMARY, METRICS
 from specload.stats.levels import LevelColumns, LevelSummary
-from specload.stats.slo import LevelGoodput
-
-
-def _f(v: float | None, fmt: str = "{:.1f}") -> str:
-    return "-" if v is None else fmt.format(v)
-
-
-def level_line(s: LevelSummary) -> str:
-    """One line per finished level, in the format of the per-level script users already know."""
-    line = (
-        f"C={s.concurrency:>3} | {s.requests} requests | throughput: {s.throughput_tok_s:>7.1f} tok/s | "
-        f"per-req: {s.per_request_tok_s:>7.1f} tok/s | latency avg/p50/p99: "
-        f"{_f(s.e2e_s_avg, '{:>6.1f}')}/{_f(s.e2e_s_p50, '{:>6.1f}')}/{_f(s.e2e_s_p99, '{:>6.1f}')}s | "
-        f"ok: {s.ok}/{s.requests}"
-    )
-    if s.rate is not None:
-        line = f"rate={s.rate:g}/s " + line
-    g = s.goodput
-    if g is not None:
-        line += f" | SLO {g.verdict}: good {goodput_share(g)} %, goodput {_f(g.tok_s.value if g.tok_s else None)} tok/s"
-    return line
-
-
-def goodput_share(g: LevelGoodput, dash: str = "-") -> str:
-    """``97 (94-99)``: the percentage of good steady-state requests with its interval."""
-    return pct_interval(g.good_share, dash)
-
-
-def pct_interval(sh: object, dash: str = "-") -> str:
-    """A share (an ``Interval`` or a record's ``[value, lo, hi]``) as ``97 (94-99)`` percent."""
-    if isinstance(sh, list):
-        v, lo, hi = (sh + [None, None, None])[:3]
-    elif sh is not None:
-        v, lo, hi = sh.value, sh.lo, sh.hi  # type: ignore[attr-defined]
-    else:
-        return dash
-    if v is None:
-        return dash
-    if lo is None or hi is None:
-        return f"{v * 100:.0f}"
-    return f"{v * 100:.0f} ({lo * 100:.0f}-{hi * 100:.0f})"
-
-
-VERDICT_MARKS = {"met": "✔ met", "missed": "✖ missed", "undecided": "? open"}
-
-
-def level_cells(s: LevelSummary, dash: str = "-") -> dict[str, str]:
-    """The cells of one level row by column name: the headless table, the report and the TUI's
-    table all format a level with this, so they show the same figures."""
-
-    def f(v: float | None, fmt: str = "{:.1f}") -> str:
-        return dash if v is None else fmt.format(v)
-
-    cells = {
-        "C": str(s.concurrency),
-        "tok/s": f"{s.throughput_tok_s:.1f}",
-        "req tok/s": f"{s.per_request_tok_s:.1f}",
-        "TTFT p50/p99 ms": f"{f(s.ttft_ms_p50)}/{f(s.ttft_ms_p99)}",
-        "TPOT ms": f(s.tpot_ms_p50, "{:.2f}"),
-        "latency avg/p50/p99 s": f"{f(s.e2e_s_avg, '{:.2f}')}/{f(s.e2e_s_p50, '{:.2f}')}/{f(s.e2e_s_p99, '{:.2f}')}",
-        "tokens": f"{s.output_tokens}{'~' if s.tokens_estimated else ''}",
-        "wall s": f"{s.wall_s:.1f}",
-        "ok": f"{s.ok}/{s.requests}",
-        "errors": ", ".join(f"{k} {n}" for k, n in s.errors) if s.errors else dash,
-        "rate": dash if s.rate is None else f"{s.rate:g}",
-    }
-    g = s.goodput
-    cells.update({
-        "SLO": dash if g is None else VERDICT_MARKS.get(g.verdict, g.verdict),
-        "good %": dash if g is None else goodput_share(g, dash),
-        "good tok/s": dash if g is None or g.tok_s is None else f"{g.tok_s.value:.1f}",
-        "good req/s": dash if g is None or g.req_s is None else f"{g.req_s.value:.2f}",
-    })
-    return cells
-
-
-TABLE_COLUMNS = (
-    "C", "tok/s", "req tok/s", "TTFT p50/p99 ms", "TPOT ms", "latency avg/p50/p99 s", "tokens", "wall s", "ok",
-    "errors",
-)
-
-
-GOODPUT_COLUMNS = ("SLO", "good %", "good tok/s", "good req/s")
-
-
-def table_columns(levels: list[LevelSummary]) -> tuple[str, ...]:
-    """The table's columns: a rate column when a level ran open loop, goodput columns with --slo."""
-    cols = TABLE_COLUMNS
-    if any(s.rate is not None for s in levels):
-        cols = ("rate", *cols)
-    if any(s.goodput is not None for s in levels):
-        # errors stay last (they wrap); tokens and wall time give way (the record and --json keep them)
-        cols = (*(c for c in cols[:-1] if c not in ("tokens", "wall s")), *GOODPUT_COLUMNS, cols[-1])
-    return cols
 
 
 def level_table(levels: list[LevelSummary], title: str | None = None) -> Table:
@@ -336,7 +244,7 @@ def report_command(records: tuple[str, ...], vs: tuple[str, ...], baseline: str 
 
 def _usage(msg: str) -> None:
     click.echo(f"specload report: {msg}", err=True)
-    sys.exit(2)
+    sys.exit(ExitCode.USAGE)
 
 
 def _load(path: str):  # noqa: ANN202 - Run, imported lazily
@@ -385,7 +293,7 @@ def _single_report(record: str, as_json: bool, as_csv: bool) -> None:
         data = read_record(record)
     except RecordReadError as e:
         click.echo(f"specload report: {e}", err=True)
-        sys.exit(2)
+        sys.exit(ExitCode.USAGE)
     levels, recomputed = summaries_from_record(data)
     if as_csv:
         import csv
@@ -442,7 +350,7 @@ def _single_report(record: str, as_json: bool, as_csv: bool) -> None:
         console.print(  # the server's text is never markup
             f"[red]crash[/] {escape(str(c.get('exception_type')))}: {escape(str(c.get('message')))} "
             f"({escape(str(c.get('innermost_frame') or 'no frame'))}) at "
-            f"{_seconds(c.get('first_seen_s', c.get('t_s')))} s"
+            f"{seconds(c.get('first_seen_s', c.get('t_s')))} s"
         )
     searches, unfinished = search_results(data)
     for r in searches:
@@ -455,7 +363,7 @@ def _single_report(record: str, as_json: bool, as_csv: bool) -> None:
         console.print("[yellow]record has no end line: the run was cut short[/]")
     else:
         console.print(
-            f"end: {escape(str(end.get('reason')))} after {_seconds(end.get('elapsed_s'))} s, "
+            f"end: {escape(str(end.get('reason')))} after {seconds(end.get('elapsed_s'))} s, "
             f"{end.get('ok')}/{end.get('requests')} ok"
         )
 
@@ -475,8 +383,3 @@ def search_results(data: RecordData) -> tuple[list[dict], bool]:
             open_search = False
             results.append({k: x for k, x in v.items() if k != "phase"})
     return results, open_search
-
-
-def _seconds(v: object) -> str:
-    """A record's seconds for reading: one decimal (the record keeps µs)."""
-    return f"{v:.1f}" if isinstance(v, (int, float)) else str(v)

@@ -31,20 +31,20 @@ from textual.worker import Worker
 from specload.config import RunConfig
 from specload.engine.capacity import SearchView
 from specload.engine.runner import MAX_CONCURRENCY, RunnerState, scaled
-from specload.session import EXIT_CRASHED, EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, Session, SessionResult
+from specload.exitcode import ExitCode
+from specload.session import Session, SessionResult
 from specload.stats.live import StatsSnapshot
 from specload.ui.layout import Dashboard, DetailGrid, PanelTabs, TopRow
 from specload.ui.messages import (
-    ClientSaturated,
+    ClientLoadReported,
     CrashReported,
     LevelFinished,
+    MessageListener,
     PhaseChanged,
     RunEventPosted,
     SessionEnded,
     SessionNotice,
     TargetFound,
-    WaitingForServer,
-    to_message,
 )
 from specload.ui.screens import ConcurrencyScreen, CrashScreen, HelpScreen, MarkerScreen
 from specload.ui.source import DataSource
@@ -116,7 +116,8 @@ class SpecloadApp(App[int]):
             if cfg is None:
                 raise ValueError("SpecloadApp needs a RunConfig or a data source")
             # stay_open: when the ramp ends the dashboard stays, and the user may set a concurrency
-            source = Session(cfg, listener=self.listen, stay_open=True, on_crash=cfg.watch.on_crash)
+            source = Session(cfg, listener=MessageListener(self.post_message), stay_open=True,
+                             on_crash=cfg.watch.on_crash)
         self.source = source
         self.session: Session | None = source if isinstance(source, Session) else None
         self.refresh_s = refresh_s
@@ -221,7 +222,7 @@ class SpecloadApp(App[int]):
         try:
             result = await self.session.run()
         except Exception as e:  # noqa: BLE001 - one place for programming errors in the engine
-            result = SessionResult("error", EXIT_ERROR, (), f"internal error: {type(e).__name__}: {e}")
+            result = SessionResult("error", ExitCode.ERROR, (), f"internal error: {type(e).__name__}: {e}")
             self.post_message(SessionEnded(result))
 
     def sample(self) -> None:
@@ -241,12 +242,6 @@ class SpecloadApp(App[int]):
         self._ticks += 1
 
     # ------------------------------------------------------------------ pushed events
-
-    def listen(self, kind: str, payload: object) -> None:
-        """The session's listener: called synchronously in this loop; becomes a message."""
-        msg = to_message(kind, payload)
-        if msg is not None:
-            self.post_message(msg)
 
     def on_session_notice(self, msg: SessionNotice) -> None:
         self.notify(msg.text, timeout=6)
@@ -303,19 +298,13 @@ class SpecloadApp(App[int]):
         if dash.compact:
             dash.show_panel("crashes")
 
-    def on_client_saturated(self, msg: ClientSaturated) -> None:
-        key = (msg.level, msg.starved)
+    def on_client_load_reported(self, msg: ClientLoadReported) -> None:
+        load, key = msg.load, (msg.level, msg.load.starved)
         if key in self._saturated_levels:
             return
         self._saturated_levels.add(key)
-        self.notify(
-            msg.text.split(" ", 2)[-1] if msg.text else f"cpu {msg.cpu_pct:.0f}% · loop lag {msg.loop_lag_ms:.0f} ms",
-            title="⚠ client starved" if msg.starved else "⚠ client saturated", severity="warning", timeout=8,
-        )
-
-    def on_waiting_for_server(self, msg: WaitingForServer) -> None:
-        line = f": {msg.last_line}" if msg.last_line else ""
-        self.notify(f"waiting for the server ({msg.elapsed_s:.0f} s){line}", timeout=4)
+        self.notify(load.warning(msg.level).split(" ", 2)[-1],
+                    title="⚠ client starved" if load.starved else "⚠ client saturated", severity="warning", timeout=8)
 
     def _signalled(self, sig: int) -> None:
         """SIGINT/SIGTERM: what 'q' does; a second one while quitting changes nothing (the grace
@@ -365,11 +354,11 @@ class SpecloadApp(App[int]):
             return 128 + self._signal  # as a shell reports a process ended by that signal
         r = self.result
         if r is None:
-            return EXIT_OK
+            return ExitCode.OK
         if r.reason == "interrupted":
             crashed = self.snapshot is not None and bool(self.snapshot.crashes)
-            return EXIT_CRASHED if crashed else EXIT_OK
-        return r.exit_code if r.exit_code != EXIT_INTERRUPTED else EXIT_OK
+            return ExitCode.CRASHED if crashed else ExitCode.OK
+        return r.exit_code if r.exit_code != ExitCode.INTERRUPTED else ExitCode.OK
 
     # ------------------------------------------------------------------ controls
 

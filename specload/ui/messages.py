@@ -1,97 +1,94 @@
-"""The session's pushed happenings as Textual messages.
+"""The session's happenings as typed Textual messages.
 
-The session calls one ``listener(kind, payload)`` synchronously in the event loop; ``to_message``
-turns each call into a ``Message`` the app posts to itself, so every discrete event (a crash, a level
+``MessageListener`` is the TUI's ``SessionListener``: the session calls it synchronously in the event
+loop and each call becomes a message the app posts to itself, so every discrete event (a crash, a level
 finishing, the end of the run) goes through Textual's queue and is handled between frames, never in
 the middle of the engine's callback.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
 from textual.message import Message
 
 from specload.records import CrashEvent, RunEvent
+from specload.session import SessionResult
+from specload.stats.client_load import ClientLoad
 from specload.stats.levels import LevelSummary
 
 
+@dataclass
 class SessionNotice(Message):
-    def __init__(self, text: str) -> None:
-        super().__init__()
-        self.text = text
+    text: str
 
 
+@dataclass
 class PhaseChanged(Message):
-    def __init__(self, phase: str) -> None:
-        super().__init__()
-        self.phase = phase
+    phase: str
 
 
+@dataclass
 class TargetFound(Message):
-    def __init__(self, url: str, model: str, api: str) -> None:
-        super().__init__()
-        self.url, self.model, self.api = url, model, api
+    url: str
+    model: str
+    api: str
 
 
+@dataclass
 class RunEventPosted(Message):
-    def __init__(self, event: RunEvent) -> None:
-        super().__init__()
-        self.event = event
+    event: RunEvent
 
 
+@dataclass
 class LevelFinished(Message):
-    def __init__(self, summary: LevelSummary) -> None:
-        super().__init__()
-        self.summary = summary
+    summary: LevelSummary
 
 
+@dataclass
 class CrashReported(Message):
-    def __init__(self, crash: CrashEvent) -> None:
-        super().__init__()
-        self.crash = crash
+    crash: CrashEvent
 
 
-class ClientSaturated(Message):
-    """specload was behind in an interval: ``text`` says whether it was saturated or starved."""
-
-    def __init__(self, cpu_pct: float, loop_lag_ms: float, level: int, starved: bool = False, text: str = "") -> None:
-        super().__init__()
-        self.cpu_pct, self.loop_lag_ms, self.level = cpu_pct, loop_lag_ms, level
-        self.starved, self.text = starved, text
+@dataclass
+class ClientLoadReported(Message):
+    load: ClientLoad
+    level: int
 
 
-class WaitingForServer(Message):
-    def __init__(self, elapsed_s: float, last_line: str | None) -> None:
-        super().__init__()
-        self.elapsed_s, self.last_line = elapsed_s, last_line
-
-
+@dataclass
 class SessionEnded(Message):
-    def __init__(self, result: object) -> None:
-        super().__init__()
-        self.result = result  # a SessionResult
+    result: SessionResult
 
 
-def to_message(kind: str, payload: object) -> Message | None:
-    """The message for one listener call, or None for a kind the UI does not show."""
-    if kind == "notice":
-        return SessionNotice(str(payload))
-    if kind == "phase":
-        return PhaseChanged(str(payload))
-    if kind == "target":
-        d = payload if isinstance(payload, dict) else {}
-        return TargetFound(str(d.get("url")), str(d.get("model")), str(d.get("api")))
-    if kind == "event" and isinstance(payload, RunEvent):
-        return RunEventPosted(payload)
-    if kind == "level" and isinstance(payload, LevelSummary):
-        return LevelFinished(payload)
-    if kind == "crash" and isinstance(payload, CrashEvent):
-        return CrashReported(payload)
-    if kind == "saturated":
-        load, level = payload  # type: ignore[misc]
-        return ClientSaturated(load.cpu_pct, load.loop_lag_ms, int(level), load.starved, load.warning(int(level)))
-    if kind == "waiting":
-        elapsed, line = payload  # type: ignore[misc]
-        return WaitingForServer(float(elapsed), line)
-    if kind == "end":
-        return SessionEnded(payload)
-    return None
+class MessageListener:
+    """A ``SessionListener`` posting one message per call (``post`` is the app's ``post_message``)."""
+
+    def __init__(self, post: Callable[[Message], object]) -> None:
+        self.post = post
+
+    def phase(self, phase: str) -> None:
+        self.post(PhaseChanged(phase))
+
+    def notice(self, text: str) -> None:
+        self.post(SessionNotice(text))
+
+    def target_found(self, url: str, model: str | None, api: str) -> None:
+        self.post(TargetFound(url, model or "", api))
+
+    def run_event(self, event: RunEvent) -> None:
+        self.post(RunEventPosted(event))
+
+    def level_done(self, summary: LevelSummary) -> None:
+        self.post(LevelFinished(summary))
+
+    def crash(self, crash: CrashEvent) -> None:
+        self.post(CrashReported(crash))
+
+    def client_load(self, load: ClientLoad, level: int) -> None:
+        if load.saturated or load.starved:  # the dashboard shows the figures; only warnings are messages
+            self.post(ClientLoadReported(load, level))
+
+    def ended(self, result: SessionResult) -> None:
+        self.post(SessionEnded(result))

@@ -15,8 +15,8 @@ from textual.widgets import Input, Label, OptionList, Static
 from textual.widgets.option_list import Option
 
 from specload.engine.runner import MAX_CONCURRENCY
+from specload.formatting import clock
 from specload.records import CrashEvent
-from specload.ui.widgets.numbers import clock
 
 _MODAL_CSS = """
 {name} {{ align: center middle; background: $background 60%; }}

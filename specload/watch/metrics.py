@@ -321,9 +321,16 @@ class MetricsScraper:
         self._state: MetricsState | None = None
         self._failing: str | None = None
         self._stop = asyncio.Event()
+        self._wake = asyncio.Event()  # set by stop() and scrape_soon(): the timer's sleep ends early
 
     async def stop(self) -> None:
         self._stop.set()
+        self._wake.set()
+
+    def scrape_soon(self) -> None:
+        """Scrape now rather than at the next tick (at a level boundary: the counters as the level
+        ends, not up to an interval later), on the timer's own connection and task."""
+        self._wake.set()
 
     def _fail(self, why: str) -> None:
         self.failures += 1
@@ -369,11 +376,12 @@ class MetricsScraper:
         connector = aiohttp.TCPConnector(force_close=True)
         async with aiohttp.ClientSession(connector=connector) as session:
             while not self._stop.is_set():
+                self._wake.clear()
                 t0 = loop.time()
                 await self.scrape_once(session)
                 wait = max(0.0, self.interval - (loop.time() - t0))
                 try:
                     async with asyncio.timeout(wait):
-                        await self._stop.wait()
+                        await self._wake.wait()
                 except TimeoutError:
                     pass

@@ -22,13 +22,12 @@ from collections.abc import Iterator
 import click
 import orjson
 
+from specload.exitcode import ExitCode
 from specload.records import CrashEvent
 from specload.watch.signatures import CrashEntry, LogScanner
 from specload.watch.tail import LineSplitter
 
-EXIT_CLEAN = 0
-EXIT_CRASH = 1
-EXIT_USAGE = 2
+EXIT_CLEAN, EXIT_CRASH, EXIT_USAGE = ExitCode.SCAN_CLEAN, ExitCode.SCAN_CRASH, ExitCode.SCAN_ERROR
 
 READ_BYTES = 1 << 20
 MAX_LINE_BYTES = 1 << 20  # a longer line is cut into pieces of this size (see LineSplitter)

@@ -15,7 +15,7 @@ import pytest
 from specload.record.reader import read_record
 from specload.session import Session
 from specload.stats.client_load import ClientLoad, ClientLoadMonitor
-from tests.conftest import make_config
+from tests.conftest import Heard, make_config
 from tests.waiting import until
 
 
@@ -81,8 +81,8 @@ async def test_session_records_and_announces_saturation_with_the_level(sim, tmp_
     rec = tmp_path / "sat.jsonl"
     cfg = make_config(server.url, api="chat", concurrency=(3,), duration_per_level_s=2.5, drain=True,
                       max_tokens=20, ignore_eos=True, health=False, metrics_url="off", path=str(rec))
-    heard: list[tuple[str, object]] = []
-    session = Session(cfg, listener=lambda kind, payload: heard.append((kind, payload)))
+    heard = Heard()
+    session = Session(cfg, listener=heard)
     task = asyncio.ensure_future(session.run())
     deadline = time.monotonic() + 20
     while session.runner is None or session.runner.started < 3:
@@ -91,7 +91,7 @@ async def test_session_records_and_announces_saturation_with_the_level(sim, tmp_
     block_loop(0.3)  # the client is stuck: every stream's timing in this second is client-bound
     result = await asyncio.wait_for(task, 30)
     assert result.reason == "completed"
-    sat = [p for k, p in heard if k == "saturated"]
+    sat = [(load, level) for load, level in heard.of("client_load") if load.saturated]
     # announced with the level (its concurrency) and the lag that caused it
     assert any(level == 3 and load.loop_lag_ms >= 200 for load, level in sat), sat
     data = read_record(str(rec))

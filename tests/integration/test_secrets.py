@@ -9,6 +9,7 @@ import sys
 from specload.cli_run import build_config, run_command
 from specload.secrets import redact_command
 from specload.session import Session
+from tests.conftest import Heard
 
 KEY = "sk-SECRET-0123456789"
 
@@ -33,12 +34,12 @@ async def test_key_in_env_header_url_and_server_log_is_never_recorded(tmp_path, 
     ]).params)
     cfg = build_config(params, ui=False)
     assert "@" not in cfg.target.url  # the URL's password moved into a (redacted) header
-    notices: list[str] = []
-    session = Session(cfg, listener=lambda k, p: notices.append(str(p)) if k == "notice" else None)
+    heard = Heard()
+    session = Session(cfg, listener=heard)
     await asyncio.wait_for(session.run(), 60)
     text = rec.read_text()
     assert KEY not in text and "pw-" not in text
-    assert all(KEY not in n for n in notices)
+    assert heard.of("notice") and all(KEY not in str(n) for n in heard.calls)
     assert all(KEY not in line for _, line in session.log_lines)
     assert any("args: api_key=***" in line for _, line in session.log_lines)
 

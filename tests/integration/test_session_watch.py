@@ -12,10 +12,11 @@ import time
 from pathlib import Path
 
 from specload.config import RunConfig, WatchConfig
+from specload.exitcode import ExitCode
 from specload.record.reader import read_record
 from specload.records import CrashEvent
-from specload.session import EXIT_CRASHED, EXIT_SERVER_DOWN, Session
-from tests.conftest import make_config
+from specload.session import NullListener, Session
+from tests.conftest import Heard, make_config
 
 
 def cfg(url: str | None, record: Path, *, watch: WatchConfig, levels=(4,), n=10_000, duration=None,
@@ -48,9 +49,11 @@ async def test_crash_in_a_followed_log_file_stops_the_run_within_a_second(sim, t
     rec = tmp_path / "run.jsonl"
     crashes: list[tuple[float, CrashEvent]] = []
 
-    def listener(kind: str, payload: object) -> None:
-        if kind == "crash":
-            crashes.append((time.monotonic(), payload))  # type: ignore[arg-type]
+    class Listener(NullListener):
+        def crash(self, crash: CrashEvent) -> None:
+            crashes.append((time.monotonic(), crash))
+
+    listener = Listener()
 
     session = Session(cfg(server.url, rec, watch=WatchConfig(server_log=str(log), on_crash="stop",
                                                               metrics_url="off")), listener=listener)
@@ -58,7 +61,7 @@ async def test_crash_in_a_followed_log_file_stops_the_run_within_a_second(sim, t
     await asyncio.wait_for(server.crashed.wait(), 30)
     crashed_at = time.monotonic()
     result = await asyncio.wait_for(task, 30)
-    assert result.reason == "crashed" and result.exit_code == EXIT_CRASHED
+    assert result.reason == "crashed" and result.exit_code == ExitCode.CRASHED
     # one failure: the root cause first and only, the parent's sigquit line grouped under it (issue 11)
     assert {c.exception_type for _, c in crashes} == {"AttributeError"}
     assert crashes[0][1].new and not any(c.new for _, c in crashes[1:])
@@ -115,16 +118,16 @@ async def test_launched_server_expect_log_metrics_and_death(tmp_path) -> None:
     task = asyncio.ensure_future(session.run())
     await wait_until(lambda: session.runner is not None and session.runner.started >= 8)
     await wait_until(lambda: session.stats.snapshot().server is not None)
-    pid = session._launched.pid
+    pid = session.supervisor.launched.pid
 
     def scraped_acceptance() -> bool:  # two /metrics scrapes have seen speculative counters move
-        m = session._metrics
+        m = session.watch.metrics
         return m is not None and m.last_sample is not None and (m.last_sample.accept_len or 0) > 1
 
     await wait_until(scraped_acceptance)
     os.kill(pid, signal.SIGKILL)  # the server dies without a word
     result = await asyncio.wait_for(task, 30)
-    assert result.reason == "server down" and result.exit_code == EXIT_SERVER_DOWN
+    assert result.reason == "server down" and result.exit_code == ExitCode.SERVER_DOWN
     data = read_record(str(rec))
     expects = {e["value"]["pattern"]: e["value"]["seen"] for e in data.events if e["kind"] == "expect"}
     assert expects == {"listening on": True, "Spec v2 is enabled": False}
@@ -151,13 +154,13 @@ async def test_server_dying_while_starting_is_reported_with_its_crash(tmp_path) 
     )
     rec = tmp_path / "run.jsonl"
     url = f"http://127.0.0.1:{free_port()}"
-    heard: list[tuple[str, object]] = []
+    heard = Heard()
     session = Session(cfg(url, rec, watch=WatchConfig(launch=f"{sys.executable} {script}", ready_timeout_s=20)),
-                      listener=lambda k, p: heard.append((k, p)))
+                      listener=heard)
     result = await asyncio.wait_for(session.run(), 30)
     assert result.reason == "error" and result.exit_code == 1
     assert "exited with code 3" in result.message and "\n" not in result.message
-    crashes = [p for k, p in heard if k == "crash"]
+    crashes = heard.of("crash")
     assert [c.exception_type for c in crashes] == ["ValueError"]
     assert crashes[0].innermost_frame == "model_runner.py:88 in load_weights"
     data = read_record(str(rec))
@@ -170,13 +173,13 @@ async def test_interrupt_while_waiting_for_a_slow_server(tmp_path) -> None:
     session = Session(cfg(url, tmp_path / "r.jsonl", watch=WatchConfig(launch="sleep 60", ready_timeout_s=900,
                                                                       stop_grace_s=1)))
     task = asyncio.ensure_future(session.run())
-    await wait_until(lambda: session.phase == "waiting for server" and session._launched is not None
-                     and session._launched.pid is not None)
-    pid = session._launched.pid
+    await wait_until(lambda: session.phase == "waiting for server" and session.supervisor.launched is not None
+                     and session.supervisor.launched.pid is not None)
+    pid = session.supervisor.launched.pid
     session.interrupt()
     result = await asyncio.wait_for(task, 15)
     assert result.reason == "interrupted" and result.exit_code == 130
-    assert session._launched.exit is not None  # the launched server was stopped, not left behind
+    assert session.supervisor.launched.exit is not None  # the launched server was stopped, not left behind
     assert pid is not None
 
 
@@ -200,15 +203,15 @@ async def test_a_server_without_health_endpoint_is_not_taken_for_dead(tmp_path) 
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
     url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"  # type: ignore[union-attr]
-    notices: list[str] = []
+    heard = Heard()
     try:
         session = Session(cfg(url, tmp_path / "r.jsonl", watch=WatchConfig(metrics_url="off"), levels=(2,), n=6),
-                          listener=lambda k, p: notices.append(p) if k == "notice" else None)
+                          listener=heard)
         result = await asyncio.wait_for(session.run(), 30)
     finally:
         await runner.cleanup()
     assert result.reason == "completed" and session.stats.snapshot().requests_ok == 6
-    assert any("health not watched" in n for n in notices)
+    assert any("health not watched" in n for n in heard.of("notice"))
     assert session.stats.snapshot().health == "unknown"
 
 

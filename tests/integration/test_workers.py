@@ -9,8 +9,9 @@ import signal
 
 from specload.config import RequestConfig, RunConfig
 from specload.engine.workers import WorkerPoolClient
+from specload.exitcode import ExitCode
 from specload.record.reader import read_record
-from specload.session import EXIT_WORKER_LOST, Session
+from specload.session import Session
 from tests.conftest import make_config
 from tests.waiting import until
 
@@ -122,7 +123,7 @@ async def test_worker_death_stops_the_run_when_asked(sim, tmp_path) -> None:
     session = Session(dying_config(server.url, str(rec), on_worker_death="stop", n=1000))
     task, in_flight = await start_and_kill(session, server, (1,))
     result = await asyncio.wait_for(task, 60)
-    assert result.reason == "worker lost" and result.exit_code == EXIT_WORKER_LOST
+    assert result.reason == "worker lost" and result.exit_code == ExitCode.WORKER_LOST
     data = read_record(str(rec))
     assert data.end is not None and data.end["reason"] == "stopped"
     kinds = [(r["error"] or {}).get("kind") for r in data.requests]
@@ -138,7 +139,7 @@ async def test_when_every_worker_dies_the_run_stops_with_its_end_line(sim, tmp_p
     session = Session(dying_config(server.url, str(rec), n=1000))
     task, in_flight = await start_and_kill(session, server, (0, 1))
     result = await asyncio.wait_for(task, 60)
-    assert result.reason == "worker lost" and result.exit_code == EXIT_WORKER_LOST
+    assert result.reason == "worker lost" and result.exit_code == ExitCode.WORKER_LOST
     data = read_record(str(rec))
     assert data.end is not None and data.end["reason"] == "stopped"
     # the four in flight, and any the runner sent to the second worker between the two deaths

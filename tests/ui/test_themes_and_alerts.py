@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from specload.ui.app import create_app
-from specload.ui.messages import CrashReported, to_message
+from specload.ui.messages import CrashReported, MessageListener
 from specload.ui.screens import CrashScreen, parse_concurrency
 from specload.ui.themes import DEFAULT_THEME, load_themes, shipped_themes_dir, user_themes_dir
 from specload.ui.widgets.crashes import CrashTable
@@ -125,5 +125,6 @@ def test_parse_concurrency_and_messages() -> None:
     assert parse_concurrency(" 12 ") == 12
     for bad in ("", "0", "-3", "2.5", "abc", "100001"):
         assert parse_concurrency(bad) is None
-    assert to_message("unknown-kind", None) is None
-    assert to_message("crash", CRASH).crash is CRASH  # type: ignore[union-attr]
+    posted: list[object] = []
+    MessageListener(posted.append).crash(CRASH)
+    assert isinstance(posted[0], CrashReported) and posted[0].crash is CRASH

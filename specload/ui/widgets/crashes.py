@@ -11,9 +11,9 @@ from __future__ import annotations
 from textual.reactive import var
 from textual.widgets import DataTable
 
+from specload.formatting import clock
 from specload.records import CrashEvent
 from specload.stats.live import StatsSnapshot
-from specload.ui.widgets.numbers import clock
 
 CRASH_COLUMNS = (("type", "type"), ("message", "message"), ("count", "count"),
                  ("procs", "ranks/processes"), ("first", "first seen"))

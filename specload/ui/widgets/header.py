@@ -13,8 +13,8 @@ from textual.reactive import var
 from textual.widget import Widget
 from textual.widgets import Label
 
+from specload.formatting import clock, num
 from specload.stats.live import StatsSnapshot
-from specload.ui.widgets.numbers import clock, num
 from specload.ui.widgets.value import ValueLabel
 
 # runner/session state -> (what the user reads, CSS modifier)

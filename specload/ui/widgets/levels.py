@@ -17,10 +17,10 @@ from textual.widgets import DataTable
 from textual_plotext import PlotextPlot
 
 from specload.engine.capacity import SearchView
-from specload.record.report import level_cells as report_cells
+from specload.formatting import DASH
+from specload.formatting import level_cells as report_cells
 from specload.stats.levels import LevelSummary
 from specload.stats.live import StatsSnapshot
-from specload.ui.widgets.numbers import DASH
 
 COLUMNS = (
     ("c", "C"),

@@ -6,6 +6,7 @@ few labels; the series themselves are computed once per second by the stats, nev
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -18,12 +19,25 @@ from textual.reactive import var
 from textual.widget import Widget
 from textual.widgets import Label, Sparkline
 
+from specload.formatting import count, ms
 from specload.stats.live import LatencyView, StatsSnapshot
 from specload.stats.slo import SloSpec
-from specload.ui.widgets.numbers import count, ms, plottable
 from specload.ui.widgets.value import ValueLabel
 
 HISTORY_S = 180  # seconds of history a sparkline shows ("the last minutes")
+
+
+def plottable(series: Sequence[float], last: int) -> list[float]:
+    """The last ``last`` points with NaN gaps filled by the previous value (leading NaNs dropped)."""
+    out: list[float] = []
+    prev: float | None = None
+    for v in series[-last:]:
+        if v is None or math.isnan(v):
+            if prev is None:
+                continue
+            v = prev
+        out.append(v)
+        prev = v
 
 
 _BARS = "▁▂▃▄▅▆▇█"

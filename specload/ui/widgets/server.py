@@ -13,9 +13,9 @@ from textual.reactive import var
 from textual.widget import Widget
 from textual.widgets import Static
 
+from specload.formatting import num
 from specload.stats.live import StatsSnapshot
 from specload.ui.widgets.metrics import MetricRow
-from specload.ui.widgets.numbers import num
 from specload.ui.widgets.value import ValueLabel
 
 HEALTH = {"up": ("✔ up", "-good"), "down": ("✖ down", "-bad"), "unknown": ("? unknown", "-muted")}

@@ -1,0 +1,148 @@
+"""How numbers and levels read, wherever a person reads them: headless output, ``report``, the TUI.
+
+One place for units, widths and missing values, so the level a headless run prints, the row
+``specload report`` shows for it and the TUI's table row carry the same figures in the same form.
+Pure functions of plain values; no Rich, no Textual.
+"""
+
+from __future__ import annotations
+
+import math
+
+from specload.stats.levels import LevelSummary
+from specload.stats.slo import LevelGoodput
+
+DASH = "–"  # a missing value on screen (the TUI)
+ASCII_DASH = "-"  # the same in text output (headless, report), which may end up in a file
+
+
+def ms(v: float | None) -> str:
+    """Milliseconds with a sensible number of digits; seconds beyond 10 s."""
+    if v is None or math.isnan(v):
+        return DASH
+    if v >= 10_000:
+        return f"{v / 1000:.1f} s"
+    if v >= 100:
+        return f"{v:.0f} ms"
+    if v >= 10:
+        return f"{v:.1f} ms"
+    return f"{v:.2f} ms"
+
+
+def num(v: float | None, fmt: str = "{:.1f}", dash: str = DASH) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return dash
+    return fmt.format(v)
+
+
+def count(n: int) -> str:
+    """An integer with grouping (1,234,567); M beyond ten million to stay narrow."""
+    if n >= 10_000_000:
+        return f"{n / 1e6:.1f}M"
+    return f"{n:,}"
+
+
+def clock(seconds: float) -> str:
+    """Elapsed time as mm:ss, or h:mm:ss past an hour."""
+    s = int(max(0.0, seconds))
+    h, rem = divmod(s, 3600)
+    m, sec = divmod(rem, 60)
+    return f"{h}:{m:02d}:{sec:02d}" if h else f"{m:02d}:{sec:02d}"
+
+
+def seconds(v: object) -> str:
+    """A record's seconds for reading: one decimal (the record keeps microseconds)."""
+    return f"{v:.1f}" if isinstance(v, int | float) else str(v)
+
+
+def _f(v: float | None, fmt: str = "{:.1f}") -> str:
+    return num(v, fmt, ASCII_DASH)
+
+
+def level_line(s: LevelSummary) -> str:
+    """One line per finished level, in the format of the per-level script users already know."""
+    line = (
+        f"C={s.concurrency:>3} | {s.requests} requests | throughput: {s.throughput_tok_s:>7.1f} tok/s | "
+        f"per-req: {s.per_request_tok_s:>7.1f} tok/s | latency avg/p50/p99: "
+        f"{_f(s.e2e_s_avg, '{:>6.1f}')}/{_f(s.e2e_s_p50, '{:>6.1f}')}/{_f(s.e2e_s_p99, '{:>6.1f}')}s | "
+        f"ok: {s.ok}/{s.requests}"
+    )
+    if s.rate is not None:
+        line = f"rate={s.rate:g}/s " + line
+    g = s.goodput
+    if g is not None:
+        line += f" | SLO {g.verdict}: good {goodput_share(g)} %, goodput {_f(g.tok_s.value if g.tok_s else None)} tok/s"
+    return line
+
+
+def goodput_share(g: LevelGoodput, dash: str = "-") -> str:
+    """``97 (94-99)``: the percentage of good steady-state requests with its interval."""
+    return pct_interval(g.good_share, dash)
+
+
+def pct_interval(sh: object, dash: str = "-") -> str:
+    """A share (an ``Interval`` or a record's ``[value, lo, hi]``) as ``97 (94-99)`` percent."""
+    if isinstance(sh, list):
+        v, lo, hi = (sh + [None, None, None])[:3]
+    elif sh is not None:
+        v, lo, hi = sh.value, sh.lo, sh.hi  # type: ignore[attr-defined]
+    else:
+        return dash
+    if v is None:
+        return dash
+    if lo is None or hi is None:
+        return f"{v * 100:.0f}"
+    return f"{v * 100:.0f} ({lo * 100:.0f}-{hi * 100:.0f})"
+
+
+VERDICT_MARKS = {"met": "✔ met", "missed": "✖ missed", "undecided": "? open"}
+
+
+def level_cells(s: LevelSummary, dash: str = "-") -> dict[str, str]:
+    """The cells of one level row by column name: the headless table, the report and the TUI's
+    table all format a level with this, so they show the same figures."""
+
+    def f(v: float | None, fmt: str = "{:.1f}") -> str:
+        return dash if v is None else fmt.format(v)
+
+    cells = {
+        "C": str(s.concurrency),
+        "tok/s": f"{s.throughput_tok_s:.1f}",
+        "req tok/s": f"{s.per_request_tok_s:.1f}",
+        "TTFT p50/p99 ms": f"{f(s.ttft_ms_p50)}/{f(s.ttft_ms_p99)}",
+        "TPOT ms": f(s.tpot_ms_p50, "{:.2f}"),
+        "latency avg/p50/p99 s": f"{f(s.e2e_s_avg, '{:.2f}')}/{f(s.e2e_s_p50, '{:.2f}')}/{f(s.e2e_s_p99, '{:.2f}')}",
+        "tokens": f"{s.output_tokens}{'~' if s.tokens_estimated else ''}",
+        "wall s": f"{s.wall_s:.1f}",
+        "ok": f"{s.ok}/{s.requests}",
+        "errors": ", ".join(f"{k} {n}" for k, n in s.errors) if s.errors else dash,
+        "rate": dash if s.rate is None else f"{s.rate:g}",
+    }
+    g = s.goodput
+    cells.update({
+        "SLO": dash if g is None else VERDICT_MARKS.get(g.verdict, g.verdict),
+        "good %": dash if g is None else goodput_share(g, dash),
+        "good tok/s": dash if g is None or g.tok_s is None else f"{g.tok_s.value:.1f}",
+        "good req/s": dash if g is None or g.req_s is None else f"{g.req_s.value:.2f}",
+    })
+    return cells
+
+
+TABLE_COLUMNS = (
+    "C", "tok/s", "req tok/s", "TTFT p50/p99 ms", "TPOT ms", "latency avg/p50/p99 s", "tokens", "wall s", "ok",
+    "errors",
+)
+
+
+GOODPUT_COLUMNS = ("SLO", "good %", "good tok/s", "good req/s")
+
+
+def table_columns(levels: list[LevelSummary]) -> tuple[str, ...]:
+    """The table's columns: a rate column when a level ran open loop, goodput columns with --slo."""
+    cols = TABLE_COLUMNS
+    if any(s.rate is not None for s in levels):
+        cols = ("rate", *cols)
+    if any(s.goodput is not None for s in levels):
+        # errors stay last (they wrap); tokens and wall time give way (the record and --json keep them)
+        cols = (*(c for c in cols[:-1] if c not in ("tokens", "wall s")), *GOODPUT_COLUMNS, cols[-1])
+    return cols

@@ -1,0 +1,347 @@
+"""The composition root: one run, built from one ``RunConfig``, shared by the TUI and headless mode.
+
+``Session.run`` does four things in order under one TaskGroup: start the server (or find it), build
+the engine (discover the API, the client, the runner; open the record; start the server watch), run
+the load, and tear everything down in the order ``_teardown`` spells out, whatever happened. The
+parts are elsewhere: the server supervisor, the log watch and the server watch (``watch/``), the
+record sink (``record/sink.py``), the crash/down/worker rules (``policy.py``) and the listener
+protocol (``listener.py``). The session routes what they report to the live stats, the record, the
+policy and the front end.
+
+Front ends talk to it the same way: controls are the runner's methods (``runner``), continuous state
+is pulled (``snapshot``, ``runner_state``, ``state_label``, ``log_lines``), discrete happenings are
+pushed to a ``SessionListener``. Nothing here imports Textual.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import signal
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from specload.clock import SYSTEM_CLOCK, Clock
+from specload.config import RunConfig
+from specload.engine.capacity import SearchView
+from specload.engine.probe import TargetError, discover
+from specload.engine.prompts import PromptError, PromptSource
+from specload.engine.runner import Runner, RunnerState
+from specload.engine.search import SearchResult
+from specload.exitcode import ExitCode
+from specload.record.sink import RecordError, RecordSink
+from specload.records import RunEvent
+from specload.secrets import Scrubber
+from specload.session import search
+from specload.session.fanout import Fanout
+from specload.session.listener import NullListener, SessionListener
+from specload.session.policy import RunPolicy
+from specload.stats.levels import LevelSummary
+from specload.stats.live import LiveStats, StatsSnapshot
+from specload.warmup import after_load, settle_before_load
+from specload.watch.logwatch import LogWatch
+from specload.watch.serverwatch import ServerWatch
+from specload.watch.supervisor import ServerStartError, ServerSupervisor
+
+T = TypeVar("T")
+
+__all__ = ["Session", "SessionError", "SessionListener", "SessionResult", "NullListener"]
+
+# the run's end reason -> exit status (interrupted: by the signal, see _exit_code)
+_EXIT = {"completed": ExitCode.OK, "crashed": ExitCode.CRASHED, "server down": ExitCode.SERVER_DOWN,
+         "worker lost": ExitCode.WORKER_LOST}
+# the run's end reason -> the record's end line
+_END_LINE = {"server down": "stopped", "worker lost": "stopped"}
+
+
+@dataclass(frozen=True, slots=True)
+class SessionResult:
+    reason: str  # completed, interrupted, stopped, crashed, server down, worker lost, error
+    exit_code: int
+    levels: tuple[LevelSummary, ...]
+    message: str | None = None  # one line for the user when reason == "error"
+    search: SearchResult | None = None  # the capacity search's result (the last one, in the TUI)
+
+
+class SessionError(Exception):
+    """A run that cannot start; the message is one line for the user."""
+
+
+class Session:
+    def __init__(self, cfg: RunConfig, *, clock: Clock = SYSTEM_CLOCK, listener: SessionListener | None = None,
+                 stay_open: bool = False, on_crash: str | None = None, handle_signals: bool = False,
+                 down_timeout_s: float | None = None) -> None:
+        self.cfg, self.clock, self.stay_open, self.handle_signals = cfg, clock, stay_open, handle_signals
+        self.listener: SessionListener = listener or NullListener()
+        self.stats = LiveStats(clock)
+        self.t0_ns = self.stats.t0
+        self.scrub = Scrubber(cfg.secret_values())  # never on screen, in the record or a request error
+        self.runner: Runner | None = None
+        self.client = None  # StreamingClient or WorkerPoolClient, once built
+        self.url, self.model, self.api = cfg.target.url, cfg.target.model, None
+        self.phase = "starting"  # starting, waiting for server, running, finished
+        self.signal: int | None = None  # the signal that interrupted the run, if one did
+        self.record = RecordSink(cfg.record, clock=clock, t0_ns=self.t0_ns, scrub=self.scrub,
+                                 on_error=self._record_failed, on_notice=lambda text: self.fan.notice(text))
+        self.fan = fan = Fanout(stats=self.stats, record=self.record, listener=self.listener, scrub=self.scrub,
+                                now_ns=clock.now_ns)
+        self.capacity = fan.capacity = search.capacity_part(cfg, stay_open=stay_open, clock=clock, t0_ns=self.t0_ns,
+                                                            on_event=fan.search_event)
+        w = cfg.watch
+        self.policy = fan.policy = RunPolicy(
+            on_crash=on_crash or w.on_crash, down_timeout_s=w.down_timeout_s if down_timeout_s is None else down_timeout_s,
+            stay_open=stay_open, on_worker_death=cfg.on_worker_death, notice=fan.notice, event=fan.event,
+            now_ns=clock.now_ns)
+        self.policy.capacity = self.capacity
+        self.supervisor = ServerSupervisor(cfg, on_notice=fan.notice)
+        self.logs = LogWatch(w, clock=clock, scrub=self.scrub, on_crash=fan.crash, on_server=fan.server,
+                             on_notice=fan.notice)
+        self.logs.observers.append(self.supervisor.observe_line)
+        self.watch: ServerWatch | None = None
+        self._starting: asyncio.Future | None = None
+        self._background: list[asyncio.Task] = []  # the record's flush loop, the launched server's exit watch
+
+    # ------------------------------------------------------------------ what front ends read and do
+
+    on_crash = property(lambda self: self.policy.on_crash)
+    log_lines = property(lambda self: self.logs.lines)
+    log_seq = property(lambda self: self.logs.seq)
+    notices = property(lambda self: self.fan.notices)
+
+    def snapshot(self) -> StatsSnapshot:
+        return self.stats.snapshot()
+
+    def runner_state(self) -> RunnerState | None:
+        return self.runner.snapshot() if self.runner is not None else None
+
+    def state_label(self) -> str:
+        if self.phase != "running" or self.runner is None:
+            return self.phase
+        return "server down" if self.policy.server_down else self.runner.state
+
+    def search_view(self) -> SearchView | None:
+        return self.capacity.view() if self.capacity is not None else None
+
+    def start_search(self, *, start: float | None = None) -> bool:
+        """A capacity search now (the TUI's key); False when there is no run to search on."""
+        if self.capacity is None or self.runner is None or self.phase != "running":
+            return False
+        search.start_search(self.cfg, self.capacity, self.runner, start=start)
+        return True
+
+    def stop_search(self, *, hold_best: bool = False) -> SearchResult | None:
+        return search.stop_search(self.cfg, self.capacity, self.runner, hold_best=hold_best) if self.capacity else None
+
+    def marker(self, note: str = "") -> None:
+        self.fan.event(RunEvent(self.clock.now_ns(), "marker", note))
+
+    def interrupt(self, reason: str = "interrupted") -> None:
+        """Quit: no new requests, in-flight ones recorded as cancelled, the record closed."""
+        self.policy.interrupt(reason)
+        if self._starting is not None:  # still waiting for the server (it may load for minutes)
+            self._starting.cancel()
+
+    def signalled(self, sig: int) -> None:
+        """SIGINT, SIGTERM, SIGHUP: quit as 'q' does; the exit status says which (128 + signal)."""
+        self.signal = self.signal or sig
+        self.interrupt()
+
+    # ------------------------------------------------------------------ the run
+
+    async def run(self) -> SessionResult:
+        if self.handle_signals:
+            # SIGHUP: the terminal went away; the launched server, in a session of its own, would be
+            # left running and the record without its end line
+            for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+                with contextlib.suppress(NotImplementedError, RuntimeError):
+                    asyncio.get_running_loop().add_signal_handler(sig, self.signalled, sig)
+        _check_fd_limit(self.cfg, self.fan.notice)
+        outcome: tuple[str, int, str | None] = ("error", ExitCode.ERROR, None)
+        try:
+            async with asyncio.TaskGroup() as tg:
+                try:
+                    outcome = await self._run(tg)
+                except (TargetError, RecordError, PromptError, SessionError, ServerStartError) as e:
+                    outcome = ("error", ExitCode.ERROR, str(e))
+                finally:
+                    after_load()
+                    await self._teardown()
+        except* Exception as eg:  # a programming error in one of the run's tasks: end cleanly, say it
+            e = eg.exceptions[0]
+            outcome = ("error", ExitCode.ERROR, f"internal error: {type(e).__name__}: {e}")
+        return self._finish(*outcome)
+
+    async def _run(self, tg: asyncio.TaskGroup) -> tuple[str, int, str | None]:
+        await self._until_interrupted(self._start_server(tg))
+        runner = None if self.policy.interrupted else await self._until_interrupted(self._build(tg))
+        if runner is None:
+            return "interrupted", self._exit_code("interrupted"), None
+        settle_before_load()
+        self._set_phase("running")
+        ran = await runner.run() if self.policy.end_reason is None else None  # None: a quit while building
+        reason = self.policy.end_reason or ran or "completed"
+        if self.capacity is not None:
+            self.capacity.run_ended(reason)
+        return reason, self._exit_code(reason), None
+
+    async def _until_interrupted(self, step: Coroutine[Any, Any, T]) -> T | None:
+        """A step that may wait for minutes (a server loading, Ray joining a cluster), in a task of its
+        own so that a quit cancels just that wait; its errors are the run's, not the group's."""
+        self._starting = asyncio.ensure_future(step)
+        try:
+            return await self._starting
+        except asyncio.CancelledError:
+            if not self.policy.interrupted:
+                raise
+            return None
+        finally:
+            self._starting = None
+
+    async def _start_server(self, tg: asyncio.TaskGroup) -> None:
+        launched = await self.supervisor.spawn()
+        if launched is not None:
+            self._set_phase("waiting for server")
+        self.logs.start(tg, launched)
+        self.url = await self.supervisor.wait_ready()
+        for pattern, line in await self.logs.expected():
+            self.fan.event(RunEvent(self.clock.now_ns(), "expect", {"pattern": pattern, "seen": line is not None}))
+            self.fan.notice(f"expected log line {pattern!r}: " + ("seen" if line is not None else "NOT seen"))
+
+    async def _build(self, tg: asyncio.TaskGroup) -> Runner:
+        cfg, url, fan = self.cfg, self.url, self.fan
+        assert url is not None
+        headers, probes = cfg.request_headers(), []
+        try:
+            self.api, self.model = await discover(url, api=cfg.target.api, model=cfg.target.model, headers=headers,
+                                                  sent=probes)
+        finally:
+            if probes:  # the server saw (and counts) these requests: say so in the record
+                fan.event(RunEvent(self.clock.now_ns(), "probe", {"requests": probes}))
+        self.listener.target_found(url, self.model, self.api)
+        r = cfg.request
+        prompts = PromptSource.from_options(prompt=r.prompt, prompt_file=r.prompt_file, dataset=r.dataset,
+                                            prompt_tokens=r.prompt_tokens, seed=cfg.seed)
+        self.client = client = _client(cfg, url, self.api, self.model, headers, self.clock, self.stats, self.scrub)
+        if hasattr(client, "on_worker_lost"):
+            client.on_worker_lost = self.policy.worker_lost
+        await _start_client(client, cfg)
+        # --find-max: the search decides every level; the ramp's levels only give it its start
+        plan = dataclasses.replace(cfg.plan, levels=()) if cfg.capacity.find_max else cfg.plan
+        self.runner = self.policy.runner = Runner(
+            client, prompts, plan, clock=self.clock, on_record=fan.request, on_event=fan.event,
+            on_level=fan.level, stay_open=self.stay_open, seed=cfg.seed)
+        if self.capacity is not None and cfg.capacity.find_max:
+            search.search_from_the_start(cfg, self.capacity, self.runner)
+        fan.tg = tg
+        self.record.open(self._header())
+        self._background = [tg.create_task(self.record.flush_loop()),
+                            tg.create_task(self.supervisor.watch_exit(fan.server_exit))]
+        self.watch = fan.watch = ServerWatch(
+            cfg.watch, url, clock=self.clock, on_health=fan.health, on_server=fan.server,
+            on_client_load=fan.client_load, on_notice=fan.notice, worker_loads=lambda: getattr(client, "worker_loads", []))
+        await self.watch.start(tg)
+        return self.runner
+
+    async def _teardown(self) -> None:
+        """The order matters: requests recorded as cancelled first; the last /metrics and log lines
+        read while the server still runs; the watchers stopped before the detector is flushed (its
+        crashes get recorded); the server stopped last. The record is closed after all of it."""
+        if self.runner is not None:
+            await self.runner.cancel_and_wait()
+        if self.capacity is not None:
+            self.capacity.run_ended(self.policy.end_reason or "stopped")
+        if self.fan.level_chain is not None:  # the last levels' goodput, before the record closes
+            await asyncio.gather(self.fan.level_chain, return_exceptions=True)
+        if self.watch is not None and self.phase == "running":
+            await self.watch.final_scrape()
+        await self.logs.drain()
+        self.fan.running = False
+        for task in self._background:
+            task.cancel()
+        await asyncio.gather(*self._background, return_exceptions=True)
+        if self.watch is not None:
+            await self.watch.stop()
+        await self.logs.stop()
+        self.logs.finish()
+        self.policy.cancel_timers()
+        if self.client is not None:
+            await self.client.close()
+        await self.supervisor.stop()
+        self._set_phase("finished", tell=False)
+
+    def _finish(self, reason: str, code: int, message: str | None) -> SessionResult:
+        end = "crashed" if reason == "error" and self.stats.snapshot().crashes else _END_LINE.get(reason, reason)
+        record_error = self.record.close("stopped" if end == "error" else end, header=self._header(),
+                                         failed=reason == "error", message=message)
+        if record_error is not None:
+            message, code = message or record_error, code or ExitCode.ERROR
+        found = self.capacity.results[-1] if self.capacity is not None and self.capacity.results else None
+        result = SessionResult(reason, code, tuple(self.stats.snapshot().levels), message, found)
+        self.listener.ended(result)
+        return result
+
+    def _exit_code(self, reason: str) -> int:
+        return ExitCode.for_signal(self.signal) if reason == "interrupted" else _EXIT.get(reason, ExitCode.OK)
+
+    def _header(self) -> dict:
+        header = self.cfg.describe()
+        header.update({"target": self.url, "model": self.model, "api": self.api, "builtin_sim": self.supervisor.builtin})
+        # how the times of requests measured by other processes or machines sit on this timeline
+        header["timeline"] = getattr(self.client, "timeline", None) or {
+            "clock": "CLOCK_MONOTONIC of this machine" + (", shared by the worker processes" if self.cfg.workers > 1 else ""),
+            "alignment": "none needed",
+        }
+        return header
+
+    def _set_phase(self, phase: str, *, tell: bool = True) -> None:
+        self.phase = phase
+        self.fan.running = phase == "running"
+        if tell:
+            self.listener.phase(phase)
+
+    def _record_failed(self, error: str) -> None:
+        self.policy.record_failed(error)
+
+
+def _check_fd_limit(cfg: RunConfig, notice: Callable[[str], None]) -> None:
+    """Each stream holds a socket: raise the open-file limit for the highest planned concurrency, and
+    say so up front when it cannot be (requests beyond it fail in specload, not the server)."""
+    from specload.neterrors import raise_fd_limit
+
+    peak = max((lv.concurrency for lv in cfg.plan.levels), default=1)
+    limit = raise_fd_limit(peak + 256)
+    if limit is not None and limit < peak + 64:
+        notice(f"open-file limit {limit} (ulimit -n) is too low for C={peak}: requests beyond "
+               f"about {max(1, limit - 32)} in flight will fail in specload; raise it with ulimit -n")
+
+
+async def _start_client(client, cfg: RunConfig) -> None:  # noqa: ANN001 - any of the clients
+    if not cfg.ray:
+        await client.start()
+        return
+    from specload.engine.ray_workers import RayStartError
+
+    try:
+        await client.start()
+    except RayStartError as e:  # no cluster at that address, actors that cannot be placed
+        raise SessionError(str(e)) from None
+
+
+def _client(cfg: RunConfig, url: str, api: str, model: str | None, headers: dict[str, str], clock: Clock,
+            stats: LiveStats, scrub: Scrubber):  # noqa: ANN202 - StreamingClient or WorkerPoolClient
+    """The load's client: in this process, or ``--workers`` processes behind the same interface."""
+    kw = dict(model=model, target=cfg.target, request=cfg.request, headers=headers, clock=clock,
+              on_tokens=stats.on_tokens, scrubber=scrub)
+    if cfg.ray:
+        from specload.engine.ray_workers import RayPoolClient
+
+        return RayPoolClient(cfg.workers, url, api, address=cfg.ray, **kw)
+    if cfg.workers > 1:
+        from specload.engine.workers import WorkerPoolClient
+
+        return WorkerPoolClient(cfg.workers, url, api, **kw)
+    from specload.engine.client import StreamingClient
+
+    return StreamingClient(url, api, **kw)

@@ -1,0 +1,119 @@
+"""Where each happening of a run goes: the live stats, the record, the run policy and the front end.
+
+The parts of a session (runner, log watch, server watch, supervisor, recorder) report through these
+methods and know nothing of each other; ``Fanout`` hands each report to every place that needs it, in
+the same order every time: stats first (what the screen shows), then the record, then the listener,
+then the policy (which may stop the run). Notices are masked for secrets here, once for all.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+
+from specload.engine.capacity import CapacityPart
+from specload.record.sink import RecordSink
+from specload.records import CrashEvent, ErrorKind, RequestRecord, RunEvent, ServerSample
+from specload.secrets import Scrubber, redact_command
+from specload.session.listener import SessionListener
+from specload.session.policy import RunPolicy
+from specload.stats.client_load import ClientLoad
+from specload.stats.levels import LevelSummary
+from specload.stats.live import LiveStats
+from specload.watch.command import ProcessExit
+from specload.watch.serverwatch import ServerWatch
+
+
+class Fanout:
+    def __init__(self, *, stats: LiveStats, record: RecordSink, listener: SessionListener, scrub: Scrubber,
+                 now_ns) -> None:  # noqa: ANN001 - the clock's now_ns
+        self.stats, self.record, self.listener, self.scrub, self.now_ns = stats, record, listener, scrub, now_ns
+        self.policy: RunPolicy | None = None  # set by the session (the policy reports through here too)
+        self.watch: ServerWatch | None = None  # once the server watch runs
+        self.running = False  # the load runs: a server exit is news then, not during teardown
+        self.notices: deque[str] = deque(maxlen=200)
+        self.capacity: CapacityPart | None = None  # goodput and the capacity search, when wanted
+        self.tg: asyncio.TaskGroup | None = None  # the session's, for the levels' goodput
+        self.level_chain: asyncio.Task | None = None  # level summaries waiting for their goodput, in order
+        self._warned_unstreamed = False
+
+    def notice(self, text: str) -> None:
+        text = self.scrub(redact_command(text) or "")
+        self.notices.append(text)
+        self.listener.notice(text)
+
+    def request(self, rec: RequestRecord) -> None:
+        if rec.ok and rec.chunks == 1 and rec.output_tokens > 1 and not self._warned_unstreamed:
+            self._warned_unstreamed = True
+            self.notice(f"the server sent a whole answer of {rec.output_tokens} tokens in one piece (not "
+                        "streamed: \"stream\": false in --extra-body?): TTFT is the whole answer's time, "
+                        "TPOT and ITL cannot be measured")
+        self.stats.on_record(rec)
+        if self.capacity is not None:
+            self.capacity.on_record(rec)
+        self.record.request(rec)
+        interrupted = self.policy is not None and self.policy.interrupted
+        if rec.error_kind is ErrorKind.CONNECT and self.watch is not None and not interrupted:
+            self.watch.mark_down(rec.error_detail or "connection refused")  # faster than the next poll
+
+    def event(self, ev: RunEvent) -> None:
+        self.stats.on_event(ev)
+        self.record.event(ev)
+        self.listener.run_event(ev)
+
+    def level(self, summary: LevelSummary) -> None:
+        if self.capacity is not None and self.capacity.spec is not None and self.tg is not None:
+            # goodput bootstraps over the level's requests (in a thread): the summaries kept in order
+            self.level_chain = self.tg.create_task(self._level_with_goodput(self.level_chain, summary))
+            return
+        self.level_done(summary)
+
+    async def _level_with_goodput(self, before: asyncio.Task | None, summary: LevelSummary) -> None:
+        if before is not None:
+            await asyncio.gather(before, return_exceptions=True)
+        assert self.capacity is not None
+        try:
+            summary = await self.capacity.finish_level(summary)
+        except Exception as e:  # noqa: BLE001 - a statistic that fails must not lose the level
+            self.notice(f"goodput of level {summary.level_index} could not be computed: {e}")
+        self.level_done(summary)
+
+    def search_event(self, value: dict) -> None:
+        self.event(RunEvent(self.now_ns(), "search", value))
+
+    def level_done(self, summary: LevelSummary) -> None:
+        if self.watch is not None:
+            self.watch.level_ended()
+        self.stats.on_level(summary)
+        self.record.level(summary)
+        self.listener.level_done(summary)
+
+    def server(self, sample: ServerSample) -> None:
+        self.stats.on_server(sample)
+        self.record.server(sample)
+
+    def crash(self, ev: CrashEvent) -> None:
+        self.stats.on_crash(ev)
+        self.record.crash(ev)
+        self.listener.crash(ev)
+        if self.policy is not None:
+            self.policy.crash(ev)
+
+    def health(self, ev: RunEvent, detail: str) -> None:
+        self.event(ev)
+        if self.policy is not None:
+            self.policy.health(ev, detail)
+
+    def server_exit(self, ex: ProcessExit) -> None:
+        if self.running:
+            self.event(RunEvent(self.now_ns(), "server_exit", ex.description))
+            self.notice(f"launched server {ex.description}")
+            if self.policy is not None:
+                self.policy.server_failed(f"the launched server {ex.description}")
+
+    def client_load(self, load: ClientLoad) -> None:
+        self.stats.on_client_load(load.cpu_pct, load.loop_lag_ms, load.saturated, load.starved)
+        runner = self.policy.runner if self.policy is not None else None
+        level = runner.target if runner is not None else 0
+        self.record.client(load, level)
+        self.listener.client_load(load, level)

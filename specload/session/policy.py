@@ -1,0 +1,122 @@
+"""What happens to the load when something happens to the server (or to specload itself).
+
+``RunPolicy`` holds every rule that stops or pauses the runner, and the run's end reason:
+
+* a new crash signature: ``--on-crash pause`` pauses, ``stop`` ends the run (``crashed``), in-flight
+  requests cancelled; ``continue`` does nothing;
+* the server goes down: the load pauses (requests would only fail) and resumes when it is up again;
+  down for ``--down-timeout`` ends a headless run (``server down``); the TUI stays (``stay_open``);
+* a ``--workers`` process dies: the run goes on with the others, or stops (``worker lost``) when
+  none is left or ``--on-worker-death stop``;
+* the record cannot be written: stop (a load nobody can read back is not worth running);
+* the user quits or a signal arrives: ``interrupt``.
+
+The first reason wins: a crash that brings the server down ends the run as ``crashed``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+from specload.engine.capacity import CapacityPart
+from specload.engine.runner import Runner
+from specload.records import CrashEvent, RunEvent
+
+
+class RunPolicy:
+    def __init__(
+        self,
+        *,
+        on_crash: str,
+        down_timeout_s: float,
+        stay_open: bool,
+        on_worker_death: str,
+        notice: Callable[[str], None],
+        event: Callable[[RunEvent], None],
+        now_ns: Callable[[], int],
+    ) -> None:
+        self.on_crash = on_crash
+        self.down_timeout_s = down_timeout_s
+        self.stay_open = stay_open
+        self.on_worker_death = on_worker_death
+        self._notice, self._event, self._now = notice, event, now_ns
+        self.runner: Runner | None = None  # set once the load is built
+        self.capacity: CapacityPart | None = None  # a search under a failed server has no best point
+        self.end_reason: str | None = None
+        self.interrupted = False
+        self.server_down = False
+        self._paused_for_down = False
+        self._down_timer: asyncio.TimerHandle | None = None
+
+    def stop(self, end_reason: str, runner_reason: str = "stopped") -> None:
+        """End the run: no new requests, in-flight ones recorded as cancelled."""
+        self.end_reason = self.end_reason or end_reason
+        if self.runner is not None:
+            self.runner.stop(runner_reason)
+            self.runner.cancel_in_flight()
+
+    def interrupt(self, reason: str = "interrupted") -> None:
+        self.interrupted = True
+        self.stop(reason, reason)
+
+    def server_failed(self, detail: str) -> None:
+        """A crash, the server down or gone: whatever else happens, a search in progress ends void."""
+        if self.capacity is not None:
+            self.capacity.server_failed(detail)
+
+    def crash(self, ev: CrashEvent) -> None:
+        if not ev.new or self.runner is None:
+            return
+        self.server_failed(f"{ev.exception_type}: {ev.message}")
+        if self.on_crash == "pause":
+            self.runner.pause()
+        elif self.on_crash == "stop":
+            self.stop("crashed", "crashed")
+
+    def health(self, ev: RunEvent, detail: str) -> None:
+        if ev.value == "down":
+            self.server_down = True
+            self._notice(f"server down: {detail}")
+            self.server_failed(f"server down: {detail}")
+            if self.runner is not None and not self.runner.paused:
+                self._paused_for_down = True
+                self.runner.pause()
+            if self._down_timer is None:
+                self._down_timer = asyncio.get_running_loop().call_later(self.down_timeout_s, self._down_too_long)
+        elif ev.value == "up":
+            was_down, self.server_down = self.server_down, False
+            self.cancel_timers()
+            if was_down:
+                self._notice("server up again")
+            if self._paused_for_down and self.runner is not None:
+                self._paused_for_down = False
+                self.runner.resume()
+
+    def _down_too_long(self) -> None:
+        self._down_timer = None
+        if self.server_down and self.runner is not None and not self.stay_open:
+            self._notice(f"server down for {self.down_timeout_s:g} s: stopping")
+            self.stop("server down")
+
+    def worker_lost(self, index: int, why: str, left: int) -> None:
+        """A load worker died (``--workers``): its in-flight requests come back as ``lost`` records;
+        the run goes on with the others, or stops when none is left or the user said so."""
+        stop = left == 0 or self.on_worker_death == "stop"
+        self._event(RunEvent(self._now(), "worker_lost", {"worker": index, "detail": why, "left": left}))
+        then = "stopping" if stop else f"continuing on {left} worker{'s' if left != 1 else ''}"
+        self._notice(f"load {why}: its requests in flight are recorded as lost; {then}")
+        if stop:
+            self.stop("worker lost")
+
+    def record_failed(self, error: str) -> None:
+        """Called from inside the recorder, which may be inside the runner's bookkeeping of a finished
+        request: the stop itself waits for the next loop turn."""
+        self.end_reason = self.end_reason or "stopped"
+        self._notice(f"{error}: stopping the run")
+        asyncio.get_running_loop().call_soon(self.stop, "stopped")
+
+    def cancel_timers(self) -> None:
+        if self._down_timer is not None:
+            self._down_timer.cancel()
+            self._down_timer = None

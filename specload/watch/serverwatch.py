@@ -1,0 +1,117 @@
+"""The server watch during the load: its health, its /metrics, and specload's own load beside them.
+
+``ServerWatch`` starts what the options ask for once the server answers: the health poll (unless
+``--no-health``, or the server has no ``/health``: a proxy without one must not be taken for a dead
+server and paused), the /metrics scraper (``--metrics-url``, or the server's own when it answers,
+off with ``off``) and the client-load monitor (CPU and event-loop lag every second; with
+``--workers`` the most delayed worker process decides). Each runs as a task of the session's
+TaskGroup; what they find leaves through the callbacks given.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+from specload.clock import Clock
+from specload.config import WatchConfig
+from specload.records import RunEvent, ServerSample
+from specload.stats.client_load import ClientLoad, ClientLoadMonitor
+
+WorkerLoads = Callable[[], "list[tuple[float | None, float | None, float | None]]"]
+FINAL_SCRAPE_S = 3.0
+
+
+class ServerWatch:
+    def __init__(
+        self,
+        cfg: WatchConfig,
+        url: str,
+        *,
+        clock: Clock,
+        on_health: Callable[[RunEvent, str], None],
+        on_server: Callable[[ServerSample], None],
+        on_client_load: Callable[[ClientLoad], None],
+        on_notice: Callable[[str], None],
+        worker_loads: WorkerLoads = list,
+    ) -> None:
+        self.cfg = cfg
+        self.url = url
+        self.clock = clock
+        self._on_health, self._on_server, self._on_client_load = on_health, on_server, on_client_load
+        self._notice = on_notice
+        self._worker_loads = worker_loads
+        self.health = None  # HealthMonitor, when watched
+        self.metrics = None  # MetricsScraper, when scraped
+        self.load = ClientLoadMonitor(on_sample=self._client_load)
+        self._tasks: list[asyncio.Task] = []
+
+    async def start(self, tg: asyncio.TaskGroup) -> None:
+        w = self.cfg
+        if w.health and await self._has_health_endpoint():
+            from specload.watch.health import HealthMonitor
+
+            self.health = HealthMonitor(self.url + "/health", clock=self.clock, on_change=self._on_health)
+            self._tasks.append(tg.create_task(self.health.run()))
+        if w.metrics_url != "off":
+            from specload.watch.metrics import MetricsScraper, probe_metrics
+
+            url = w.metrics_url or self.url + "/metrics"
+            if w.metrics_url or await probe_metrics(url):
+                self.metrics = MetricsScraper(url, w.metrics_interval_s, clock=self.clock, on_sample=self._on_server,
+                                              on_notice=self._notice)
+                self._tasks.append(tg.create_task(self.metrics.run()))
+        self._tasks.append(tg.create_task(self.load.run()))
+
+    async def _has_health_endpoint(self) -> bool:
+        import aiohttp
+
+        try:
+            async with aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=5), connector=aiohttp.TCPConnector(force_close=True)
+            ) as s, s.get(self.url + "/health") as r:
+                if r.status in (404, 405, 501):
+                    self._notice(f"{self.url}/health answers HTTP {r.status}: server health not watched")
+                    return False
+        except (aiohttp.ClientError, TimeoutError):
+            pass  # unreachable now: the monitor will report it
+        return True
+
+    def mark_down(self, detail: str) -> None:
+        """The engine saw a refused connection: down now, without waiting for the next poll."""
+        if self.health is not None:
+            self.health.mark_down(detail)
+
+    def level_ended(self) -> None:
+        """Per-level server figures: the counters as the level ends, not up to an interval later."""
+        if self.metrics is not None:
+            self.metrics.scrape_soon()
+
+    async def final_scrape(self) -> None:
+        """The last interval's counters, read before the server may be stopped."""
+        if self.metrics is None:
+            return
+        try:
+            async with asyncio.timeout(FINAL_SCRAPE_S):
+                await self.metrics.scrape_now()
+        except (TimeoutError, OSError):
+            pass
+
+    async def stop(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks.clear()
+
+    def _client_load(self, load: ClientLoad) -> None:
+        # with --workers the streams are read in the workers: the most delayed process decides (its
+        # CPU and the run-queue share of its delay come with it)
+        for cpu, lag, wait in self._worker_loads():
+            if cpu is None or lag is None:
+                continue
+            if lag > load.loop_lag_ms or cpu > load.cpu_pct:
+                load = self.load.sample(
+                    load.t_ns, max(cpu, load.cpu_pct), max(lag, load.loop_lag_ms),
+                    wait if lag > load.loop_lag_ms else load.lag_cpu_wait_ms,
+                )
+        self._on_client_load(load)
