@@ -21,8 +21,9 @@ import pytest
 
 from specload.config import RunConfig
 from specload.engine.ray_workers import loopback_ray, ray_available
+from specload.exitcode import ExitCode
 from specload.record.reader import read_record
-from specload.session import EXIT_WORKER_LOST, Session
+from specload.session import Session
 from tests.conftest import make_config
 from tests.waiting import until
 
@@ -132,7 +133,7 @@ async def test_a_killed_actor_stops_the_run_when_asked(ray_instance, sim, tmp_pa
     session = Session(cfg)
     task, pid, in_flight = await start_and_kill(session, server, 1)
     result = await asyncio.wait_for(task, 90)
-    assert result.reason == "worker lost" and result.exit_code == EXIT_WORKER_LOST
+    assert result.reason == "worker lost" and result.exit_code == ExitCode.WORKER_LOST
     data = read_record(str(rec))
     assert data.end is not None and data.end["reason"] == "stopped"
     kinds = [(r["error"] or {}).get("kind") for r in data.requests]
