@@ -38,6 +38,7 @@ def plottable(series: Sequence[float], last: int) -> list[float]:
             v = prev
         out.append(v)
         prev = v
+    return out
 
 
 _BARS = "▁▂▃▄▅▆▇█"
