@@ -64,7 +64,7 @@ class MetricResult:
 @dataclass(frozen=True)
 class Flag:
     side: str
-    kind: str  # shape, estimated_tokens, errors, client_saturated, crash, missing
+    kind: str  # shape, estimated_tokens, errors, client_saturated, client_starved, crash
     detail: str
 
 
@@ -292,10 +292,15 @@ def _level_flags(sides: Sequence[Side], keyed: dict[str, list[dict[LevelKey, Lev
             clients = run.during("client", lv)
             if clients:
                 sat = sum(1 for c in clients if c.get("saturated"))
+                starved = sum(1 for c in clients if c.get("starved"))
                 if sat:
                     out.append(Flag(s.label, "client_saturated",
                                     f"{who}: specload's client was saturated {sat} s of the level "
                                     "(its latencies include client queueing)"))
+                if starved:
+                    out.append(Flag(s.label, "client_starved",
+                                    f"{who}: another process held the CPU {starved} s of the level "
+                                    "(its latencies include scheduling delay)"))
             crashes = run.during("crashes", lv)
             if crashes:
                 types = sorted({str(c.get("exception_type")) for c in crashes})
