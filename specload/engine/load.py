@@ -6,7 +6,7 @@ Pure data plus parsing, so the CLI, the TUI and tests build plans the same way.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from specload.options import ConfigError
 
@@ -19,6 +19,10 @@ class LevelSpec:
     # per level, for levels decided while the run goes (the capacity search): None takes the plan's
     rate: float | None = None  # open loop at this rate, the concurrency as its cap
     drain: bool | None = None  # wait for the level's requests before the next one
+    repeat: int = 0  # the k-th repeat of this concurrency in a row (--repeat): its record line says so
+    manual: bool | None = None  # a replayed level keeps the original's manual flag (None: not replayed)
+    # a replayed schedule's pauses: (seconds of the level's active time before it, seconds paused)
+    pauses: tuple[tuple[float, float], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +90,18 @@ def build_plan(
         max_requests=max_requests,
         max_duration_s=max_duration_s,
     )
+
+
+def repeat_levels(plan: LoadPlan, n: int) -> LoadPlan:
+    """Each level ``n`` times in a row (C=1, 1, 1, 4, 4, 4, ...): repeats of the ramp interleaved level
+    by level, so slow drift touches every repeat of a level alike, and the repeats give the comparison
+    its run-to-run variation from one record."""
+    if n < 1:
+        raise PlanError("--repeat must be at least 1")
+    if n == 1:
+        return plan
+    levels = tuple(replace(lv, repeat=k) for lv in plan.levels for k in range(n))
+    return replace(plan, levels=levels)
 
 
 class Arrivals:

@@ -95,6 +95,7 @@ class Runner:
         stay_open: bool = False,
         seed: int = 0,
         source: LevelSource | None = None,
+        extend: Callable[[int, int], int] | None = None,
     ) -> None:
         self.client = client
         self.prompts = prompts
@@ -105,6 +106,9 @@ class Runner:
         self._on_level = on_level or (lambda s: None)
         self.stay_open = stay_open
         self.source = source
+        # any level that reached its request count may get more (--target-ci, --until-decided):
+        # extend(level_index, started) -> how many more requests to start (0: the level ends)
+        self.extend = extend
         self._seed = seed
         self._arrivals = Arrivals(plan.rate, plan.burstiness, seed) if plan.rate else None
         self.book = LevelBook()
@@ -131,6 +135,7 @@ class Runner:
         self._level_number = 0
         self._level_spec: LevelSpec | None = None
         self._level_quota: int | None = None  # the level's request count, as a source extends it
+        self._pauses: list[tuple[float, float]] = []
         self._sourced = False
         self._level_started = 0
         self._level_active_ns = 0
@@ -352,7 +357,10 @@ class Runner:
             self.target = spec.concurrency
             self._emit("concurrency", self.target)
         if not warmup:
-            value = {"index": index, "concurrency": spec.concurrency, "manual": number == 0 and not sourced}
+            manual = number == 0 and not sourced if spec.manual is None else spec.manual
+            value = {"index": index, "concurrency": spec.concurrency, "manual": manual}
+            if spec.repeat:
+                value["repeat"] = spec.repeat
             if spec.rate is not None:
                 value["rate"] = spec.rate
             if sourced:
@@ -368,14 +376,26 @@ class Runner:
         arrivals = self._arrivals if rate else None
         drain = plan.drain_between_levels if spec.drain is None else spec.drain
         arrival_at: int | None = None
+        self._pauses = list(spec.pauses)  # a replayed schedule's pauses still to come, in order
+        pauses = self._pauses
         while True:
             self._set_state()
             if self._stop or self._skip:
                 break
+            if pauses and not self.paused and self._active_ns() >= pauses[0][0] * 1e9:
+                _, length = pauses.pop(0)
+                self.pause()
+                asyncio.get_running_loop().call_later(length, self.resume)
+                continue
             if not (self.held and not warmup):
                 if self._level_quota is not None and self._level_started >= self._level_quota:
                     source = self.source if sourced else None
-                    more = await source.more_requests(index, self._level_started) if source is not None else 0
+                    if source is not None:
+                        more = await source.more_requests(index, self._level_started)
+                    elif self.extend is not None and not warmup:
+                        more = self.extend(index, self._level_started)
+                    else:
+                        more = 0
                     if more <= 0 or self._stop or self._skip:
                         break
                     self._level_quota += more
@@ -416,9 +436,14 @@ class Runner:
     def _time_left_s(self, spec: LevelSpec) -> float | None:
         """How long the dispatcher may sleep: until the level's time is up or the run's bound."""
         run_left = self._run_time_left_s()
-        if spec.duration_s is None or self.held or self.paused:
+        if self.held or self.paused:
             return run_left
-        level_left = max(0.0, spec.duration_s - self._active_ns() / 1e9) + 0.001
+        ends = [spec.duration_s] if spec.duration_s is not None else []
+        if self._pauses:
+            ends.append(self._pauses[0][0])  # wake for the next replayed pause
+        if not ends:
+            return run_left
+        level_left = max(0.0, min(ends) - self._active_ns() / 1e9) + 0.001
         return level_left if run_left is None else min(level_left, run_left)
 
     def _run_time_left_s(self) -> float | None:

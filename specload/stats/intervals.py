@@ -11,7 +11,9 @@ have their own interval (Wilson) and are compared by difference, since a share o
 Methods, each chosen for what the figure is (the README's "Compare" section says the same):
 
 - a per-request mean or ratio of sums: bootstrap over requests (seeded, so a report is reproducible),
-  its standard error corrected by sqrt(n/(n-1)) and used with Student's t at n-1 degrees of freedom;
+  its standard error corrected by sqrt(n/(n-1)) and used with Student's t at n-1 degrees of freedom.
+  ``n_boot=0`` (live checks during a run, which must not hold the event loop) and very long levels use
+  the bootstrap's large-sample equivalent instead (the standard error of the mean, the delta method);
 - a percentile: the distribution-free order-statistic interval for the value (exact binomial; it says
   plainly when there are too few requests for a p99, where a bootstrap would return the maximum), and
   the bootstrap's standard error for ratios;
@@ -248,7 +250,7 @@ def mean_ci(values: Sequence[float] | np.ndarray, *, seed: int = 0, n_boot: int 
     value = float(a.mean())
     if n < 2 or value <= 0:
         return Estimate(value, None, None, n, None, math.inf, "bootstrap", _few(n))
-    if n > _BIG_N:  # the bootstrap's large-sample limit, without a 2000 x n matrix
+    if n > _BIG_N or n_boot == 0:  # the bootstrap's large-sample limit, without a 2000 x n matrix
         se = float(a.std(ddof=1)) / math.sqrt(n) / value
     else:
         se = _se_log_from_replicates(bootstrap(n, lambda idx: a[idx].mean(axis=1), n_boot=n_boot, seed=seed), n)
@@ -269,7 +271,7 @@ def ratio_of_sums_ci(num: Sequence[float] | np.ndarray, den: Sequence[float] | n
     value = scale * float(x.sum() / y.sum())
     if n < 2 or value <= 0:
         return Estimate(value, None, None, n, None, math.inf, "bootstrap", _few(n))
-    if n > _BIG_N:  # delta method (the linearised ratio), the bootstrap's large-sample limit
+    if n > _BIG_N or n_boot == 0:  # delta method (the linearised ratio), the bootstrap's large-sample limit
         r = x.sum() / y.sum()
         se = float(np.std(x - r * y, ddof=1) * math.sqrt(n) / x.sum())
     else:
@@ -342,7 +344,7 @@ def percentile_ci(values: Sequence[float] | np.ndarray, p: float, *, seed: int =
         note = f"{n} samples cannot bound a p{p:g} (about {need} needed)"
     if value <= 0 or n < 2:
         return Estimate(value, lo, hi, n, None, math.inf, "order-statistic", note or _few(n))
-    if n > _BIG_N:
+    if n > _BIG_N or n_boot == 0:
         se = None
         if lo is not None and hi is not None and lo > 0:
             se = (math.log(hi) - math.log(lo)) / (2.0 * z_crit())

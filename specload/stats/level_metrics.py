@@ -27,11 +27,12 @@ requests cannot.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from specload.records import RequestRecord
 from specload.stats import intervals as iv
 from specload.stats.intervals import Estimate
 from specload.stats.levels import LevelSummary
@@ -65,6 +66,8 @@ class LevelRequests:
     manual: bool = False  # a concurrency set by hand (TUI key)
     open_loop: bool = False  # --rate: concurrency is a cap, not the load
     summary: LevelSummary | None = None  # the source's own level line, when it has one
+    running: bool = False  # a level still in progress (its finished requests so far): nothing drained yet
+    repeat: int = 0  # the k-th repeat of this level in its run (--repeat)
     _steady: list = field(default_factory=list, repr=False)  # cache
 
     @property
@@ -118,6 +121,9 @@ def steady_state(level: LevelRequests) -> SteadyState:
     s, e = start[valid], end[valid]
     if level.open_loop:
         t_fill = float(e.min())
+    elif level.running:
+        # only finished requests are known: the fill is the first cohort, C starts
+        t_fill = float(np.sort(s)[min(level.concurrency, s.size) - 1])
     else:
         times, count = _in_flight_at(s, e)
         target = min(level.concurrency, int(count.max()))
@@ -127,6 +133,8 @@ def steady_state(level: LevelRequests) -> SteadyState:
     last_start = float(s.max())
     in_flight_then = e[e > last_start]
     t_drain = float(in_flight_then.min()) if in_flight_then.size else last_start
+    if level.running:
+        t_drain = math.inf  # still at full load
     # at C=1 nothing fills (no shared prefill): the first request counts
     first_counts = level.concurrency == 1 and not level.open_loop
     mask = valid & ((start >= t_fill) if first_counts else (start > t_fill)) & (end <= t_drain)
@@ -134,7 +142,9 @@ def steady_state(level: LevelRequests) -> SteadyState:
         return SteadyState(mask, t_fill, t_drain, None, None, None)
     a, b = float(start[mask].min()), float(end[mask].max())
     mean_in_flight = None
-    if b > a:
+    if level.running and not level.open_loop:
+        mean_in_flight = float(level.concurrency)  # the requests still in flight are not in the arrays
+    elif b > a:
         overlap = np.clip(np.minimum(e, b) - np.maximum(s, a), 0.0, None)
         mean_in_flight = float(overlap.sum() / (b - a))
     return SteadyState(mask, t_fill, t_drain, (a, b), mean_in_flight, None)
@@ -181,20 +191,20 @@ def _with_note(est: Estimate, note: str | None) -> Estimate:
 
 
 def _column_pct(column: str, p: float, scale: float = 1.0) -> Callable[..., Estimate]:
-    def fn(level: LevelRequests, seed: int = 0, **_: object) -> Estimate:
+    def fn(level: LevelRequests, seed: int = 0, n_boot: int = iv.N_BOOT, **_: object) -> Estimate:
         col = getattr(level, column)
         if col is None:
             return iv.missing("order-statistic", f"the source has no {column.split('_')[0].upper()}")
         sel, note = _steady_ok(level)
         vals = col[sel] * scale
         vals = vals[np.isfinite(vals)]
-        est = iv.percentile_ci(vals, p, seed=seed)
+        est = iv.percentile_ci(vals, p, seed=seed, n_boot=n_boot)
         return _with_note(_insufficient_steady(level, est, int(vals.size)), note)
 
     return fn
 
 
-def per_request_tok_s(level: LevelRequests, seed: int = 0, **_: object) -> Estimate:
+def per_request_tok_s(level: LevelRequests, seed: int = 0, n_boot: int = iv.N_BOOT, **_: object) -> Estimate:
     if level.output_tokens is None or level.e2e_ms is None:
         return iv.missing("bootstrap", "the source has no per-request tokens and E2E")
     sel, note = _steady_ok(level)
@@ -202,11 +212,11 @@ def per_request_tok_s(level: LevelRequests, seed: int = 0, **_: object) -> Estim
     tok = level.output_tokens[sel]
     keep = np.isfinite(e2e) & np.isfinite(tok) & (e2e > 0)
     vals = tok[keep] / (e2e[keep] / 1e3)
-    est = iv.mean_ci(vals, seed=seed)
+    est = iv.mean_ci(vals, seed=seed, n_boot=n_boot)
     return _with_note(_insufficient_steady(level, est, int(vals.size)), note)
 
 
-def throughput(level: LevelRequests, seed: int = 0, **_: object) -> Estimate:
+def throughput(level: LevelRequests, seed: int = 0, n_boot: int = iv.N_BOOT, **_: object) -> Estimate:
     """Output tok/s of the level at steady state (the module doc explains the estimator)."""
     summary_value = level.summary.throughput_tok_s if level.summary is not None else None
     if level.start_s is None or level.end_s is None or level.output_tokens is None:
@@ -223,7 +233,7 @@ def throughput(level: LevelRequests, seed: int = 0, **_: object) -> Estimate:
         return _insufficient_steady(level, est, min(n, iv.MIN_SAMPLES - 1))
     tok = np.where(level.ok[sel], np.nan_to_num(level.output_tokens[sel]), 0.0)
     occ = level.end_s[sel] - level.start_s[sel]
-    boot = iv.ratio_of_sums_ci(tok, occ, scale=st.mean_in_flight, seed=seed)
+    boot = iv.ratio_of_sums_ci(tok, occ, scale=st.mean_in_flight, seed=seed, n_boot=n_boot)
     boot = replace(boot, method="little+bootstrap")
     bm = _batch_means(level, st)
     if bm is None or bm.se_log is None or boot.se_log is None or boot.value is None or bm.se_log <= boot.se_log:
@@ -316,11 +326,42 @@ METRICS: dict[str, Metric] = {
 DEFAULT_PRIMARY = "throughput"
 
 
+def level_from_records(records: Sequence[RequestRecord], *, index: int, concurrency: int, t0_ns: int,
+                       running: bool = False, open_loop: bool = False) -> LevelRequests:
+    """A level's finished requests, as the engine hands them in, as columns (for live estimates:
+    ``--target-ci``, ``--baseline``)."""
+    n = len(records)
+    col = lambda: np.full(n, np.nan)  # noqa: E731
+    start, end, ttft, tpot, e2e, tok, prompt = col(), col(), col(), col(), col(), col(), col()
+    ok = np.zeros(n, bool)
+    kinds: list[str | None] = []
+    for i, r in enumerate(records):
+        start[i] = (r.start_ns - t0_ns) / 1e9
+        end[i] = (r.end_ns - t0_ns) / 1e9
+        ok[i] = r.ok
+        tok[i] = r.output_tokens
+        if r.prompt_tokens is not None:
+            prompt[i] = r.prompt_tokens
+        kinds.append(None if r.ok else (r.error_kind.value if r.error_kind else "error"))
+        if r.ok:
+            if r.ttft_ns is not None:
+                ttft[i] = r.ttft_ns / 1e6
+            if r.e2e_ns is not None:
+                e2e[i] = r.e2e_ns / 1e6
+            if r.tpot_ns is not None:
+                tpot[i] = r.tpot_ns / 1e6
+    return LevelRequests(index=index, concurrency=concurrency, ok=ok, start_s=start, end_s=end, ttft_ms=ttft,
+                         tpot_ms=tpot, e2e_ms=e2e, output_tokens=tok, prompt_tokens=prompt,
+                         tokens_estimated=np.array([r.tokens_estimated for r in records], bool),
+                         error_kind=tuple(kinds), open_loop=open_loop, running=running)
+
+
 def estimate(level: LevelRequests, metric: str, *, seed: int = 0,
-             server: tuple[np.ndarray, np.ndarray] | None = None) -> Estimate:
+             server: tuple[np.ndarray, np.ndarray] | None = None, fast: bool = False) -> Estimate:
     """``metric`` of ``level`` with its 95% interval. ``server``: (t_s, accept_len) samples of the run,
-    for ``accept_len``. The seed makes the bootstrap (and so the report) reproducible."""
-    return METRICS[metric].fn(level, seed=seed, server=server)
+    for ``accept_len``. The seed makes the bootstrap (and so the report) reproducible. ``fast``: the
+    large-sample formulas instead of the bootstrap (O(n), for checks while a level runs)."""
+    return METRICS[metric].fn(level, seed=seed, server=server, n_boot=0 if fast else iv.N_BOOT)
 
 
 def requests_column_ci(level: LevelRequests, values: np.ndarray, p: float | None = None, *,
