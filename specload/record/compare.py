@@ -110,7 +110,7 @@ class Comparison:
 
     @property
     def run_to_run_accounted(self) -> bool:
-        return any(s.repeats > 1 for s in self.sides)
+        return any(b is not None for b in self.between.values())
 
 
 # ------------------------------------------------------------------------------------------ compare
@@ -120,15 +120,23 @@ def _seed(*parts: object) -> int:
     return zlib.crc32("|".join(map(str, parts)).encode())
 
 
-def level_keys(run: Run) -> dict[LevelKey, LevelRequests]:
-    out: dict[LevelKey, LevelRequests] = {}
+def level_keys(run: Run) -> dict[LevelKey, list[LevelRequests]]:
+    """The run's levels by key; a level repeated in a row (``--repeat``) is one key with several
+    entries, which the comparison treats as repeated runs of that level."""
+    out: dict[LevelKey, list[LevelRequests]] = {}
     seen: dict[int, int] = {}
+    last: dict[int, LevelKey] = {}
     for lv in run.levels:
         if lv.n == 0:
             continue
+        if lv.repeat and lv.concurrency in last:
+            out[last[lv.concurrency]].append(lv)
+            continue
         k = seen.get(lv.concurrency, 0)
         seen[lv.concurrency] = k + 1
-        out[LevelKey(lv.concurrency, k)] = lv
+        key = LevelKey(lv.concurrency, k)
+        last[lv.concurrency] = key
+        out[key] = [lv]
     return out
 
 
@@ -151,10 +159,11 @@ def compare(sides: Sequence[Side], *, primary: str = DEFAULT_PRIMARY, min_effect
     for s in sides:
         for ri, (run, levels) in enumerate(zip(s.runs, keyed[s.label], strict=True)):
             accept = run.timeline.server_series("accept_len")
-            for key, lv in levels.items():
-                for m in names:
-                    e = estimate(lv, m, seed=_seed(s.label, ri, key, m), server=accept)
-                    per_run.setdefault((s.label, key, m), []).append(e)
+            for key, lvs in levels.items():
+                for lv in lvs:
+                    for m in names:
+                        e = estimate(lv, m, seed=_seed(s.label, ri, key, lv.repeat, m), server=accept)
+                        per_run.setdefault((s.label, key, m), []).append(e)
 
     between: dict[str, iv.BetweenRuns | None] = {}
     for m in names:
@@ -173,7 +182,7 @@ def compare(sides: Sequence[Side], *, primary: str = DEFAULT_PRIMARY, min_effect
                 if not ests:
                     continue
                 if spec.kind == "share":
-                    combined[s.label] = _pool_shares(s, keyed[s.label], key)
+                    combined[s.label] = _pool_shares(keyed[s.label], key)
                 else:
                     combined[s.label] = iv.combine_runs(ests, between[m])
             base = combined.get(baseline.label)
@@ -192,7 +201,8 @@ def compare(sides: Sequence[Side], *, primary: str = DEFAULT_PRIMARY, min_effect
         levels.append(LevelComparison(key, present, results, tuple(flags)))
 
     notes = []
-    if not any(s.repeats > 1 for s in sides):
+    repeated = any(len(v) > 1 for v in per_run.values())
+    if not repeated:
         notes.append("one run per side: run-to-run variation is not accounted for (the intervals see only "
                      "the variation within each run; repeat runs to include it: report A1 A2 --vs B1 B2)")
     return Comparison(
@@ -209,13 +219,10 @@ def compare(sides: Sequence[Side], *, primary: str = DEFAULT_PRIMARY, min_effect
     )
 
 
-def _pool_shares(side: Side, keyed: list[dict[LevelKey, LevelRequests]], key: LevelKey) -> Estimate:
+def _pool_shares(keyed: list[dict[LevelKey, list[LevelRequests]]], key: LevelKey) -> Estimate:
     """Error rate over repeats: the counts pooled (a share has no useful log scale for tau²)."""
     failed = total = 0
-    for levels in keyed:
-        lv = levels.get(key)
-        if lv is None:
-            continue
+    for lv in (x for levels in keyed for x in levels.get(key, ())):
         kinds = lv.error_kind or (None,) * lv.n
         for ok, kind in zip(lv.ok, kinds, strict=False):
             if kind == "cancelled":
@@ -270,43 +277,14 @@ def _shape_flags(baseline: Side, others: Sequence[Side]) -> list[Flag]:
     return out
 
 
-def _level_flags(sides: Sequence[Side], keyed: dict[str, list[dict[LevelKey, LevelRequests]]],
+def _level_flags(sides: Sequence[Side], keyed: dict[str, list[dict[LevelKey, list[LevelRequests]]]],
                  key: LevelKey) -> list[Flag]:
     out: list[Flag] = []
     means: dict[str, tuple[float | None, float | None]] = {}
     for s in sides:
         for run, levels in zip(s.runs, keyed[s.label], strict=True):
-            lv = levels.get(key)
-            if lv is None:
-                continue
-            who = s.label if s.repeats == 1 else f"{s.label} ({run.label})"
-            if lv.tokens_estimated is not None and bool(np.any(lv.tokens_estimated & lv.ok)):
-                out.append(Flag(s.label, "estimated_tokens", f"{who}: token counts estimated from chunks"))
-            kinds = [k for k in (lv.error_kind or ()) if k is not None and k != "cancelled"]
-            if kinds:
-                counts: dict[str, int] = {}
-                for k in kinds:
-                    counts[k] = counts.get(k, 0) + 1
-                detail = ", ".join(f"{k} {n}" for k, n in sorted(counts.items(), key=lambda kv: -kv[1]))
-                out.append(Flag(s.label, "errors", f"{who}: {len(kinds)}/{lv.n} failed ({detail})"))
-            clients = run.during("client", lv)
-            if clients:
-                sat = sum(1 for c in clients if c.get("saturated"))
-                starved = sum(1 for c in clients if c.get("starved"))
-                if sat:
-                    out.append(Flag(s.label, "client_saturated",
-                                    f"{who}: specload's client was saturated {sat} s of the level "
-                                    "(its latencies include client queueing)"))
-                if starved:
-                    out.append(Flag(s.label, "client_starved",
-                                    f"{who}: another process held the CPU {starved} s of the level "
-                                    "(its latencies include scheduling delay)"))
-            crashes = run.during("crashes", lv)
-            if crashes:
-                types = sorted({str(c.get("exception_type")) for c in crashes})
-                out.append(Flag(s.label, "crash", f"{who}: server crash during the level ({', '.join(types)})"))
-            if s.label not in means:
-                means[s.label] = (_mean_ok(lv, lv.prompt_tokens), _mean_ok(lv, lv.output_tokens))
+            for lv in levels.get(key, ()):
+                _flags_of(out, means, s, run, lv)
     base = means.get(sides[0].label)
     if base is not None:
         for s in sides[1:]:
@@ -319,6 +297,39 @@ def _level_flags(sides: Sequence[Side], keyed: dict[str, list[dict[LevelKey, Lev
                                     f"{s.label}: mean {name} tokens per request {b:.0f} vs {a:.0f} "
                                     f"({sides[0].label})"))
     return out
+
+
+def _flags_of(out: list[Flag], means: dict[str, tuple[float | None, float | None]], s: Side, run: Run,
+              lv: LevelRequests) -> None:
+    who = s.label if s.repeats == 1 and not lv.repeat else f"{s.label} ({run.label}" + (
+        f" repeat {lv.repeat + 1})" if lv.repeat else ")")
+    if lv.tokens_estimated is not None and bool(np.any(lv.tokens_estimated & lv.ok)):
+        out.append(Flag(s.label, "estimated_tokens", f"{who}: token counts estimated from chunks"))
+    kinds = [k for k in (lv.error_kind or ()) if k is not None and k != "cancelled"]
+    if kinds:
+        counts: dict[str, int] = {}
+        for k in kinds:
+            counts[k] = counts.get(k, 0) + 1
+        detail = ", ".join(f"{k} {n}" for k, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+        out.append(Flag(s.label, "errors", f"{who}: {len(kinds)}/{lv.n} failed ({detail})"))
+    clients = run.during("client", lv)
+    if clients:
+        sat = sum(1 for c in clients if c.get("saturated"))
+        starved = sum(1 for c in clients if c.get("starved"))
+        if sat:
+            out.append(Flag(s.label, "client_saturated",
+                            f"{who}: specload's client was saturated {sat} s of the level "
+                            "(its latencies include client queueing)"))
+        if starved:
+            out.append(Flag(s.label, "client_starved",
+                            f"{who}: another process held the CPU {starved} s of the level "
+                            "(its latencies include scheduling delay)"))
+    crashes = run.during("crashes", lv)
+    if crashes:
+        types = sorted({str(c.get("exception_type")) for c in crashes})
+        out.append(Flag(s.label, "crash", f"{who}: server crash during the level ({', '.join(types)})"))
+    if s.label not in means:
+        means[s.label] = (_mean_ok(lv, lv.prompt_tokens), _mean_ok(lv, lv.output_tokens))
 
 
 def _mean_ok(lv: LevelRequests, col: np.ndarray | None) -> float | None:

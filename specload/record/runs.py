@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -215,10 +215,13 @@ def run_from_record(data: RecordData, path: str, label: str | None = None) -> Ru
         config={k: v for k, v in hdr.items() if k != "type"},
     )
     manual: dict[int, bool] = {}
+    repeat: dict[int, int] = {}
     for ev in data.events:
         v = ev.get("value")
         if ev.get("kind") == "level" and isinstance(v, dict) and isinstance(v.get("index"), int):
             manual[v["index"]] = bool(v.get("manual"))
+            if isinstance(v.get("repeat"), int):
+                repeat[v["index"]] = v["repeat"]
     summaries = {d.get("level_index"): d for d in data.levels}
     by_level: dict[int, list[dict]] = {}
     conc: dict[int, int] = {}
@@ -237,7 +240,8 @@ def run_from_record(data: RecordData, path: str, label: str | None = None) -> Ru
         sd = summaries.get(idx)
         summary = LevelSummary.from_record(sd) if sd is not None else None
         c = sd.get("concurrency") if sd is not None else conc.get(idx, 0)
-        levels.append(_level_from_lines(idx, int(c or 0), reqs, summary, manual.get(idx, False), rate is not None))
+        lv = _level_from_lines(idx, int(c or 0), reqs, summary, manual.get(idx, False), rate is not None)
+        levels.append(replace(lv, repeat=repeat.get(idx, 0)) if idx in repeat else lv)
         if sd is None and reqs:
             notes.append(f"level {idx} (C={c}) has no level line: recomputed from its requests")
     return Run(

@@ -13,7 +13,8 @@ from specload.record.runs import load_run
 from tests.unit.test_level_metrics import req, write_record
 
 
-def record(path: Path, label: str, levels: list[tuple[int, float]], *, extra: list[dict] | None = None,
+def record(path: Path, label: str, levels: list[tuple[int, float]] | list[tuple[int, float, int]], *,
+           extra: list[dict] | None = None,
            shape: dict | None = None, bad: set[int] | None = None, estimated: bool = False) -> Path:
     """A closed-loop record: per level (concurrency, request duration) 40 requests in rounds."""
     lines: list[dict] = [{"type": "run", "version": 1, "api": "chat", "model": "m", "max_tokens": 50,
@@ -22,8 +23,9 @@ def record(path: Path, label: str, levels: list[tuple[int, float]], *, extra: li
     t = 0.0
     rid = 0
     rng = np.random.default_rng(zlib.crc32(label.encode()))
-    for idx, (c, dur) in enumerate(levels):
-        lines.append({"type": "event", "t_s": t, "kind": "level", "value": {"index": idx, "concurrency": c}})
+    for idx, (c, dur, *rep) in enumerate(levels):
+        value = {"index": idx, "concurrency": c, **({"repeat": rep[0]} if rep and rep[0] else {})}
+        lines.append({"type": "event", "t_s": t, "kind": "level", "value": value})
         for k in range(40):
             d = dur * rng.uniform(0.95, 1.05)
             r = req(rid, c, idx, t + (k // c) * dur * 1.1, d, ok=rid not in (bad or set()))
@@ -71,3 +73,19 @@ def test_crossover_where_a_side_goes_from_better_to_worse(tmp_path: Path) -> Non
     assert len(x) == 1 and (x[0].low, x[0].high, x[0].below, x[0].above, x[0].decided) == (4, 8, "better", "worse",
                                                                                            True)
     assert 4 < x[0].at < 8
+
+
+def test_repeats_within_one_record_give_the_run_to_run_variation(tmp_path: Path) -> None:
+    # --repeat 3: each level three times in a row; the repeats are runs of that level for the comparison
+    a = record(tmp_path / "a.jsonl", "a", [(1, 0.30, 0), (1, 0.31, 1), (1, 0.29, 2), (4, 0.3, 0), (4, 0.33, 1),
+                                           (4, 0.3, 2)])
+    b = record(tmp_path / "b.jsonl", "b", [(1, 0.20, 0), (1, 0.21, 1), (1, 0.2, 2), (4, 0.3, 0), (4, 0.3, 1),
+                                           (4, 0.31, 2)])
+    ra, rb = load_run(str(a)), load_run(str(b))
+    assert [str(k) for k in level_keys(ra)] == ["C=1", "C=4"]
+    assert [len(v) for v in level_keys(ra).values()] == [3, 3]
+    c = compare([Side("a", (ra,)), Side("b", (rb,))])
+    assert c.run_to_run_accounted and not c.notes
+    assert c.between["throughput"] is not None and c.between["throughput"].df == 2 * 2 * 2
+    res = c.levels[0].result("b", "throughput")
+    assert res is not None and len(res.per_run) == 3 and res.decision.verdict == "better"  # type: ignore[union-attr]
