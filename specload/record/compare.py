@@ -615,11 +615,13 @@ def render(c: Comparison, console: object) -> None:
             cells = []
             for lc in keys:
                 res = lc.result(s.label, m)
+                base = lc.result(bl.label, m)
                 if res is None or res.decision is None:
                     cells.append("-")
                     continue
-                if res.estimate.value is None:
-                    cells.append("[dim]missing[/]")
+                if res.estimate.value is None or base is None or base.estimate.value is None:
+                    who = s.label if res.estimate.value is None else bl.label
+                    cells.append(f"[dim]missing ({who})[/]")
                     continue
                 cells.append(f"{fmt_ratio(res).split(' [')[0]} {fmt_verdict(res.decision)}")
             st.add_row(METRICS[m].label, *cells)
