@@ -20,10 +20,14 @@ import math
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from specload.record.runs import Run
+
+if TYPE_CHECKING:
+    from rich.console import Console
 from specload.stats import intervals as iv
 from specload.stats.intervals import Decision, Difference, Estimate, Ratio
 from specload.stats.level_metrics import DEFAULT_PRIMARY, METRICS, LevelRequests, estimate
@@ -157,9 +161,9 @@ def compare(sides: Sequence[Side], *, primary: str = DEFAULT_PRIMARY, min_effect
     # every run's estimate of every metric at every level
     per_run: dict[tuple[str, LevelKey, str], list[Estimate]] = {}
     for s in sides:
-        for ri, (run, levels) in enumerate(zip(s.runs, keyed[s.label], strict=True)):
+        for ri, (run, by_key) in enumerate(zip(s.runs, keyed[s.label], strict=True)):
             accept = run.timeline.server_series("accept_len")
-            for key, lvs in levels.items():
+            for key, lvs in by_key.items():
                 for lv in lvs:
                     for m in names:
                         e = estimate(lv, m, seed=_seed(s.label, ri, key, lv.repeat, m), server=accept)
@@ -564,7 +568,7 @@ EXPLAIN_THROUGHPUT = (
 )
 
 
-def render(c: Comparison, console: object) -> None:
+def render(c: Comparison, console: Console) -> None:
     """The comparison on a terminal: the headline table (primary metric, verdict per level), the
     secondary metrics per compared side, flags, crossovers and notes."""
     from rich.table import Table

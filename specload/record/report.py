@@ -154,7 +154,7 @@ def summaries_from_record(data: RecordData) -> tuple[list[LevelSummary], bool]:
     merged = dict(have)
     for idx, c in cols.items():
         merged[idx] = c.summary()
-    return [merged[k] for k in sorted(merged)], bool(cols)
+    return [merged[k] for k in sorted(merged, key=lambda k: -1 if k is None else k)], bool(cols)
 
 
 def summary_json(levels: list[LevelSummary], extra: dict | None = None) -> dict:

@@ -250,6 +250,7 @@ def mean_ci(values: Sequence[float] | np.ndarray, *, seed: int = 0, n_boot: int 
     value = float(a.mean())
     if n < 2 or value <= 0:
         return Estimate(value, None, None, n, None, math.inf, "bootstrap", _few(n))
+    se: float | None
     if n > _BIG_N or n_boot == 0:  # the bootstrap's large-sample limit, without a 2000 x n matrix
         se = float(a.std(ddof=1)) / math.sqrt(n) / value
     else:
@@ -271,6 +272,7 @@ def ratio_of_sums_ci(num: Sequence[float] | np.ndarray, den: Sequence[float] | n
     value = scale * float(x.sum() / y.sum())
     if n < 2 or value <= 0:
         return Estimate(value, None, None, n, None, math.inf, "bootstrap", _few(n))
+    se: float | None
     if n > _BIG_N or n_boot == 0:  # delta method (the linearised ratio), the bootstrap's large-sample limit
         r = x.sum() / y.sum()
         se = float(np.std(x - r * y, ddof=1) * math.sqrt(n) / x.sum())
@@ -577,9 +579,9 @@ def between_run_variance(groups: Sequence[Sequence[Estimate]]) -> BetweenRuns | 
         k = len(ok)
         if k < 2:
             continue
-        logs = np.log([e.value for e in ok])  # type: ignore[misc]
+        logs = np.log([float(e.value or 0.0) for e in ok])
         s2 = float(np.var(logs, ddof=1))
-        within = float(np.mean([e.se_log**2 for e in ok]))  # type: ignore[operator]
+        within = float(np.mean([(e.se_log or 0.0) ** 2 for e in ok]))
         num += (k - 1) * (s2 - within)
         df += k - 1
         used += 1
@@ -606,8 +608,8 @@ def combine_runs(estimates: Sequence[Estimate], between: BetweenRuns | None) -> 
         return Estimate(value, None, None, sum(e.n for e in estimates), None, math.inf, "runs",
                         notes[0] if notes else "no run could be estimated")
     k = len(ok)
-    logs = np.log([e.value for e in ok])  # type: ignore[misc]
-    within = float(np.mean([e.se_log**2 for e in ok]))  # type: ignore[operator]
+    logs = np.log([float(e.value or 0.0) for e in ok])
+    within = float(np.mean([(e.se_log or 0.0) ** 2 for e in ok]))
     df_within = float(min(e.df for e in ok)) * k
     tau2 = between.tau2 if between is not None else 0.0
     var = (tau2 + within) / k
