@@ -199,7 +199,8 @@ def compare(sides: Sequence[Side], *, primary: str = DEFAULT_PRIMARY, min_effect
                     continue
                 res = MetricResult(m, s.label, est, tuple(per_run[(s.label, key, m)]))
                 if base is not None:
-                    res = _decide(res, base, spec.lower_is_better, spec.kind, min_effect)
+                    res = _decide(res, base, spec.lower_is_better, spec.kind, min_effect, key.concurrency,
+                                  len(per_run[(s.label, key, m)]))
                 results[(s.label, m)] = res
         flags = _level_flags(sides, keyed, key)
         levels.append(LevelComparison(key, present, results, tuple(flags)))
@@ -237,7 +238,7 @@ def _pool_shares(keyed: list[dict[LevelKey, list[LevelRequests]]], key: LevelKey
 
 
 def _decide(res: MetricResult, base: Estimate, lower_is_better: bool, kind: str,
-            min_effect: float) -> MetricResult:
+            min_effect: float, concurrency: int = 1, runs: int = 1) -> MetricResult:
     est = res.estimate
     if kind == "share":
         d = iv.share_difference(base, est)
@@ -256,6 +257,10 @@ def _decide(res: MetricResult, base: Estimate, lower_is_better: bool, kind: str,
             why = (est.note if est.value is None else base.note) or "missing"
     n = min(base.n, est.n)
     dec = iv.decide(r, lower_is_better=lower_is_better, min_effect=min_effect, n=n, why_not=why)
+    if dec.requests_needed is not None:
+        # steady-state requests, per side: per run of the level, plus its fill and drain
+        per_run = math.ceil(dec.requests_needed / max(runs, 1)) + (0 if concurrency == 1 else 2 * concurrency - 1)
+        dec = Decision(dec.verdict, dec.reason, per_run)
     point = r
     if r is None and base.value and est.value is not None:
         # the point ratio is still worth showing next to "insufficient"
