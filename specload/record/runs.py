@@ -210,7 +210,7 @@ def run_from_record(data: RecordData, path: str, label: str | None = None) -> Ru
         rate=rate,
         command=hdr.get("command"),
         started_at=hdr.get("started_at"),
-        sim_args=tuple(hdr["sim_args"]) if isinstance(hdr.get("sim_args"), list) and hdr.get("target") is None
+        sim_args=tuple(hdr["sim_args"]) if isinstance(hdr.get("sim_args"), list) and hdr.get("builtin_sim")
         else None,
         config={k: v for k, v in hdr.items() if k != "type"},
     )

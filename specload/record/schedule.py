@@ -41,7 +41,8 @@ def schedule_from_record(data: RecordData, *, max_requests: int | None = None,
     run_end = (data.end or {}).get("elapsed_s")
     if not isinstance(run_end, (int, float)):
         run_end = last_end
-    drain = bool(hdr.get("drain_between_levels", True))
+    # "drain" since options are declared once; "drain_between_levels" in older records
+    drain = bool(hdr.get("drain", hdr.get("drain_between_levels", True)))
     pauses = _pause_intervals(data, run_end)
     specs = []
     for i, (t0, v) in enumerate(levels):

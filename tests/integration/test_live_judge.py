@@ -8,8 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from specload.engine.api import CHAT, RequestOptions
-from specload.engine.client import StreamingClient
 from specload.engine.load import LevelSpec, LoadPlan
 from specload.engine.prompts import PromptSource
 from specload.engine.runner import Runner
@@ -21,6 +19,7 @@ from specload.sim.server import SimServer
 from specload.sim.virtual_time import LoopClock, run_virtual
 from specload.stats import intervals as iv
 from specload.stats.level_metrics import estimate
+from tests.conftest import make_client
 from tests.virtual_runs import virtual_record
 
 SIM = {"step_ms": 8.0, "spec_tokens": 3, "accept_rate": 0.7}
@@ -39,8 +38,7 @@ def judged_run(judge_args: dict, *, concurrency: int = 4, sim: dict = SIM, seed:
                 v = ev.value
                 judge.level_started(v["index"], v["concurrency"], repeat=v.get("repeat", 0))  # type: ignore[index,union-attr]
 
-        client = StreamingClient(url, CHAT, RequestOptions(model=None, max_tokens=32, ignore_eos=True,
-                                                           continuous_usage=True), clock=clock)
+        client = make_client(url, max_tokens=32, ignore_eos=True, continuous_usage=True, clock=clock)
         plan = LoadPlan((LevelSpec(concurrency, min_requests(concurrency)),), drain_between_levels=True)
         runner = Runner(client, PromptSource(["hello"]), plan, clock=clock, on_record=judge.add, on_event=on_event,
                         on_level=lambda s: judge.level_finished(s.level_index),

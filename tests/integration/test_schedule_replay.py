@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import asyncio
 
-from specload.engine.api import CHAT, RequestOptions
-from specload.engine.client import StreamingClient
 from specload.engine.load import LoadPlan, build_plan, repeat_levels
 from specload.engine.prompts import PromptSource
 from specload.engine.runner import Runner
@@ -17,6 +15,7 @@ from specload.records import RequestRecord, RunEvent
 from specload.sim.config import SimConfig
 from specload.sim.server import SimServer
 from specload.sim.virtual_time import LoopClock, run_virtual
+from tests.conftest import make_client
 
 
 async def run_plan(plan: LoadPlan, *, sim: dict, script=None, stay_open: bool = False,
@@ -29,7 +28,7 @@ async def run_plan(plan: LoadPlan, *, sim: dict, script=None, stay_open: bool = 
     url = await server.start()
     events: list[RunEvent] = []
     records: list[RequestRecord] = []
-    client = StreamingClient(url, CHAT, RequestOptions(model=None, max_tokens=16, ignore_eos=True), clock=clock)
+    client = make_client(url, max_tokens=16, ignore_eos=True, clock=clock)
     runner = Runner(client, PromptSource(["hello"]), plan, clock=clock, on_record=records.append,
                     on_event=events.append, stay_open=stay_open, extend=extend)
     t0 = clock.now_ns()
@@ -75,7 +74,7 @@ def test_a_tui_session_replays_headless_against_another_server() -> None:
         tui = build_plan((1, 2), requests_per_level=None, duration_per_level=1.0, drain=False)
         events, records, t0 = await run_plan(tui, sim={"ttft_ms": 20, "itl_ms": 10, "spec_tokens": 0},
                                              script=person, stay_open=True)
-        original = as_record(events, records, t0, {"drain_between_levels": False, "warmup_requests": 0})
+        original = as_record(events, records, t0, {"drain": False, "warmup_requests": 0})
         plan = schedule_from_record(original)
         # against another server: twice as fast, with speculative decoding
         replayed, _, _ = await run_plan(plan, sim={"ttft_ms": 10, "itl_ms": 5, "spec_tokens": 3})
