@@ -45,7 +45,8 @@ def test_flags_for_unsound_levels(tmp_path: Path) -> None:
                shape={"max_tokens": 64},
                extra=[{"type": "client", "t_s": 2.0, "saturated": True, "starved": False},
                       {"type": "client", "t_s": 3.0, "saturated": False, "starved": True},
-                      {"type": "crash", "t_s": 15.0, "first_seen_s": 15.0, "exception_type": "RuntimeError"}])
+                      {"type": "crash", "t_s": 15.0, "first_seen_s": 15.0, "signature": "s1",
+                       "exception_type": "RuntimeError"}])
     c = compare([Side("a", (load_run(str(a)),)), Side("b", (load_run(str(b)),))])
     kinds = {str(lc.key): {f.kind for f in lc.flags} for lc in c.levels}
     assert {"errors", "estimated_tokens", "client_saturated", "client_starved"} <= kinds["C=1"]
