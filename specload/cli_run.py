@@ -53,8 +53,6 @@ def _config_or_exit(params: dict, *, ui: bool) -> RunConfig:
         _fail(str(e))
     # the command line as given, for the record (secrets are masked when it is written)
     cfg = dataclasses.replace(cfg, command=shlex.join(["specload", *sys.argv[1:]]))
-    # the command line as given, for the record (secrets are masked when it is written)
-    cfg = dataclasses.replace(cfg, command=shlex.join(["specload", *sys.argv[1:]]))
     if cfg.request.dataset or cfg.request.prompt_file:
         from specload.engine.prompts import PromptSource
 
@@ -87,6 +85,8 @@ def tui_command(**params: object) -> None:
     out = build(OutputOptions, params, ui=False)
     tui = build(TuiOptions, params, ui=True)
     cfg = _config_or_exit(params, ui=not tui.headless)
+    if cfg.compare.schedule_from and not tui.headless:
+        _fail("--schedule-from replays a schedule headless: use 'specload run --schedule-from ...'")
     if tui.headless:
         sys.exit(run_headless(cfg, as_json=out.as_json))
     from specload.ui.app import run_app

@@ -22,7 +22,7 @@ from urllib.parse import unquote, urlparse
 
 import orjson
 
-from specload.engine.load import LoadPlan, build_plan, parse_levels
+from specload.engine.load import LoadPlan, build_plan, parse_levels, repeat_levels
 from specload.options import (
     ConfigError,
     assemble,
@@ -38,7 +38,7 @@ from specload.secrets import redact_config, secret_values
 from specload.stats.slo import SloSpec
 
 __all__ = [
-    "CapacityConfig", "ConfigError", "LoadConfig", "RecordConfig", "RequestConfig", "RunConfig", "TargetConfig", "WatchConfig",
+    "CapacityConfig", "CompareConfig", "ConfigError", "LoadConfig", "RecordConfig", "RequestConfig", "RunConfig", "TargetConfig", "WatchConfig",
 ]
 
 API_CHOICES = ("auto", "chat", "completions", "generate")
@@ -328,6 +328,82 @@ def _check_ray(value: str | None) -> str | None:
     return None if ray_available() else f"needs Ray, which is not installed: {RAY_MISSING.split(': ', 1)[1]}"
 
 
+def _metric_names() -> tuple[str, ...]:
+    from specload.stats.level_metrics import METRICS
+
+    return tuple(m for m in METRICS if m not in ("error_rate", "accept_len"))
+
+
+def _pct_check(v: Any) -> str | None:
+    return None if v is None or 0 < v < 100 else "must be a percentage between 0 and 100"
+
+
+@dataclass(frozen=True, slots=True)
+class CompareConfig:
+    """Deciding while the run goes: a baseline to compare against live, levels that run until they
+    are precise or decided, repeats, and a schedule replayed from an earlier record."""
+
+    baseline: str | None = option(None, "--baseline", path=True, metavar="BASE.jsonl",
+                                  help="Compare each level live against this record's level at the same "
+                                       "concurrency: its figure, the ratio with a sequential interval, the verdict.")
+    primary: str = option("throughput", "--primary", choices=_metric_names(),
+                          help="The metric --baseline, --target-ci and --until-decided judge.")
+    min_effect_pct: float = option(2.0, "--min-effect", check=_pct_check, metavar="PCT",
+                                   help="Differences smaller than this (percent) are 'no difference'.")
+    target_ci_pct: float | None = option(None, "--target-ci", check=_pct_check, metavar="PCT",
+                                         help="Run each level until the primary metric's 95% interval is within "
+                                              "+-PCT percent of its value (at most --max-requests-per-level).")
+    max_requests_per_level: int | None = option(
+        None, "--max-requests-per-level", check=at_least(1),
+        help="The cap of --target-ci and --until-decided [default: 25 x C, at least 200].")
+    until_decided: bool = option(False, "--until-decided",
+                                 help="With --baseline: end each level as soon as its verdict is decided "
+                                      "(or at --max-requests-per-level).")
+    repeat: int = option(1, "--repeat", check=at_least(1),
+                         help="Run each level N times in a row (repeats interleaved level by level): the "
+                              "comparison then sees run-to-run variation from one record.")
+    schedule_from: str | None = option(None, "--schedule-from", path=True, metavar="RUN.jsonl",
+                                       help="Replay the concurrency schedule of an earlier record (its levels, "
+                                            "concurrency changes, pauses) instead of -c/-n/-d; headless.")
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+        if self.until_decided and self.baseline is None:
+            raise ConfigError("--until-decided needs --baseline BASE.jsonl")
+        if self.max_requests_per_level is not None and not self.judging:
+            raise ConfigError("--max-requests-per-level applies to --target-ci and --until-decided")
+        for path in (self.baseline, self.schedule_from):
+            if path is not None:
+                from specload.record.runs import RunReadError, load_run
+
+                try:
+                    load_run(path)  # a bad file is a usage error now, not after the server started
+                except RunReadError as e:
+                    raise ConfigError(str(e)) from None
+
+    @property
+    def judging(self) -> bool:
+        """Levels run until they have enough, rather than for a fixed count."""
+        return self.target_ci_pct is not None or self.until_decided
+
+    def shape(self, plan: LoadPlan) -> LoadPlan:
+        """The plan as these options change it: a replayed schedule instead of the ramp; judged levels
+        that start with enough requests for a steady state and are extended as they go; repeats."""
+        if self.schedule_from is not None:
+            from specload.record.reader import read_record
+            from specload.record.schedule import schedule_from_record
+
+            plan = schedule_from_record(read_record(self.schedule_from), max_requests=plan.max_requests,
+                                        max_duration_s=plan.max_duration_s)
+        if self.judging:
+            from specload.record.live import min_requests
+
+            plan = replace(plan, levels=tuple(
+                replace(lv, requests=max(min_requests(lv.concurrency), lv.requests or 0), duration_s=None)
+                for lv in plan.levels))
+        return repeat_levels(plan, self.repeat)
+
+
 @dataclass(frozen=True, slots=True)
 class RunConfig:
     """One run: its sections, and the options that belong to the run as a whole."""
@@ -338,6 +414,7 @@ class RunConfig:
     watch: WatchConfig = field(default_factory=WatchConfig)
     record: RecordConfig = field(default_factory=RecordConfig)
     capacity: CapacityConfig = field(default_factory=CapacityConfig)
+    compare: CompareConfig = field(default_factory=CompareConfig)
     sim_args: tuple[str, ...] = option(DEFAULT_DEMO_SIM, "--sim-args", parse=parse_sim_args, metavar="ARGS",
                                        show_default=" ".join(DEFAULT_DEMO_SIM),
                                        help="Options for the built-in simulator (used when no URL is given).")
@@ -363,6 +440,12 @@ class RunConfig:
             set_field(self, "request", replace(self.request, continuous_usage=self.target.url is None))
         if self.target.url is None and self.sim_args != DEFAULT_DEMO_SIM:
             check_sim_args(self.sim_args)
+        if self.capacity.find_max:
+            c = self.compare
+            for flag, used in (("--schedule-from", c.schedule_from), ("--repeat", c.repeat > 1),
+                               ("--target-ci", c.target_ci_pct), ("--until-decided", c.until_decided)):
+                if used:
+                    raise ConfigError(f"{flag} does not go with --find-max (the search decides the levels)")
 
     @classmethod
     def of(cls, url: str | None = None, **fields: Any) -> RunConfig:
@@ -372,7 +455,7 @@ class RunConfig:
 
     @property
     def plan(self) -> LoadPlan:
-        return self.load.plan()
+        return self.compare.shape(self.load.plan())
 
     def api_key(self) -> str | None:
         name = self.target.api_key_env

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 
+from specload.stats.judgement import LevelJudgement
 from specload.stats.levels import LevelSummary
 from specload.stats.slo import LevelGoodput
 
@@ -72,7 +73,30 @@ def level_line(s: LevelSummary) -> str:
     g = s.goodput
     if g is not None:
         line += f" | SLO {g.verdict}: good {goodput_share(g)} %, goodput {_f(g.tok_s.value if g.tok_s else None)} tok/s"
+    j = s.judged
+    if j is not None:
+        line += f" | {j.metric} +-{_f(j.half_width_pct)}%" + (f" ({j.done})" if j.done else "")
+        if j.baseline is not None:
+            line += f" | vs baseline {ratio_interval(j)} {verdict_text(j.verdict)}"
     return line
+
+
+VERDICT_WORDS = {"better": "▲ better", "worse": "▼ worse", "no_difference": "= no difference",
+                 "insufficient": "? undecided"}
+
+
+def verdict_text(verdict: str | None, dash: str = ASCII_DASH) -> str:
+    """A live verdict for reading; 'insufficient' while a level runs means not decided yet."""
+    return dash if verdict is None else VERDICT_WORDS.get(verdict, verdict)
+
+
+def ratio_interval(j: LevelJudgement, dash: str = ASCII_DASH) -> str:
+    """``×1.12 [1.03,1.22]``: live / baseline with its sequential interval."""
+    if j.ratio is None:
+        return dash
+    if j.ratio_ci_low is None or j.ratio_ci_high is None:
+        return f"×{j.ratio:.2f}"
+    return f"×{j.ratio:.2f} [{j.ratio_ci_low:.2f},{j.ratio_ci_high:.2f}]"
 
 
 def goodput_share(g: LevelGoodput, dash: str = "-") -> str:
@@ -119,6 +143,13 @@ def level_cells(s: LevelSummary, dash: str = "-") -> dict[str, str]:
         "rate": dash if s.rate is None else f"{s.rate:g}",
     }
     g = s.goodput
+    j = s.judged
+    cells.update({
+        "±CI %": dash if j is None or j.half_width_pct is None else f"{j.half_width_pct:.1f}",
+        "baseline": dash if j is None or j.baseline is None else f"{j.baseline:.1f}",
+        "vs baseline": dash if j is None or j.baseline is None else ratio_interval(j, dash),
+        "verdict": dash if j is None or j.baseline is None else verdict_text(j.verdict, dash),
+    })
     cells.update({
         "SLO": dash if g is None else VERDICT_MARKS.get(g.verdict, g.verdict),
         "good %": dash if g is None else goodput_share(g, dash),
@@ -135,14 +166,20 @@ TABLE_COLUMNS = (
 
 
 GOODPUT_COLUMNS = ("SLO", "good %", "good tok/s", "good req/s")
+JUDGED_COLUMNS = ("±CI %",)
+BASELINE_COLUMNS = ("baseline", "vs baseline", "verdict")
 
 
 def table_columns(levels: list[LevelSummary]) -> tuple[str, ...]:
     """The table's columns: a rate column when a level ran open loop, goodput columns with --slo."""
-    cols = TABLE_COLUMNS
+    cols: tuple[str, ...] = TABLE_COLUMNS
     if any(s.rate is not None for s in levels):
         cols = ("rate", *cols)
     if any(s.goodput is not None for s in levels):
         # errors stay last (they wrap); tokens and wall time give way (the record and --json keep them)
         cols = (*(c for c in cols[:-1] if c not in ("tokens", "wall s")), *GOODPUT_COLUMNS, cols[-1])
+    if any(s.judged is not None for s in levels):
+        extra = JUDGED_COLUMNS + (BASELINE_COLUMNS if any(s.judged and s.judged.baseline is not None
+                                                           for s in levels) else ())
+        cols = (*(c for c in cols[:-1] if c not in ("tokens", "wall s")), *extra, cols[-1])
     return cols

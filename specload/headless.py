@@ -16,7 +16,7 @@ import sys
 
 from specload.config import RunConfig
 from specload.exitcode import ExitCode
-from specload.formatting import level_line
+from specload.formatting import level_line, verdict_text
 from specload.records import CrashEvent, RunEvent
 from specload.session import Session, SessionResult
 from specload.stats.client_load import ClientLoad
@@ -127,6 +127,16 @@ def status_text(session: Session) -> str | None:
     parts.append(f"{snap.tok_s:.0f} tok/s")
     failed = f", {snap.requests_failed} failed" if snap.requests_failed else ""
     parts.append(f"{snap.requests_ok}/{snap.requests_total} ok{failed}")
+    view = session.live_view()
+    if view is not None:
+        hw = view.estimate.half_width_pct
+        if hw is not None and view.estimate.estimable:
+            parts.append(f"{view.metric} +-{hw:.1f}%")
+        if view.baseline is not None and view.ratio is not None:
+            r = view.ratio
+            ci = f" [{r.ci_low:.2f}, {r.ci_high:.2f}]" if r.ci_low == r.ci_low else ""
+            verdict = view.decision.verdict if view.decision is not None else None
+            parts.append(f"vs baseline x{r.ratio:.2f}{ci} {verdict_text(verdict)}")
     return "specload: " + " · ".join(parts)
 
 

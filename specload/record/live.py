@@ -22,6 +22,7 @@ from specload.record.runs import Run
 from specload.records import RequestRecord
 from specload.stats import intervals as iv
 from specload.stats.intervals import Decision, Estimate, Ratio
+from specload.stats.judgement import LevelJudgement
 from specload.stats.level_metrics import METRICS, LevelRequests, estimate, level_from_records
 
 
@@ -129,6 +130,24 @@ class LiveJudge:
                 r = Ratio(est.value / base.value, float("nan"), float("nan"), float("nan"), float("inf"))
         return LiveView(index, lv.concurrency, self.primary, est, base, r, dec, self._done.get(index))
 
+    def judgement(self, index: int) -> LevelJudgement | None:
+        """The level's judgement as plain data, for its summary (headless line, table, record)."""
+        v = self.view(index)
+        if v is None:
+            return None
+        e, r = v.estimate, v.ratio
+        finite = r is not None and r.ci_low == r.ci_low  # NaN: a point ratio without an interval
+        return LevelJudgement(
+            metric=self.primary, value=e.value, ci_low=e.ci_low, ci_high=e.ci_high,
+            half_width_pct=e.half_width_pct if e.estimable else None,
+            baseline=v.baseline.value if v.baseline is not None else None,
+            ratio=r.ratio if r is not None else None,
+            ratio_ci_low=r.ci_low if finite and r is not None else None,
+            ratio_ci_high=r.ci_high if finite and r is not None else None,
+            verdict=v.decision.verdict if v.decision is not None else None,
+            done=v.done,
+        )
+
     def extend(self, index: int, started: int) -> int:
         """The runner's hook, called when level ``index`` has started its request count: how many more
         to start. One more round of C at a time, until the target interval or a decided verdict is
@@ -141,6 +160,11 @@ class LiveJudge:
         v = self.view(index)
         if v is not None:
             hw = v.estimate.half_width_pct
+            if hw is not None and c > 1:
+                # the finished level's figure excludes its drain (about C - 1 of these requests): aim
+                # for the interval it will have then, not the one it has now
+                n = v.estimate.n
+                hw = hw * (n / max(1, n - c + 1)) ** 0.5
             if self.target_ci_pct is not None and v.estimate.estimable and hw is not None and hw <= self.target_ci_pct:
                 self._done[index] = "target"
                 return 0

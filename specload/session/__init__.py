@@ -31,6 +31,7 @@ from specload.engine.prompts import PromptError, PromptSource
 from specload.engine.runner import Runner, RunnerState
 from specload.engine.search import SearchResult
 from specload.exitcode import ExitCode
+from specload.record.live import LiveJudge, LiveView
 from specload.record.sink import RecordError, RecordSink
 from specload.records import RunEvent
 from specload.secrets import Scrubber
@@ -100,6 +101,7 @@ class Session:
                              on_notice=fan.notice)
         self.logs.observers.append(self.supervisor.observe_line)
         self.watch: ServerWatch | None = None
+        self.judge: LiveJudge | None = None  # --baseline, --target-ci, --until-decided
         self._starting: asyncio.Future | None = None
         self._background: list[asyncio.Task] = []  # the record's flush loop, the launched server's exit watch
 
@@ -120,6 +122,13 @@ class Session:
         if self.phase != "running" or self.runner is None:
             return self.phase
         return "server down" if self.policy.server_down else self.runner.state
+
+    def live_view(self) -> LiveView | None:
+        """The running level against its goal (--target-ci) and the baseline (--baseline), or None."""
+        if self.judge is None or self.runner is None:
+            return None
+        rs = self.runner.snapshot()
+        return self.judge.view(rs.level_index) if rs.level_index >= 0 else None
 
     def search_view(self) -> SearchView | None:
         return self.capacity.view() if self.capacity is not None else None
@@ -229,9 +238,11 @@ class Session:
         await _start_client(client, cfg)
         # --find-max: the search decides every level; the ramp's levels only give it its start
         plan = dataclasses.replace(cfg.plan, levels=()) if cfg.capacity.find_max else cfg.plan
+        self.judge = fan.judge = _judge(cfg, self.t0_ns)
+        extend = self.judge.extend if self.judge is not None and self.judge.judging else None
         self.runner = self.policy.runner = Runner(
             client, prompts, plan, clock=self.clock, on_record=fan.request, on_event=fan.event,
-            on_level=fan.level, stay_open=self.stay_open, seed=cfg.seed)
+            on_level=fan.level, stay_open=self.stay_open, seed=cfg.seed, extend=extend)
         if self.capacity is not None and cfg.capacity.find_max:
             search.search_from_the_start(cfg, self.capacity, self.runner)
         fan.tg = tg
@@ -303,6 +314,23 @@ class Session:
 
     def _record_failed(self, error: str) -> None:
         self.policy.record_failed(error)
+
+
+def _judge(cfg: RunConfig, t0_ns: int) -> LiveJudge | None:
+    """The live judge when levels are compared or judged as they run; the baseline is read once here
+    (the config checked it is a readable run)."""
+    c = cfg.compare
+    if c.baseline is None and not c.judging:
+        return None
+    from specload.record.runs import RunReadError, load_run
+
+    try:
+        baseline = load_run(c.baseline) if c.baseline is not None else None
+    except RunReadError as e:
+        raise SessionError(str(e)) from None
+    return LiveJudge(t0_ns=t0_ns, primary=c.primary, baseline=baseline, min_effect=c.min_effect_pct / 100,
+                     target_ci_pct=c.target_ci_pct, until_decided=c.until_decided,
+                     max_requests_per_level=c.max_requests_per_level)
 
 
 def _check_fd_limit(cfg: RunConfig, notice: Callable[[str], None]) -> None:

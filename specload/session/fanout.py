@@ -9,9 +9,11 @@ then the policy (which may stop the run). Notices are masked for secrets here, o
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections import deque
 
 from specload.engine.capacity import CapacityPart
+from specload.record.live import LiveJudge
 from specload.record.sink import RecordSink
 from specload.records import CrashEvent, ErrorKind, RequestRecord, RunEvent, ServerSample
 from specload.secrets import Scrubber, redact_command
@@ -35,6 +37,7 @@ class Fanout:
         self.capacity: CapacityPart | None = None  # goodput and the capacity search, when wanted
         self.tg: asyncio.TaskGroup | None = None  # the session's, for the levels' goodput
         self.level_chain: asyncio.Task | None = None  # level summaries waiting for their goodput, in order
+        self.judge: LiveJudge | None = None  # --baseline / --target-ci / --until-decided
         self._warned_unstreamed = False
 
     def notice(self, text: str) -> None:
@@ -51,17 +54,26 @@ class Fanout:
         self.stats.on_record(rec)
         if self.capacity is not None:
             self.capacity.on_record(rec)
+        if self.judge is not None:
+            self.judge.add(rec)
         self.record.request(rec)
         interrupted = self.policy is not None and self.policy.interrupted
         if rec.error_kind is ErrorKind.CONNECT and self.watch is not None and not interrupted:
             self.watch.mark_down(rec.error_detail or "connection refused")  # faster than the next poll
 
     def event(self, ev: RunEvent) -> None:
+        if self.judge is not None and ev.kind == "level" and isinstance(ev.value, dict):
+            v = ev.value
+            self.judge.level_started(v["index"], v["concurrency"], repeat=v.get("repeat", 0))
         self.stats.on_event(ev)
         self.record.event(ev)
         self.listener.run_event(ev)
 
     def level(self, summary: LevelSummary) -> None:
+        if self.judge is not None:
+            # the level's last request is in: its judgement without the drain, as report computes it
+            self.judge.level_finished(summary.level_index)
+            summary = dataclasses.replace(summary, judged=self.judge.judgement(summary.level_index))
         if self.capacity is not None and self.capacity.spec is not None and self.tg is not None:
             # goodput bootstraps over the level's requests (in a thread): the summaries kept in order
             self.level_chain = self.tg.create_task(self._level_with_goodput(self.level_chain, summary))

@@ -15,6 +15,7 @@ import numpy as np
 
 from specload.records import RequestRecord
 from specload.stats.histogram import LogHistogram
+from specload.stats.judgement import LevelJudgement
 from specload.stats.quantiles import percentiles
 from specload.stats.slo import LevelGoodput
 
@@ -46,6 +47,8 @@ class LevelSummary:
     rate: float | None = None
     # the level against the --slo objectives (stats/goodput.py); None without objectives
     goodput: LevelGoodput | None = None
+    # --target-ci / --baseline: the primary figure's interval and the live verdict (stats/judgement.py)
+    judged: LevelJudgement | None = None
 
     def as_record(self) -> dict:
         d = {
@@ -75,6 +78,8 @@ class LevelSummary:
             d["rate"] = self.rate
         if self.goodput is not None:
             d["goodput"] = self.goodput.as_record()
+        if self.judged is not None:
+            d["judged"] = self.judged.as_record()
         return d
 
     @classmethod
@@ -104,6 +109,7 @@ class LevelSummary:
             e2e_s_p99=d.get("e2e_s_p99"),
             rate=d.get("rate"),
             goodput=LevelGoodput.from_record(d.get("goodput")),
+            judged=LevelJudgement.from_record(d.get("judged")),
         )
 
 

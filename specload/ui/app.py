@@ -32,6 +32,7 @@ from specload.config import RunConfig
 from specload.engine.capacity import SearchView
 from specload.engine.runner import MAX_CONCURRENCY, RunnerState, scaled
 from specload.exitcode import ExitCode
+from specload.record.live import LiveView
 from specload.session import Session, SessionResult
 from specload.stats.live import StatsSnapshot
 from specload.ui.layout import Dashboard, DetailGrid, PanelTabs, TopRow
@@ -97,6 +98,7 @@ class SpecloadApp(App[int]):
 
     snapshot: var[StatsSnapshot | None] = var(None)
     runner_state: var[RunnerState | None] = var(None)
+    live: var[LiveView | None] = var(None)  # --baseline / --target-ci: the running level so far
     state_label: var[str] = var("starting")
     target_info: var[tuple[str, str, str]] = var(("", "", ""))
     pending_target: var[int | None] = var(None)  # a concurrency keyed in, applied once keys settle
@@ -162,7 +164,8 @@ class SpecloadApp(App[int]):
         yield RunHeader().data_bind(App.snapshot, App.state_label, App.target_info)
         with Dashboard():
             with TopRow():
-                load = LoadPanel(classes="top-panel").data_bind(App.runner_state, App.pending_target, App.search)
+                load = LoadPanel(classes="top-panel").data_bind(App.runner_state, App.pending_target, App.search,
+                                                                App.live)
                 load.border_title = "load"
                 yield load
                 tp = ThroughputPanel(classes="top-panel").data_bind(App.snapshot)
@@ -234,6 +237,8 @@ class SpecloadApp(App[int]):
         self.target_info = (src.url or "", src.model or "", src.api or "")
         search_view = getattr(src, "search_view", None)
         self.search = search_view() if search_view is not None else None
+        live_view = getattr(src, "live_view", None)
+        self.live = live_view() if live_view is not None else None
         if self._ticks % LOG_EVERY == 0:
             try:
                 self.query_one(LogTail).pull(src.log_lines)

@@ -11,6 +11,7 @@ from collections import deque
 from typing import Protocol
 
 from specload.engine.runner import RunnerState
+from specload.record.live import LiveView
 from specload.stats.live import StatsSnapshot
 
 
@@ -44,6 +45,7 @@ class StaticSource:
         api: str | None = "chat",
         t0_ns: int = 0,
         log_lines: list[str] | None = None,
+        live: LiveView | None = None,
     ) -> None:
         self._snapshot = snapshot
         self._runner_state = runner_state
@@ -51,6 +53,10 @@ class StaticSource:
         self.url, self.model, self.api = url, model, api
         self.t0_ns = t0_ns
         self.log_lines: deque[tuple[int, str]] = deque(enumerate(log_lines or [], start=1))
+        self._live = live
+
+    def live_view(self) -> LiveView | None:
+        return self._live
 
     def snapshot(self) -> StatsSnapshot:
         return self._snapshot

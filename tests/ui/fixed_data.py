@@ -6,10 +6,14 @@ elapsed time is the snapshot's ``elapsed_s``, the crash's "first seen" is relati
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 from specload.engine.runner import RunnerState
+from specload.record.live import LiveView
 from specload.records import CrashEvent, ServerSample
+from specload.stats import intervals as iv
+from specload.stats.judgement import LevelJudgement
 from specload.stats.levels import LevelSummary
 from specload.stats.live import LatencyView, StatsSnapshot
 from specload.ui.source import StaticSource
@@ -135,3 +139,30 @@ def idle_source() -> StaticSource:
     )
     return StaticSource(snap, None, state="waiting for server", url="http://127.0.0.1:30000", model=None,
                         api=None, t0_ns=T0)
+
+
+# --baseline: each finished level judged against a baseline record, the running one so far
+def _judged(s: LevelSummary, base: float, lo: float, hi: float, verdict: str, hw: float) -> LevelSummary:
+    return dataclasses.replace(s, judged=LevelJudgement(
+        metric="throughput", value=s.throughput_tok_s, ci_low=s.throughput_tok_s * (1 - hw / 100),
+        ci_high=s.throughput_tok_s * (1 + hw / 100), half_width_pct=hw, baseline=base,
+        ratio=s.throughput_tok_s / base, ratio_ci_low=lo, ratio_ci_high=hi, verdict=verdict, done="decided"))
+
+
+BASELINE_LEVELS = (
+    _judged(LEVELS[0], 30.1, 1.41, 1.83, "better", 6.2),
+    _judged(LEVELS[1], 61.0, 1.38, 1.74, "better", 5.1),
+    _judged(LEVELS[2], 150.3, 1.09, 1.36, "better", 4.4),
+    _judged(LEVELS[3], 322.8, 0.93, 1.13, "insufficient", 3.9),
+)
+
+
+def baseline_source() -> StaticSource:
+    snap = dataclasses.replace(mid_run_snapshot(with_crash=False), levels=BASELINE_LEVELS)
+    live_est = iv._from_se(402.7, 0.03, 52, 51, "little")
+    base_est = iv._from_se(455.0, 0.01, 80, 79, "little")
+    ratio = iv.sequential_ratio(base_est, live_est, n_design=400)
+    live = LiveView(4, 16, "throughput", live_est, base_est, ratio,
+                    iv.decided(ratio, lower_is_better=False))
+    return StaticSource(snap, RUNNER, state="ramping", url="http://127.0.0.1:30000",
+                        model="Qwen/Qwen2.5-7B-Instruct", api="chat", t0_ns=T0, log_lines=LOG[:2], live=live)

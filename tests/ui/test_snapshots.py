@@ -7,7 +7,7 @@ Regenerate after an intended change: ``pytest tests/ui --snapshot-update``, then
 from __future__ import annotations
 
 from specload.ui.app import create_app
-from tests.ui.fixed_data import idle_source, mid_run_source
+from tests.ui.fixed_data import baseline_source, idle_source, mid_run_source
 
 
 def test_idle_layout(snap_compare) -> None:
@@ -34,3 +34,9 @@ def test_contrast_theme(snap_compare) -> None:
 
 def test_light_theme_80x24(snap_compare) -> None:
     assert snap_compare(create_app(source=mid_run_source(), theme="specload-light"), terminal_size=(80, 24))
+
+
+def test_baseline_columns(snap_compare) -> None:
+    # --baseline: the baseline's figure, the ratio with its interval and the verdict per finished level,
+    # and in the load panel the running level so far
+    assert snap_compare(create_app(source=baseline_source()), terminal_size=(160, 48))

@@ -55,6 +55,10 @@ def row_key(s: LevelSummary) -> str:
 
 
 GOODPUT_COLUMNS = (("slo", "SLO"), ("good", "good %"), ("goodtok", "good tok/s"))
+# --baseline: the baseline level's figure, live / baseline with its sequential interval, the verdict;
+# --target-ci alone: the interval reached
+BASELINE_COLUMNS = (("ci", "±CI %"), ("base", "baseline"), ("ratio", "vs baseline"), ("verdict", "verdict"))
+CI_COLUMNS = (("ci", "±CI %"),)
 
 
 def goodput_cells(s: LevelSummary) -> tuple[str, ...]:
@@ -62,9 +66,15 @@ def goodput_cells(s: LevelSummary) -> tuple[str, ...]:
     return cells["SLO"], cells["good %"], cells["good tok/s"]
 
 
+def judged_cells(s: LevelSummary, columns: tuple[tuple[str, str], ...]) -> tuple[str, ...]:
+    cells = report_cells(s, dash=DASH)
+    return tuple(cells[label] for _, label in columns)
+
+
 class LevelTable(DataTable):
     """The finished levels; with ``--slo`` three more columns (verdict, share of good requests with its
-    interval, goodput tok/s), added when the first level with goodput arrives."""
+    interval, goodput tok/s), added when the first level with goodput arrives; with ``--baseline`` the
+    baseline's figure, the ratio and the verdict (``--target-ci``: the interval reached)."""
 
     DEFAULT_CSS = """
     LevelTable { height: 1fr; background: $surface; }
@@ -78,23 +88,49 @@ class LevelTable(DataTable):
         self.can_focus = False
         self._shown: dict[str, tuple[str, ...]] = {}
         self._goodput = False
+        self._judged: tuple[tuple[str, str], ...] = ()
+        self._levels: dict[str, LevelSummary] = {}  # the latest summary of each row, for a rebuild
 
     def on_mount(self) -> None:
         for key, label in COLUMNS:
             self.add_column(label, key=key)
 
     def _columns(self) -> tuple[tuple[str, str], ...]:
-        return COLUMNS + GOODPUT_COLUMNS if self._goodput else COLUMNS
+        # the judged columns go next to tok/s, the figure they judge (the table scrolls sideways and
+        # the verdict must not be the column that falls off)
+        return COLUMNS[:2] + self._judged + COLUMNS[2:] + (GOODPUT_COLUMNS if self._goodput else ())
+
+    def _cells(self, s: LevelSummary) -> tuple[str, ...]:
+        base = level_cells(s)
+        return base[:2] + judged_cells(s, self._judged) + base[2:] + (goodput_cells(s) if self._goodput else ())
+
+    def _rebuild(self) -> None:
+        """New columns in the middle: the table is laid out again (once, when the first judged level
+        arrives), its rows from the levels shown so far."""
+        shown = dict(self._levels)
+        self.clear(columns=True)
+        self._shown = {}
+        for key, label in self._columns():
+            self.add_column(label, key=key, default=DASH)
+        for s in shown.values():
+            cells = self._cells(s)
+            self.add_row(*cells, key=row_key(s))
+            self._shown[row_key(s)] = cells
 
     def show_level(self, s: LevelSummary) -> None:
         """Add the level's row, or update the cells that changed when it is already there."""
         if s.goodput is not None and not self._goodput:
             self._goodput = True
-            for key, label in GOODPUT_COLUMNS:
-                self.add_column(label, key=key, default=DASH)
-            self._shown = {k: v + (DASH,) * len(GOODPUT_COLUMNS) for k, v in self._shown.items()}
+            self._add_columns(GOODPUT_COLUMNS)
+        j = s.judged
+        if j is not None:
+            wanted = BASELINE_COLUMNS if j.baseline is not None else CI_COLUMNS
+            if len(wanted) > len(self._judged):
+                self._judged = wanted
+                self._rebuild()
         key = row_key(s)
-        cells = level_cells(s) + (goodput_cells(s) if self._goodput else ())
+        cells = self._cells(s)
+        self._levels[key] = s
         old = self._shown.get(key)
         if old == cells:
             return
@@ -105,6 +141,11 @@ class LevelTable(DataTable):
                 if new != was:
                     self.update_cell(key, col, new)
         self._shown[key] = cells
+
+    def _add_columns(self, columns: tuple[tuple[str, str], ...]) -> None:
+        for key, label in columns:
+            self.add_column(label, key=key, default=DASH)
+        self._shown = {k: v + (DASH,) * len(columns) for k, v in self._shown.items()}
 
     def watch_snapshot(self, snap: StatsSnapshot | None) -> None:
         # Levels normally arrive by message; the sample is the catch-up path (and the static source's).

@@ -17,6 +17,8 @@ from textual.widgets import ProgressBar
 
 from specload.engine.capacity import SearchView
 from specload.engine.runner import RunnerState
+from specload.formatting import verdict_text
+from specload.record.live import LiveView
 from specload.ui.widgets.value import ValueLabel
 
 
@@ -33,7 +35,10 @@ class LoadPanel(Widget):
     LoadPanel.-stacked #load-conc { width: 1fr; }
     /* in a narrow top panel (the wide layout's bordered column) the two lines stack */
     LoadPanel.-stacked > Horizontal { layout: vertical; }
-    LoadPanel ProgressBar { width: 1fr; }
+    LoadPanel.-stacked > Horizontal.bar-row { layout: horizontal; }
+    LoadPanel #load-live { width: auto; height: 1; display: none; padding-left: 1; }
+    LoadPanel #load-live.-shown { display: block; }
+    LoadPanel ProgressBar { width: 1fr; min-width: 10; }
     LoadPanel ProgressBar Bar { width: 1fr; }
     LoadPanel ProgressBar Bar > .bar--bar { color: $specload-throughput; }
     LoadPanel ProgressBar Bar > .bar--complete { color: $specload-good; }
@@ -42,12 +47,16 @@ class LoadPanel(Widget):
     runner_state: var[RunnerState | None] = var(None)
     pending_target: var[int | None] = var(None)  # keyed in, not yet applied
     search: var[SearchView | None] = var(None)  # a capacity search's probe is a level too
+    live: var[LiveView | None] = var(None)  # --baseline / --target-ci: the running level judged so far
 
     def compose(self) -> ComposeResult:
         with Horizontal():
             yield ValueLabel("concurrency  target –  in flight –", id="load-conc")
             yield ValueLabel("level –", id="load-level")
-        yield ProgressBar(total=1, show_eta=False, id="load-progress")
+        with Horizontal(classes="bar-row"):
+            yield ProgressBar(total=1, show_eta=False, id="load-progress")
+            # --baseline / --target-ci only: the running level judged so far, the bar then shorter
+            yield ValueLabel("", id="load-live")
 
     def on_resize(self, event: events.Resize) -> None:
         self.set_class(event.size.width < 70, "-stacked")
@@ -56,6 +65,9 @@ class LoadPanel(Widget):
         self.watch_runner_state(self.runner_state)
 
     def watch_search(self, _search: SearchView | None) -> None:
+        self.watch_runner_state(self.runner_state)
+
+    def watch_live(self, _live: LiveView | None) -> None:
         self.watch_runner_state(self.runner_state)
 
     def watch_runner_state(self, rs: RunnerState | None) -> None:
@@ -93,6 +105,26 @@ class LoadPanel(Widget):
         else:
             bar.update(total=1, progress=0)
         level.show(where)
+        lv = self.live
+        text = live_text(lv) if lv is not None and lv.index == rs.level_index else ""
+        live = self.query_one("#load-live", ValueLabel)
+        live.set_class(bool(text), "-shown")
+        live.show(text)
+
+
+def live_text(lv: LiveView) -> str:
+    """``×1.49 [1.03,2.16] ▲ better``: the running level against the baseline's level so far (the ratio
+    with its sequential interval, the verdict); ``±4.1%`` without a baseline (--target-ci)."""
+    parts = []
+    hw = lv.estimate.half_width_pct
+    if hw is not None and lv.estimate.estimable and lv.baseline is None:  # with a baseline: in the table
+        parts.append(f"±{hw:.1f}%")
+    if lv.baseline is not None and lv.baseline.value is not None and lv.ratio is not None:
+        r = lv.ratio
+        ci = f" [{r.ci_low:.2f},{r.ci_high:.2f}]" if r.ci_low == r.ci_low else ""
+        verdict = verdict_text(lv.decision.verdict if lv.decision is not None else None, "–")
+        parts.append(f"×{r.ratio:.2f}{ci} {verdict}")
+    return " ".join(parts)
 
 
 def _load(axis: str, v: float | None) -> str:
