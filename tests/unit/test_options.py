@@ -9,6 +9,7 @@ import pytest
 from specload.cli_run import build_config, run_command, tui_command
 from specload.config import (
     CapacityConfig,
+    CompareConfig,
     ConfigError,
     LoadConfig,
     RecordConfig,
@@ -75,8 +76,9 @@ def test_describe_has_every_field_and_masks_secrets(tmp_path) -> None:
     cfg = make_config("http://127.0.0.1:9", headers=(("X-Api-Secret", "s3cr3t-value"),), path=str(tmp_path / "r"),
                       launch="vllm serve m --api-key sk-123456")
     d = cfg.describe()
-    for section in (TargetConfig, LoadConfig, RequestConfig, WatchConfig, RecordConfig, CapacityConfig, RunConfig):
-        sections = {"target", "load", "request", "watch", "record", "capacity"}
+    for section in (TargetConfig, LoadConfig, RequestConfig, WatchConfig, RecordConfig, CapacityConfig, CompareConfig,
+                    RunConfig):
+        sections = {"target", "load", "request", "watch", "record", "capacity", "compare"}
         assert {f.name for f in dataclasses.fields(section)} - sections <= set(d)
     assert d["headers"] == [["X-Api-Secret", "***"]]
     assert d["launch"] == "vllm serve m --api-key ***"
