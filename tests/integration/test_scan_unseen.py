@@ -8,7 +8,6 @@ server-log fixtures (their README.md). Unknown keys in ``expected.jsonl`` are ig
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -59,17 +58,35 @@ def test_unseen_failures_counted_alike_offline_and_live(case: dict) -> None:
 # ------------------------------------------------------------------------------------ the real CLI
 
 
+# Runs a command in a child of its own and writes that child's peak RSS (KiB) to the file
+# descriptor given first. Linux counts in a process's peak the memory of the process image it
+# replaced at exec, so a child forked from the test process starts at the test process's size
+# (grown by ~100 MB when the Ray tests ran in it): the command is forked from this small launcher
+# instead, and measured there with wait4.
+_LAUNCHER = (
+    "import os, sys\n"
+    "pid = os.fork()\n"
+    "if pid == 0:\n"
+    "    os.execv(sys.argv[2], sys.argv[2:])\n"
+    "_, status, usage = os.wait4(pid, 0)\n"
+    "os.write(int(sys.argv[1]), str(usage.ru_maxrss).encode())\n"
+    "sys.exit(os.waitstatus_to_exitcode(status))\n"
+)
+
+
 def _scan_cli(*args: str) -> tuple[subprocess.CompletedProcess[str], float]:
     """``specload scan-log`` in a child; (result, the child's peak RSS in MB)."""
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        proc = subprocess.Popen([sys.executable, "-m", "specload.cli", "scan-log", *args], stdout=out, stderr=err)
-        # wait4: this child's own peak (RUSAGE_CHILDREN is the max over every child the suite started)
-        _, status, usage = os.wait4(proc.pid, 0)
-        proc.returncode = os.waitstatus_to_exitcode(status)
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, tempfile.TemporaryFile() as peak:
+        fd = peak.fileno()
+        proc = subprocess.Popen([sys.executable, "-c", _LAUNCHER, str(fd), sys.executable, "-m", "specload.cli",
+                                 "scan-log", *args], stdout=out, stderr=err, pass_fds=(fd,))
+        proc.wait()
         out.seek(0)
         err.seek(0)
+        peak.seek(0)
         res = subprocess.CompletedProcess(proc.args, proc.returncode, out.read().decode(), err.read().decode())
-    return res, usage.ru_maxrss / 1024
+        kib = int(peak.read() or b"0")
+    return res, kib / 1024
 
 
 def test_cli_counts_failures_like_the_live_run_and_shows_consequences() -> None:
