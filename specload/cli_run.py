@@ -18,7 +18,7 @@ from specload.cli_options import click_options
 from specload.config import ConfigError, RunConfig
 from specload.engine.prompts import PromptError
 from specload.exitcode import ExitCode
-from specload.options import build, option
+from specload.options import build, check_fields, option, positive
 
 
 def _fail(msg: str, code: int = ExitCode.USAGE) -> None:
@@ -39,6 +39,13 @@ class TuiOptions:
 
     headless: bool = option(False, "--headless", help="No UI: the same as 'specload run'.")
     theme: str | None = option(None, "--theme", help="Colour theme (see themes/; the command palette switches live).")
+    replay: str | None = option(None, "--replay", path=True, metavar="RUN.jsonl",
+                                help="Play a record back in the dashboard (space: pause, n: next level); "
+                                     "no load is sent.")
+    speed: float = option(1.0, "--speed", check=positive, help="--replay: this many times real time.")
+
+    def __post_init__(self) -> None:
+        check_fields(self)
 
 
 def build_config(params: dict, *, ui: bool) -> RunConfig:
@@ -83,7 +90,12 @@ def run_command(**params: object) -> None:
 def tui_command(**params: object) -> None:
     """The live dashboard. With no URL, the built-in simulator is started and ramped."""
     out = build(OutputOptions, params, ui=False)
-    tui = build(TuiOptions, params, ui=True)
+    try:
+        tui = build(TuiOptions, params, ui=True)
+    except ConfigError as e:
+        _fail(str(e))
+    if tui.replay is not None:
+        sys.exit(_replay(tui))
     cfg = _config_or_exit(params, ui=not tui.headless)
     if cfg.compare.schedule_from and not tui.headless:
         _fail("--schedule-from replays a schedule headless: use 'specload run --schedule-from ...'")
@@ -92,3 +104,19 @@ def tui_command(**params: object) -> None:
     from specload.ui.app import run_app
 
     sys.exit(run_app(cfg, theme=tui.theme))
+
+
+def _replay(tui: TuiOptions) -> int:
+    """``specload tui --replay RUN.jsonl``: the dashboard fed from a record, no session, no load."""
+    from specload.record.reader import RecordReadError, read_record
+    from specload.record.replay import ReplaySource
+
+    if tui.headless:
+        _fail("--replay plays a record in the dashboard; for its figures use 'specload report'")
+    try:
+        data = read_record(tui.replay)  # type: ignore[arg-type]
+    except RecordReadError as e:
+        _fail(str(e))
+    from specload.ui.app import run_replay
+
+    return run_replay(ReplaySource(data, speed=tui.speed), theme=tui.theme)

@@ -550,3 +550,13 @@ def run_app(cfg: RunConfig, theme: str | None = None) -> int:
 
         sys.stderr.write(f"specload: error: {result.message}\n")
     return code if isinstance(code, int) else app.exit_code
+
+
+def run_replay(source: DataSource, theme: str | None = None) -> int:
+    """``specload tui --replay``: the dashboard on a record played back; exit status 0 when quit."""
+    from specload.headless import _install_loop
+
+    _install_loop()
+    app = create_app(source=source, theme=theme)
+    code = app.run()
+    return code if isinstance(code, int) else 0
