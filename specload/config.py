@@ -15,6 +15,7 @@ rules go in the section's ``__post_init__`` (or ``RunConfig``'s when they span s
 from __future__ import annotations
 
 import os
+import re
 import shlex
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -89,11 +90,21 @@ def check_url(url: str) -> str:
     return f"{u.scheme}://{u.netloc}{path}"
 
 
+_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # an HTTP token (RFC 9110)
+
+
 def parse_header(h: str) -> tuple[str, str]:
     name, sep, value = h.partition(":")
     if not sep or not name.strip():
         raise ConfigError(f"bad header {h!r}: expected 'Name: value'")
-    return name.strip(), value.strip()
+    name, value = name.strip(), value.strip()
+    if not _HEADER_NAME.fullmatch(name):
+        raise ConfigError(f"bad header {h!r}: {name!r} is not a header name")
+    if any(c in value for c in "\r\n\0"):
+        # a line break would end the header early (header injection); aiohttp refused it at send
+        # time, inside every request
+        raise ConfigError(f"bad header {name!r}: its value contains a line break or a NUL")
+    return name, value
 
 
 def parse_json_object(text: str) -> tuple[tuple[str, Any], ...]:
@@ -111,6 +122,19 @@ def parse_sim_args(text: str) -> tuple[str, ...]:
         return tuple(shlex.split(text))
     except ValueError as e:
         raise ConfigError(f"--sim-args: {e}") from None
+
+
+MAX_LEVEL = 100_000  # the runner's bound on a concurrency (engine.runner.MAX_CONCURRENCY)
+
+
+def _workers_check(n: int) -> str | None:
+    """Worker processes beyond a few per core only compete for the same cores (and each holds an
+    event loop, an HTTP client and a pipe): 100 on this 2-core machine was accepted and thrashed."""
+    if n < 1:
+        return "must be at least 1"
+    cores = os.cpu_count() or 1
+    most = min(64, 4 * cores)
+    return None if n <= most else f"must be at most {most} (4 per CPU core, {cores} here), not {n}"
 
 
 def _levels_check(levels: tuple[int, ...]) -> str | None:
@@ -161,7 +185,7 @@ class LoadConfig:
     """The shape of the load: the ramp of concurrency levels, warm-up, drain, arrivals, bounds."""
 
     concurrency: tuple[int, ...] = option((1, 2, 4, 8, 16), "--concurrency", "-c", parse=parse_levels,
-                                          check=_levels_check, show_default="1,2,4,8,16",
+                                          check=_levels_check, show_default="1,2,4,8,16", most=MAX_LEVEL,
                                           help="Concurrency levels of the ramp, comma-separated.")
     requests_per_level: int | None = option(None, "--requests-per-level", "-n", check=at_least(1),
                                             help="Requests started per level (headless default: 4 x C, at least 10).")
@@ -205,7 +229,8 @@ class LoadConfig:
 class RequestConfig:
     """What every request asks for, and where its prompts come from."""
 
-    prompt_tokens: int = option(128, "--prompt-tokens", check=at_least(1),
+    # the synthetic prompt is built in the event loop: a million tokens is already 40 ms of it
+    prompt_tokens: int = option(128, "--prompt-tokens", check=at_least(1), most=1_000_000,
                                 help="Length of synthetic prompts (approximate).")
     prompt: str | None = option(None, "--prompt", help="Send this prompt text.")
     prompt_file: str | None = option(None, "--prompt-file", path=True, help="Send the text of this file.")
@@ -218,7 +243,8 @@ class RequestConfig:
         None, "--continuous-usage/--no-continuous-usage",
         help="Ask for usage on every chunk (vLLM/SGLang) for exact per-chunk token counts "
              "[default: on for the built-in simulator, off otherwise].")
-    temperature: float | None = option(None, "--temperature", help="Sampling temperature.")
+    temperature: float | None = option(None, "--temperature", check=not_negative, most=100,
+                                       help="Sampling temperature.")
     extra_body: tuple[tuple[str, Any], ...] = option((), "--extra-body", parse=parse_json_object, metavar="JSON",
                                                      help="JSON object merged into every request body.")
 
@@ -418,8 +444,8 @@ class RunConfig:
     sim_args: tuple[str, ...] = option(DEFAULT_DEMO_SIM, "--sim-args", parse=parse_sim_args, metavar="ARGS",
                                        show_default=" ".join(DEFAULT_DEMO_SIM),
                                        help="Options for the built-in simulator (used when no URL is given).")
-    seed: int = option(0, "--seed", help="Seed for prompts and arrivals.")
-    workers: int = option(1, "--workers", check=at_least(1),
+    seed: int = option(0, "--seed", most=2**63, help="Seed for prompts and arrivals.")
+    workers: int = option(1, "--workers", check=_workers_check,
                           help="Processes sending the load (each its own event loop).")
     on_worker_death: str = option("continue", "--on-worker-death", choices=("continue", "stop"),
                                   help="With --workers: when a worker process dies, go on with the others "

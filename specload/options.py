@@ -57,6 +57,9 @@ class Opt:
     path: bool = False  # a file name: the CLI checks it is not a directory
     show_default: str | None = None  # what --help shows as the default, when the value itself does not read well
     metavar: str | None = None
+    # the largest magnitude a number option (or each number of a tuple) may take; every number option
+    # is also checked to be finite and, when not 0, no smaller than TINY (see number_problem)
+    most: float = 1e9
 
     @property
     def name(self) -> str:
@@ -88,13 +91,50 @@ def not_negative(v: Any) -> str | None:
     return None if v is None or v >= 0 else "must not be negative"
 
 
+# Every number option: finite, at most ``Opt.most`` in size, and not vanishingly small. NaN passed
+# every "must be positive" check (all comparisons with NaN are false) and then blocked the event loop
+# (--burstiness nan: gammavariate never returns; -d nan: the level never ends); inf and 1e-300 made
+# timers and gaps overflow. One rule here, for every option, rather than a check per option.
+TINY = 1e-9
+
+
+def number_problem(value: Any, most: float) -> str | None:
+    """Why a number option's value is unusable (None: it is fine). Tuples are checked item by item."""
+    if isinstance(value, tuple):
+        for v in value:
+            if (problem := number_problem(v, most)) is not None:
+                return problem
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    if value != value:
+        return "must be a number, not NaN"
+    if value in (float("inf"), float("-inf")):
+        return "must be finite"
+    if abs(value) > most:
+        return f"must be at most {_show(most)}, not {_show(value)}"
+    if value and abs(value) < TINY:
+        return f"is too small ({value:g})"
+    return None
+
+
+def _show(v: float) -> str:
+    if isinstance(v, int) or (isinstance(v, float) and v.is_integer() and abs(v) < 1e16):
+        text = f"{int(v):,}"
+        return text if len(text) <= 30 else f"{v:.3g}"
+    return f"{v:g}"
+
+
 def check_fields(obj: object) -> None:
-    """Run every option field's choices and check; ConfigError naming the flag on the first failure."""
+    """Run every option field's number rule, choices and check; ConfigError naming the flag on the
+    first failure."""
     for f in dataclasses.fields(obj):  # type: ignore[arg-type]
         opt = opt_of(f)
         if opt is None:
             continue
         value = getattr(obj, f.name)
+        if (problem := number_problem(value, opt.most)) is not None:
+            raise ConfigError(f"{opt.name} {problem}")
         if opt.choices is not None and value is not None and value not in opt.choices:
             raise ConfigError(f"{opt.name} must be one of {', '.join(opt.choices)}, not {value!r}")
         if opt.check is not None:
