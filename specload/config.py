@@ -90,6 +90,19 @@ def check_url(url: str) -> str:
     return f"{u.scheme}://{u.netloc}{path}"
 
 
+def url_dropped(url: str) -> str:
+    """What ``check_url`` leaves out of ``url``: an API path (``/v1``, ``/v1/chat/completions``) that
+    specload adds itself, a query or a fragment. Empty when nothing."""
+    u = _parse_url(url)
+    kept = urlparse(check_url(url)).path
+    dropped = u.path.rstrip("/")[len(kept):]
+    if u.query:
+        dropped += "?" + u.query
+    if u.fragment:
+        dropped += "#" + u.fragment
+    return dropped
+
+
 _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # an HTTP token (RFC 9110)
 
 
@@ -137,6 +150,16 @@ def _workers_check(n: int) -> str | None:
     return None if n <= most else f"must be at most {most} (4 per CPU core, {cores} here), not {n}"
 
 
+def _patterns_check(patterns: tuple[str, ...]) -> str | None:
+    """Each --expect-log pattern must compile: '(unclosed' was a traceback once the server started."""
+    for p in patterns:
+        try:
+            re.compile(p)
+        except re.error as e:
+            return f"{p!r} is not a regular expression: {e}"
+    return None
+
+
 def _levels_check(levels: tuple[int, ...]) -> str | None:
     if not levels:
         return "needs at least one level"
@@ -165,12 +188,16 @@ class TargetConfig:
     request_timeout_s: float | None = option(600.0, "--request-timeout", check=not_negative,
                                              help="Seconds a request may take in all (0: no limit).")
     connect_timeout_s: float = 10.0
+    # what was left out of the URL given (/v1, a query): the session says so at the start
+    url_dropped: str = ""
 
     def __post_init__(self) -> None:
         check_fields(self)
         if self.url is not None:
             # a password in the URL is sent as a header (which records mask) and never shown
             url, basic_auth = split_credentials(self.url)
+            if not self.url_dropped:
+                set_field(self, "url_dropped", url_dropped(url))
             set_field(self, "url", check_url(url))
             if basic_auth is not None and not any(k.lower() == "authorization" for k, _ in self.headers):
                 set_field(self, "headers", (*self.headers, basic_auth))
@@ -272,7 +299,7 @@ class WatchConfig:
     ready_timeout_s: float = option(900.0, "--ready-timeout", check=not_negative,
                                     help="Seconds to wait for a launched server's health endpoint.")
     stop_grace_s: float = 10.0
-    expect_log: tuple[str, ...] = option((), "--expect-log", multiple=True,
+    expect_log: tuple[str, ...] = option((), "--expect-log", multiple=True, check=_patterns_check,
                                          help="Regex of a line the server must print (repeatable).")
     expect_timeout_s: float = 30.0
     # None: the server's /metrics if it answers; "off" to disable

@@ -167,6 +167,9 @@ class Session:
                 with contextlib.suppress(NotImplementedError, RuntimeError):
                     asyncio.get_running_loop().add_signal_handler(sig, self.signalled, sig)
         _check_fd_limit(self.cfg, self.fan.notice)
+        if self.cfg.target.url_dropped:
+            self.fan.notice(f"the URL's {self.cfg.target.url_dropped!r} is not used: specload sends to "
+                            f"{self.cfg.target.url} + /v1/chat/completions, /v1/completions or /generate itself")
         outcome: tuple[str, int, str | None] = ("error", ExitCode.ERROR, None)
         try:
             async with asyncio.TaskGroup() as tg:

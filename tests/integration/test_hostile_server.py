@@ -128,3 +128,17 @@ async def test_an_answer_not_streamed_has_no_tpot_and_says_why(hostile) -> None:
     level = orjson.loads(out)["levels"][0]
     assert level["ok"] == 2 and level["tpot_ms_p50"] is None and level["ttft_ms_p50"] is not None
     assert err.decode().count("in one piece (not streamed") == 1
+
+
+async def test_a_path_left_out_of_the_url_is_said(hostile) -> None:
+    # before: http://host/v1 lost its /v1 without a word (a proxy path or an API version query too)
+    server = await hostile()
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "specload.cli", "run", server.url + "/v1?api-version=2", "--api", "chat", "-c", "1",
+        "-n", "1", "--max-tokens", "4", "--no-health", "--metrics-url", "off",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )
+    _, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 0, err.decode()
+    assert f"the URL's '/v1?api-version=2' is not used: specload sends to {server.url} +" in err.decode()
+    assert server.requests == 1

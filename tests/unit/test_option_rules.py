@@ -40,6 +40,7 @@ def config(*args: str) -> RunConfig:
         (("--temperature", "-1"), "--temperature must not be negative"),
         (("--workers", "100"), "--workers must be at most"),
         (("--header", "X-A: b\r\nX-Evil: 1"), "line break"),
+        (("--expect-log", "ok", "--expect-log", "(unclosed"), "'(unclosed' is not a regular expression"),
     ],
 )
 def test_bad_numbers_and_values_are_one_line_errors(args: tuple[str, ...], needle: str) -> None:
