@@ -1,0 +1,57 @@
+"""specload's memory stays bounded whatever a server sends: measured as the peak RSS of a real
+``specload run`` process (os.wait4 on the child) against the hostile test server.
+
+Before: 16 streams of 100 MB lines without a newline reached 1 GB RSS (the SSE decoder buffered the
+line, copying it on every read), blocked the loop long enough for a false "server down" and exit 4.
+Now an event over 4 MiB is an error for its request and the connection is dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+
+import orjson
+
+PEAK_MB = 250  # the process idles at ~70 MB; 16 streams each holding a capped 4 MiB event: < 150 MB
+
+
+WRAPPER = (
+    "import os, subprocess, sys\n"
+    "p = subprocess.Popen(sys.argv[1:], stdout=subprocess.PIPE, stderr=subprocess.PIPE)\n"
+    "out, err = p.communicate()\n"
+    "import resource\n"
+    "sys.stdout.write(str(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss) + '\\n')\n"
+    "sys.stdout.flush(); os.write(1, out); os.write(2, err); sys.exit(p.returncode)\n"
+)
+
+
+async def run_measured(*args: str) -> tuple[int, float, bytes, bytes]:
+    """``specload ARGS`` under a wrapper whose only child it is, so RUSAGE_CHILDREN is its peak RSS."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", WRAPPER, sys.executable, "-m", "specload.cli", *args,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 120)
+    first, _, rest = out.partition(b"\n")
+    return proc.returncode, int(first) / 1024, rest, err
+
+
+async def test_sixteen_streams_of_endless_lines_stay_bounded(hostile) -> None:
+    server = await hostile()
+    server.mode, server.params = "giant_line", {"size": 100 << 20}
+    code, peak_mb, out, err = await run_measured(
+        "run", server.url, "--api", "chat", "-c", "16", "-n", "16", "--max-tokens", "8", "--json",
+        "--metrics-url", "off")
+    assert code == 5, err.decode()[-2000:]  # every request failed, and the run said so: no "server down"
+    summary = orjson.loads(out)
+    assert summary["reason"] == "completed" and summary["requests"] == 16
+    assert sum(summary["errors"].values()) == 16
+    assert peak_mb < PEAK_MB, f"peak RSS {peak_mb:.0f} MB"
+    assert b"server down" not in err
+
+
+async def test_dev_zero_as_a_dataset_is_refused_within_bounded_memory(tmp_path) -> None:
+    code, peak_mb, _, err = await run_measured("run", "--dataset", "/dev/zero", "-c", "1", "-n", "1")
+    assert code == 2 and b"line longer than 16 MiB" in err
+    assert peak_mb < 150, f"peak RSS {peak_mb:.0f} MB"
