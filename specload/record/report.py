@@ -91,11 +91,10 @@ def search_lines(r: dict) -> list[str]:
         at = _at(axis, b.get("value"))
         alt = (f", {_iv(b.get('req_s'), '{:.2f}')} req/s" if axis != "rate"
                else f", {b.get('in_flight'):.1f} in flight" if isinstance(b.get("in_flight"), (int, float)) else "")
-        line = f"  at {at}: throughput {_iv(b.get('throughput_tok_s'))} tok/s{alt}"
+        out.append(f"  at {at}: throughput {_iv(b.get('throughput_tok_s'))} tok/s{alt}")
         if b.get("goodput_tok_s"):
-            line += (f"; goodput {_iv(b.get('goodput_tok_s'))} tok/s, {_iv(b.get('goodput_req_s'), '{:.2f}')} req/s, "
-                     f"good {pct_interval(b.get('good_share'))} %")
-        out.append(line)
+            out.append(f"  goodput there: {_iv(b.get('goodput_tok_s'))} tok/s, "
+                       f"{_iv(b.get('goodput_req_s'), '{:.2f}')} req/s; good requests {pct_interval(b.get('good_share'))} %")
         lo, hi = (r.get("bracket") or [None, None])[:2]
         if hi is not None and lo is not None and hi != b.get("value"):
             out.append(f"  the limit lies between {_at(axis, lo)} and {_at(axis, hi)}")

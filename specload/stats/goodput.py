@@ -22,7 +22,7 @@ Definitions (the README's "Capacity" section says the same):
 - **Goodput** uses the steady-state requests and Little's law, as the level's throughput interval
   does (``level_metrics``): good requests/s = L * (good requests) / (their total time in flight) and
   good tokens/s the same with tokens, L the mean number in flight; intervals by bootstrap over
-  requests.
+  requests, at least as wide (relative to the value) as the level's throughput interval.
 - Every figure uses the level's steady-state requests (fill and drain excluded, as in comparisons);
   a level too short to have any is ``undecided`` with a note saying how many requests it needs.
 
@@ -211,13 +211,13 @@ def evaluate_level(frozen: FrozenLevel | LevelRequestColumns, *, seed: int = 0) 
         req_s = _of(iv.ratio_of_sums_ci(np.ones(int(sel.sum())), occ[sel], scale=st.mean_in_flight, seed=seed))
     goodput = None
     if fz.spec is not None:
-        goodput = _goodput(fz, sel, occ, st.mean_in_flight, counted_mask, seed)
+        goodput = _goodput(fz, sel, occ, st.mean_in_flight, counted_mask, seed, thr)
     note = thr.note if thr.ci_low is None else None
     return LevelEvaluation(n, throughput, req_s, st.mean_in_flight, goodput, note)
 
 
 def _goodput(fz: FrozenLevel, sel: np.ndarray, occ: np.ndarray, in_flight: float | None,
-             counted_mask: np.ndarray, seed: int) -> LevelGoodput:
+             counted_mask: np.ndarray, seed: int, throughput: iv.Estimate | None = None) -> LevelGoodput:
     spec, level = fz.spec, fz.level
     assert spec is not None
     n = level.n
@@ -261,8 +261,8 @@ def _goodput(fz: FrozenLevel, sel: np.ndarray, occ: np.ndarray, in_flight: float
     if in_flight is not None and k >= 2:
         g = good[sel].astype(np.float64)
         tokens = np.where(good[sel], np.nan_to_num(level.output_tokens[sel]), 0.0)  # type: ignore[index]
-        req_s = _of(iv.ratio_of_sums_ci(g, occ[sel], scale=in_flight, seed=seed))
-        tok_s = _of(iv.ratio_of_sums_ci(tokens, occ[sel], scale=in_flight, seed=seed))
+        req_s = _widened(_of(iv.ratio_of_sums_ci(g, occ[sel], scale=in_flight, seed=seed)), throughput)
+        tok_s = _widened(_of(iv.ratio_of_sums_ci(tokens, occ[sel], scale=in_flight, seed=seed)), throughput)
     return LevelGoodput(
         slo=spec.text(),
         counted=int(counted_mask.sum()),
@@ -275,6 +275,18 @@ def _goodput(fz: FrozenLevel, sel: np.ndarray, occ: np.ndarray, in_flight: float
         verdict=verdict,
         note=note,
     )
+
+
+def _widened(x: Interval | None, like: iv.Estimate | None) -> Interval | None:
+    """``x``'s interval at least as wide, relative to its value, as the level's throughput interval:
+    the throughput's batch means see drift within the level that a bootstrap over requests cannot,
+    and goodput is a part of that throughput."""
+    if x is None or like is None or like.value is None or like.ci_low is None or like.ci_high is None:
+        return x
+    if x.lo is None or x.hi is None or like.value <= 0 or x.value <= 0:
+        return x
+    lo_rel, hi_rel = like.ci_low / like.value, like.ci_high / like.value
+    return Interval(x.value, min(x.lo, x.value * lo_rel), max(x.hi, x.value * hi_rel))
 
 
 def _itl_share(fz: FrozenLevel, name: str, sel: np.ndarray) -> iv.Estimate:

@@ -148,3 +148,12 @@ def test_record_round_trip() -> None:
     assert back.as_record() == g.as_record()
     assert back.verdict == g.verdict and back.objectives[0].name == "ttft_p90"
     assert LevelGoodput.from_record(None) is None
+
+
+def test_goodput_interval_is_at_least_as_wide_as_the_throughputs() -> None:
+    # every request good: goodput is the throughput, and its interval no narrower than the throughput's
+    recs = closed_loop(2, 120, lambda i: 100.0, e2e_ms=1000.0)
+    ev = evaluate("e2e<=5s", recs)
+    g, t = ev.goodput.tok_s, ev.throughput
+    assert g.value == pytest.approx(t.value, rel=1e-6)
+    assert g.lo <= t.value * (t.lo / t.value) + 1e-9 and g.hi >= t.value * (t.hi / t.value) - 1e-9
