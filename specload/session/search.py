@@ -29,21 +29,30 @@ def search_settings(cfg: RunConfig, *, start: float | None = None) -> SearchSett
     """The search as configured (``--rate``: the rate axis; the first -c level or --rate: the start)."""
     cap, plan = cfg.capacity, cfg.plan
     rate = plan.rate
+    # -n sets every probe's base request count (at least what the objectives need)
+    n = cfg.load.requests_per_level or 0
     if rate is not None:
         return SearchSettings(
             axis=RATE, start=start or rate, max_value=cap.search_max or max(1e6, rate),
             min_value=min(rate, start or rate) / 64, max_probes=cap.max_probes, budget_s=cap.search_budget_s,
+            requests=n,
         )
     first = plan.levels[0].concurrency if plan.levels else 1
     begin = max(1.0, float(start or first))
     top = max(cap.search_max or 1024.0, begin)
     return SearchSettings(axis=CONCURRENCY, start=begin, max_value=top, max_probes=cap.max_probes,
-                          budget_s=cap.search_budget_s)
+                          budget_s=cap.search_budget_s, requests=n)
 
 
 def concurrency_cap(cfg: RunConfig) -> int:
-    levels = cfg.plan.levels
-    return max((lv.concurrency for lv in levels), default=1024) if cfg.plan.rate is not None else 1024
+    """A rate search's cap on requests in flight: the largest -c level when -c was given, else 1024
+    (the ramp's default levels are no statement about a cap)."""
+    from specload.config import LoadConfig
+
+    given = cfg.load.concurrency
+    if cfg.plan.rate is None or given == LoadConfig().concurrency:
+        return 1024
+    return max(given)
 
 
 def search_from_the_start(cfg: RunConfig, capacity: CapacityPart, runner: Runner) -> None:
