@@ -230,10 +230,10 @@ class SearchDriver:
         assert self._result is not None
         return self._result
 
-    def abort(self, detail: str) -> SearchResult:
-        """The server crashed or went away: the search ends without a best point."""
+    def abort(self, detail: str, what: str = "crashed") -> SearchResult:
+        """The server crashed, went down or exited: the search ends without a best point."""
         if self._result is None:
-            self.search.abort(detail)
+            self.search.abort(detail, what)
             self._current = None
             self._conclude()
         assert self._result is not None
@@ -393,11 +393,11 @@ class CapacityPart:
             return None
         return self.driver.stop(reason)
 
-    def server_failed(self, detail: str) -> SearchResult | None:
+    def server_failed(self, detail: str, what: str = "crashed") -> SearchResult | None:
         """A crash, the server down or gone: a search in progress ends without a best point."""
         if self.driver is None or self.driver.finished:
             return None
-        return self.driver.abort(detail)
+        return self.driver.abort(detail, what)
 
     def run_ended(self, reason: str) -> None:
         if self.searching:

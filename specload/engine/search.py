@@ -253,6 +253,7 @@ class CapacitySearch:
     _number: int = 0
     _end: str | None = None  # why the search is over
     _abort_detail: str | None = None
+    _abort_what: str = "crashed"
 
     def __post_init__(self) -> None:
         if self.min_requests > self.settings.min_requests:
@@ -437,10 +438,12 @@ class CapacitySearch:
             self._current = None
             self._end = reason
 
-    def abort(self, detail: str) -> None:
-        """The server crashed (or went away): the search ends without a best point."""
+    def abort(self, detail: str, what: str = "crashed") -> None:
+        """The server crashed (or went down, or exited): the search ends without a best point.
+        ``what`` completes "the server ..." in the message."""
         self._end = "crashed"
         self._abort_detail = detail
+        self._abort_what = what
         self._current = None
 
     def _finish(self, reason: str) -> None:
@@ -471,7 +474,7 @@ class CapacitySearch:
 
         if reason == "crashed":
             held = [p.value for p in self._sorted() if self.acceptable(p)]
-            msg = f"the server crashed ({self._abort_detail or 'no detail'}); no best point"
+            msg = f"the server {self._abort_what} ({self._abort_detail or 'no detail'}); no best point"
             if held:
                 msg += f" (loads that held before the crash: up to {v(max(held))})"
             return SearchResult(self.settings.axis, reason, None, (lo, hi), None, knee, self.probes, undecided, msg)

@@ -121,7 +121,7 @@ class Fanout:
             self.event(RunEvent(self.now_ns(), "server_exit", ex.description))
             self.notice(f"launched server {ex.description}")
             if self.policy is not None:
-                self.policy.server_failed(f"the launched server {ex.description}")
+                self.policy.server_failed(ex.description, "exited")
 
     def client_load(self, load: ClientLoad) -> None:
         self.stats.on_client_load(load.cpu_pct, load.loop_lag_ms, load.saturated, load.starved)

@@ -60,10 +60,11 @@ class RunPolicy:
         self.interrupted = True
         self.stop(reason, reason)
 
-    def server_failed(self, detail: str) -> None:
-        """A crash, the server down or gone: whatever else happens, a search in progress ends void."""
+    def server_failed(self, detail: str, what: str = "crashed") -> None:
+        """A crash, the server down or gone: whatever else happens, a search in progress ends void.
+        ``what`` completes "the server ..." in the search's message (crashed, went down, exited)."""
         if self.capacity is not None:
-            self.capacity.server_failed(detail)
+            self.capacity.server_failed(detail, what)
 
     def crash(self, ev: CrashEvent) -> None:
         if not ev.new or self.runner is None:
@@ -78,7 +79,7 @@ class RunPolicy:
         if ev.value == "down":
             self.server_down = True
             self._notice(f"server down: {detail}")
-            self.server_failed(f"server down: {detail}")
+            self.server_failed(detail, "went down")
             if self.runner is not None and not self.runner.paused:
                 self._paused_for_down = True
                 self.runner.pause()

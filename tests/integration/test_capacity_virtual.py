@@ -144,3 +144,32 @@ def test_a_level_table_of_a_plain_ramp_gets_goodput() -> None:
     assert a.goodput.verdict == "met" and b.goodput.verdict == "missed"
     assert [o.name for o in b.goodput.objectives] == ["tpot_p50", "attainment"]
     assert dataclasses.asdict(a.goodput)["slo"] == "tpot_p50<=20ms,e2e<=2s,attainment>=90%"
+
+
+def test_a_server_that_goes_away_mid_search_ends_it_without_a_best_point() -> None:
+    async def main() -> SessionResult:
+        server = SimServer(SimConfig(quiet=True, seed=1, **BATCH, step_ms=10, step_slope=0.03, max_batch=64))
+        url = await server.start()
+        cfg = RunConfig.of(url, api="chat", concurrency=(2,), max_duration_s=3600, max_tokens=20, ignore_eos=True,
+                           prompt="hi", find_max=True)
+        session = Session(cfg, clock=LoopClock(asyncio.get_running_loop()))
+
+        async def kill_when_probing_eight() -> None:
+            while not (session.capacity and session.capacity.driver and session.capacity.driver.search.current
+                       and session.capacity.driver.search.current.value == 8):
+                await asyncio.sleep(0.01)
+            await asyncio.sleep(0.05)  # mid-probe
+            await server.stop()
+
+        killer = asyncio.ensure_future(kill_when_probing_eight())
+        try:
+            return await session.run()
+        finally:
+            killer.cancel()
+            await server.stop()
+
+    result = run_virtual(main())
+    s = result.search
+    assert s is not None and s.reason == "crashed" and s.best is None, s
+    assert "went down" in s.message and "no best point" in s.message
+    assert [p.value for p in s.probes] == [2, 4]  # C=8 was cut short: not used

@@ -38,8 +38,10 @@ def level_cells(s: LevelSummary) -> tuple[str, ...]:
     """The row of one level, formatted by the same function as the headless table."""
     cells = report_cells(s, dash=DASH)
     ok = cells["ok"] if s.ok == s.requests else f"✖ {cells['ok']}"
+    # an open-loop level's load is its rate (its concurrency only a cap)
+    load = cells["C"] if s.rate is None else f"{cells['rate']}/s"
     return (
-        cells["C"],
+        load,
         cells["tok/s"],
         cells["req tok/s"],
         cells["TTFT p50/p99 ms"],
