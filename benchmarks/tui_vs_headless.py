@@ -99,7 +99,7 @@ async def drive_tui(argv: list[str]) -> None:
         # the TUI's session stays open after the plan (the user may set a concurrency), so the load is
         # done when the runner reports the plan finished with nothing in flight
         while app.result is None and time.monotonic() < deadline:
-            rs = app.source.runner_state()
+            rs = app.source.frame().runner
             if rs is not None and rs.state == "finished" and rs.in_flight == 0:
                 break
             await pilot.pause(0.25)

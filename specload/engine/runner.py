@@ -79,6 +79,7 @@ class RunnerState:
     held: bool
     started: int  # requests started in the whole run
     sourced: bool = False  # the current level comes from a level source (a capacity search probe)
+    requested: int = 0  # the concurrency asked for: a manual one not yet picked up, else the target
 
 
 class Runner:
@@ -259,6 +260,7 @@ class Runner:
             held=self.held,
             started=self.started,
             sourced=self._sourced,
+            requested=self.requested,
         )
 
     def _set_state(self) -> None:

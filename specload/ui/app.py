@@ -1,13 +1,15 @@
-"""The Textual app: the live dashboard over one ``Session`` (or a fixed ``StaticSource``).
+"""The Textual app: the live dashboard over one ``RunSource`` (a run in this process, in an engine
+process, or fixed data).
 
-How data reaches the screen:
+How data reaches the screen (one path each):
 
-* Continuous state is *pulled*: a 4 Hz timer samples ``source.snapshot()``, ``runner_state()`` and
-  ``state_label()`` into the app's reactives, and the panels receive them through ``data_bind``. The
-  engine never calls into the UI per token or per request, so a busy screen cannot slow the load.
-* Discrete happenings are *pushed*: the session's listener turns each call into a Textual message
-  (``messages.py``) that the app handles between frames (new crash -> alert, level done -> table row).
-* Controls call the runner's methods directly; the runner and session write every change into the
+* State is *pulled*: a 4 Hz timer reads ``source.frame()`` into the app's reactives, and the panels
+  receive them through ``data_bind``. The engine never calls into the UI per token or per request, so a
+  busy screen cannot slow the load (and in an engine process of its own, cannot delay it at all).
+* One-off happenings are *pushed*: the source's ``SessionListener`` calls become messages
+  (``messages.py``) the app handles between frames: a notice, a new crash (alert, bell, flash), a
+  saturation warning, the end of the run.
+* Controls go through ``source.control`` (a ``RunControl``); the session writes every change into the
   record as an ``event`` line, so the UI adds nothing of its own to the record.
 
 ``create_app`` is the one factory used by the CLI (``run_app``), the Pilot tests and the snapshot
@@ -19,11 +21,11 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+from collections.abc import Callable
 from pathlib import Path
 
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
-from textual.css.query import NoMatches
 from textual.reactive import var
 from textual.widgets import Footer
 from textual.worker import Worker
@@ -33,22 +35,19 @@ from specload.engine.capacity import SearchView
 from specload.engine.runner import MAX_CONCURRENCY, RunnerState, scaled
 from specload.exitcode import ExitCode
 from specload.record.live import LiveView
-from specload.session import Session, SessionResult
+from specload.session import SessionResult
+from specload.session.source import Frame, RunControl, RunSource, SessionSource
 from specload.stats.live import StatsSnapshot
 from specload.ui.layout import Dashboard, DetailGrid, PanelTabs, TopRow
 from specload.ui.messages import (
     ClientLoadReported,
     CrashReported,
-    LevelFinished,
     MessageListener,
-    PhaseChanged,
     RunEventPosted,
     SessionEnded,
     SessionNotice,
-    TargetFound,
 )
 from specload.ui.screens import ConcurrencyScreen, CrashScreen, HelpScreen, MarkerScreen
-from specload.ui.source import DataSource
 from specload.ui.themes import DEFAULT_THEME, FALLBACK_DARK, VARIABLE_DEFAULTS, load_themes
 from specload.ui.widgets.crashes import CrashTable
 from specload.ui.widgets.header import RunHeader
@@ -71,10 +70,7 @@ KEY_SETTLE_S = 0.4
 
 class SpecloadApp(App[int]):
     TITLE = "specload"
-    DEFAULT_CSS = """
-    Screen { background: $background; }
-    #crash-hint { color: $text-muted; height: 1; padding: 0 1; }
-    """
+    CSS_PATH = "dashboard.tcss"
     BINDINGS = [
         Binding("q", "quit_run", "Quit"),
         Binding("space", "pause", "Pause"),
@@ -103,28 +99,24 @@ class SpecloadApp(App[int]):
     target_info: var[tuple[str, str, str]] = var(("", "", ""))
     pending_target: var[int | None] = var(None)  # a concurrency keyed in, applied once keys settle
     search: var[SearchView | None] = var(None)  # the capacity search, when one has run or runs
+    log_tail: var[tuple[tuple[int, str], ...]] = var(())  # the newest server log lines, about once a second
 
     def __init__(
         self,
-        cfg: RunConfig | None = None,
+        source: RunSource,
         *,
-        source: DataSource | None = None,
         theme: str | None = None,
         theme_dirs: list[Path] | None = None,
         refresh_s: float = REFRESH_S,
     ) -> None:
         super().__init__()
-        if source is None:
-            if cfg is None:
-                raise ValueError("SpecloadApp needs a RunConfig or a data source")
-            # stay_open: when the ramp ends the dashboard stays, and the user may set a concurrency
-            source = Session(cfg, listener=MessageListener(self.post_message), stay_open=True,
-                             on_crash=cfg.watch.on_crash)
         self.source = source
-        self.session: Session | None = source if isinstance(source, Session) else None
+        self.control: RunControl | None = source.control
+        self.frame: Frame = source.frame()
         self.refresh_s = refresh_s
         self.result: SessionResult | None = None
         self._quitting = False
+        self._run_done = False  # the source's run is over (its worker finished)
         self._hung_up = False
         self._signal: int | None = None  # the signal that asked the app to quit, if one did
         self._ticks = 0
@@ -164,47 +156,28 @@ class SpecloadApp(App[int]):
         yield RunHeader().data_bind(App.snapshot, App.state_label, App.target_info)
         with Dashboard():
             with TopRow():
-                load = LoadPanel(classes="top-panel").data_bind(App.runner_state, App.pending_target, App.search,
-                                                                App.live)
-                load.border_title = "load"
-                yield load
-                tp = ThroughputPanel(classes="top-panel").data_bind(App.snapshot)
-                tp.border_title = "throughput"
-                yield tp
-                lat = LatencyPanel(classes="top-panel").data_bind(App.snapshot)
-                lat.border_title = "latency (rolling 10 s)"
-                yield lat
+                yield LoadPanel(classes="top-panel").data_bind(App.runner_state, App.pending_target, App.search,
+                                                         App.live)
+                yield ThroughputPanel(classes="top-panel").data_bind(App.snapshot)
+                yield LatencyPanel(classes="top-panel").data_bind(App.snapshot)
             yield PanelTabs()
             with DetailGrid():
-                levels = LevelTable(id="p-levels", classes="detail-panel").data_bind(App.snapshot)
-                levels.border_title = "levels"
-                yield levels
-                chart = KneeChart(id="p-chart", classes="detail-panel").data_bind(App.snapshot, App.search)
-                chart.border_title = "throughput vs concurrency"
-                yield chart
-                server = ServerPanel(id="p-server", classes="detail-panel").data_bind(App.snapshot)
-                server.border_title = "server"
-                yield server
-                crashes = CrashTable(id="p-crashes", classes="detail-panel").data_bind(App.snapshot)
-                crashes.border_title = "crashes (e: excerpt)"
-                yield crashes
-                errors = ErrorsPanel(id="p-errors", classes="detail-panel").data_bind(App.snapshot)
-                errors.border_title = "errors"
-                yield errors
-                log = LogTail(id="p-log", classes="detail-panel")
-                log.border_title = "server log"
-                yield log
+                yield LevelTable(id="p-levels", classes="detail-panel").data_bind(App.snapshot)
+                yield KneeChart(id="p-chart", classes="detail-panel").data_bind(App.snapshot, App.search)
+                yield ServerPanel(id="p-server", classes="detail-panel").data_bind(App.snapshot)
+                yield CrashTable(id="p-crashes", classes="detail-panel").data_bind(App.snapshot)
+                yield ErrorsPanel(id="p-errors", classes="detail-panel").data_bind(App.snapshot)
+                yield LogTail(id="p-log", classes="detail-panel").data_bind(tail=App.log_tail)
         yield Footer(compact=True)
 
     def on_mount(self) -> None:
-        self.query_one(CrashTable).t0_ns = self.source.t0_ns
-        slo = getattr(getattr(getattr(self.source, "cfg", None), "capacity", None), "slo", None)
-        self.query_one(LatencyPanel).set_objectives(slo)
+        self.query_one(CrashTable).t0_ns = self.frame.info.t0_ns
+        self.query_one(LatencyPanel).set_objectives(self.frame.info.slo)
         for text, severity in self._startup_notices:
             self.notify(text, severity=severity, timeout=8)  # type: ignore[arg-type]
         self.sample()
         self.set_interval(self.refresh_s, self.sample)
-        if self.session is not None:
+        if self.control is not None:
             loop = asyncio.get_running_loop()
             try:
                 # SIGINT and SIGTERM quit as 'q' does (record closed, in-flight requests recorded as
@@ -218,32 +191,26 @@ class SpecloadApp(App[int]):
                 loop.add_signal_handler(signal.SIGHUP, self._hang_up)
             except (NotImplementedError, RuntimeError, ValueError):
                 pass
-            self.run_worker(self._run_session(), name="session", exit_on_error=False)
+            self.run_worker(self._run_source(), name="session", exit_on_error=False)
 
-    async def _run_session(self) -> None:
-        assert self.session is not None
+    async def _run_source(self) -> None:
         try:
-            result = await self.session.run()
+            await self.source.run(MessageListener(self.post_message))
         except Exception as e:  # noqa: BLE001 - one place for programming errors in the engine
             result = SessionResult("error", ExitCode.ERROR, (), f"internal error: {type(e).__name__}: {e}")
             self.post_message(SessionEnded(result))
 
     def sample(self) -> None:
-        """One refresh: pull the source's state into the reactives and tail the log."""
-        src = self.source
-        self.snapshot = src.snapshot()
-        self.runner_state = src.runner_state()
-        self.state_label = src.state_label()
-        self.target_info = (src.url or "", src.model or "", src.api or "")
-        search_view = getattr(src, "search_view", None)
-        self.search = search_view() if search_view is not None else None
-        live_view = getattr(src, "live_view", None)
-        self.live = live_view() if live_view is not None else None
+        """One refresh: the source's frame into the reactives the panels are bound to."""
+        f = self.frame = self.source.frame()
+        self.snapshot = f.stats
+        self.runner_state = f.runner
+        self.state_label = f.state
+        self.target_info = (f.url or "", f.model or "", f.api or "")
+        self.search = f.search
+        self.live = f.live
         if self._ticks % LOG_EVERY == 0:
-            try:
-                self.query_one(LogTail).pull(src.log_lines)
-            except NoMatches:  # a last tick while the app is being torn down
-                return
+            self.log_tail = f.log
         self._ticks += 1
 
     # ------------------------------------------------------------------ pushed events
@@ -251,20 +218,12 @@ class SpecloadApp(App[int]):
     def on_session_notice(self, msg: SessionNotice) -> None:
         self.notify(msg.text, timeout=6)
 
-    def on_phase_changed(self, msg: PhaseChanged) -> None:
-        self.state_label = self.source.state_label()
-
-    def on_target_found(self, msg: TargetFound) -> None:
-        self.target_info = (msg.url, msg.model, msg.api)
-
     def on_run_event_posted(self, msg: RunEventPosted) -> None:
         ev = msg.event
         if ev.kind == "marker":
             self.notify(f"marker{': ' + str(ev.value) if ev.value else ''}", title="marker", timeout=3)
         elif ev.kind == "server_exit":
             self.notify(f"server {ev.value}", title="server", severity="error", timeout=10)
-        elif ev.kind in ("pause", "resume", "hold", "next", "concurrency"):
-            self.runner_state = self.source.runner_state()  # show the change now, not at the next tick
         elif ev.kind == "search" and isinstance(ev.value, dict):
             self._search_event(ev.value)
 
@@ -282,19 +241,12 @@ class SpecloadApp(App[int]):
             self.notify(f"probing from {v.get('start'):g} ({what}) · f stops it, b holds the best point",
                         title="capacity search", timeout=6)
 
-    def on_level_finished(self, msg: LevelFinished) -> None:
-        self.query_one(LevelTable).show_level(msg.summary)
-        chart = self.query_one(KneeChart)
-        chart.set_levels(self.source.snapshot().levels)
-
     def on_crash_reported(self, msg: CrashReported) -> None:
+        """A new crash signature: the alert (the table shows it from the frame)."""
         c = msg.crash
+        self.sample()  # the table and the header show it with the alert, not at the next tick
         table = self.query_one(CrashTable)
-        table.show_crash(c)
-        table.add_class("-has-crashes")
-        if not c.new:
-            return
-        paused = " · load paused" if self.session is not None and self.session.on_crash == "pause" else ""
+        paused = " · load paused" if self.frame.info.on_crash == "pause" else ""
         self.notify(f"{c.exception_type}: {c.message}{paused}\npress e for the excerpt",
                     title="✖ SERVER CRASH", severity="error", timeout=15)
         self.bell()
@@ -324,17 +276,14 @@ class SpecloadApp(App[int]):
         self._hung_up = True
         if self._signal is None:
             self._signal = signal.SIGHUP
-        if self.session is None or self.result is not None:
+        if self.control is None or self.result is not None:
             os._exit(self.exit_code)
         self.action_quit_run()
         # the session's teardown stops a launched server within its grace period; never hang
         self.set_timer(QUIT_GRACE_S, lambda: os._exit(self.exit_code))
 
     def on_session_ended(self, msg: SessionEnded) -> None:
-        result = msg.result
-        if not isinstance(result, SessionResult):
-            return
-        self.result = result
+        result = self.result = msg.result
         if self._hung_up:  # the record is closed and the launched server stopped: done
             os._exit(self.exit_code)
         self.sample()
@@ -347,9 +296,10 @@ class SpecloadApp(App[int]):
             self.notify(f"run ended: {result.reason} (q to quit)", timeout=10)
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
-        # a quit requested while the session was still starting: leave once the worker is done
-        if event.worker.name == "session" and event.worker.is_finished and self._quitting:
-            self.exit(self.exit_code)
+        if event.worker.name == "session" and event.worker.is_finished:
+            self._run_done = True
+            if self._quitting:  # a quit requested while the session was still starting
+                self.exit(self.exit_code)
 
     @property
     def exit_code(self) -> int:
@@ -361,32 +311,41 @@ class SpecloadApp(App[int]):
         if r is None:
             return ExitCode.OK
         if r.reason == "interrupted":
-            crashed = self.snapshot is not None and bool(self.snapshot.crashes)
+            crashed = bool(self.frame.stats.crashes)
             return ExitCode.CRASHED if crashed else ExitCode.OK
         return r.exit_code if r.exit_code != ExitCode.INTERRUPTED else ExitCode.OK
 
     # ------------------------------------------------------------------ controls
 
-    def _runner(self):
-        runner = getattr(self.source, "runner", None)
-        if runner is None:
+    def _steerable(self) -> RunnerState | None:
+        """The runner's state when the run can be steered now; else a notice and None."""
+        if self.control is None:
+            return None
+        rs = self.source.frame().runner  # now, not as of the last tick: the load may just have started
+        if rs is None:
             self.notify("the load has not started yet", severity="warning", timeout=3)
             return None
         if self.result is not None:
             self.notify("the run has ended", severity="warning", timeout=3)
             return None
-        return runner
+        return rs
+
+    def _steer(self, command: Callable[[RunControl], object]) -> None:
+        """A control command, then the frame at once: a key's effect shows now, not at the next tick."""
+        assert self.control is not None
+        command(self.control)
+        self.sample()
 
     def action_conc(self, delta: int) -> None:
-        if (r := self._runner()) is not None:
-            self._key_target(self._wanted(r) + delta)
+        if (rs := self._steerable()) is not None:
+            self._key_target(self._wanted(rs) + delta)
 
     def action_scale(self, factor: float) -> None:
-        if (r := self._runner()) is not None:
-            self._key_target(scaled(self._wanted(r), factor))
+        if (rs := self._steerable()) is not None:
+            self._key_target(scaled(self._wanted(rs), factor))
 
-    def _wanted(self, runner) -> int:  # noqa: ANN001 - the session's Runner
-        return self.pending_target if self.pending_target is not None else runner.requested
+    def _wanted(self, rs: RunnerState) -> int:
+        return self.pending_target if self.pending_target is not None else rs.requested or rs.target
 
     def _key_target(self, n: int) -> None:
         """Show ``n`` now; hand it to the runner when no further concurrency key follows in time."""
@@ -399,100 +358,74 @@ class SpecloadApp(App[int]):
             self._settle_timer.stop()
             self._settle_timer = None
 
-    def _take_over_from_search(self) -> None:
-        """A concurrency set by hand ends a capacity search: the user has taken the load over."""
-        if self.session is not None and self.session.capacity is not None and self.session.capacity.searching:
-            result = self.session.stop_search()
-            if result is not None:
-                self.notify(result.message, title="search stopped", timeout=10)
-
     def _apply_pending(self) -> None:
         n, self.pending_target, self._settle_timer = self.pending_target, None, None
-        if n is not None and (r := self._runner()) is not None:
-            self._take_over_from_search()
-            r.set_target(n)
-            self.runner_state = self.source.runner_state()
+        if n is not None and self._steerable() is not None:
+            self._steer(lambda c: c.set_target(n))
 
     def action_set_concurrency(self) -> None:
-        if (r := self._runner()) is None:
+        if (rs := self._steerable()) is None:
             return
 
         def apply(n: int | None) -> None:
-            if n is not None and (r := self._runner()) is not None:
+            if n is not None and self._steerable() is not None:
                 self._cancel_settle()
                 self.pending_target = None
-                self._take_over_from_search()
-                r.set_target(n)
-                self.runner_state = self.source.runner_state()
+                self._steer(lambda c: c.set_target(n))
                 self.notify(f"concurrency → {n} (held)", timeout=3)
 
-        self.push_screen(ConcurrencyScreen(self._wanted(r)), apply)
+        self.push_screen(ConcurrencyScreen(self._wanted(rs)), apply)
 
     def action_pause(self) -> None:
-        if (r := self._runner()) is not None:
-            r.toggle_pause()
-            self.state_label = self.source.state_label()
+        if self._steerable() is not None:
+            self._steer(lambda c: c.toggle_pause())
 
     def action_next_level(self) -> None:
-        if (r := self._runner()) is not None:
-            r.next_level()
+        if self._steerable() is not None:
+            self._steer(lambda c: c.next_level())
 
     def action_hold(self) -> None:
-        if (r := self._runner()) is not None:
-            r.toggle_hold()
-            self.notify("holding this level" if r.held else "ramp resumed", timeout=3)
+        if (rs := self._steerable()) is not None:
+            self._steer(lambda c: c.toggle_hold())
+            self.notify("ramp resumed" if rs.held else "holding this level", timeout=3)
 
     def action_marker(self) -> None:
-        if self.session is None or self._runner() is None:
+        if self._steerable() is None:
             return
 
         def apply(note: str | None) -> None:
-            if note is not None and self.session is not None and self.result is None:
-                self.session.marker(note)
+            if note is not None and self.control is not None and self.result is None:
+                self.control.marker(note)
 
         self.push_screen(MarkerScreen(), apply)
 
     def action_crashes(self) -> None:
-        crashes = list(self.query_one(CrashTable).crashes.values())
+        crashes = list(self.frame.stats.crashes)
         if not crashes:
             self.notify("no server crash seen", timeout=3)
             return
-        self.push_screen(CrashScreen(crashes, self.source.t0_ns))
+        self.push_screen(CrashScreen(crashes, self.frame.info.t0_ns))
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen())
 
     def action_find_max(self) -> None:
         """Start the capacity search from the current concurrency, or stop the one running."""
-        if self.session is None or self._runner() is None:
-            return
-        if self.session.capacity is not None and self.session.capacity.searching:
-            result = self.session.stop_search()
-            self.runner_state = self.source.runner_state()
-            if result is not None:
-                self.notify(result.message, title="search stopped", timeout=15)
+        if (rs := self._steerable()) is None:
             return
         self._cancel_settle()
         self.pending_target = None
-        start = self.session.runner.target if self.session.runner is not None and not self.session.cfg.plan.rate else None
-        if not self.session.start_search(start=start):
-            self.notify("the search cannot start now", severity="warning", timeout=3)
-        self.runner_state = self.source.runner_state()
+        start = None if self.frame.info.open_loop else rs.target
+        self._steer(lambda c: c.find_max(start))
 
     def action_hold_best(self) -> None:
         """Hold the load at the best point found (stopping a search that still runs)."""
-        if self.session is None or self._runner() is None:
-            return
-        result = self.session.stop_search(hold_best=True)
-        if result is None or result.best is None:
-            self.notify("no best point found yet", severity="warning", timeout=4)
-            return
-        self.runner_state = self.source.runner_state()
-        self.notify(f"holding the best point: {result.message.split(';')[0]}", title="capacity search", timeout=8)
+        if self._steerable() is not None:
+            self._steer(lambda c: c.hold_best())
 
     def get_system_commands(self, screen):  # noqa: ANN001, ANN201 - Textual's signature
         yield from super().get_system_commands(screen)
-        if self.session is not None:
+        if self.control is not None:
             yield SystemCommand("Find max (capacity search)",
                                 "Search the highest load that meets the objectives and still adds throughput (f)",
                                 self.action_find_max)
@@ -505,7 +438,7 @@ class SpecloadApp(App[int]):
     def on_click(self, event) -> None:  # noqa: ANN001 - any click
         # clicking the crash table opens the excerpts (the table never takes focus)
         widget = getattr(event, "widget", None)
-        if isinstance(widget, CrashTable) and widget.crashes:
+        if isinstance(widget, CrashTable) and self.frame.stats.crashes:
             self.action_crashes()
 
     async def action_quit(self) -> None:
@@ -513,7 +446,7 @@ class SpecloadApp(App[int]):
 
     def action_quit_run(self) -> None:
         """Quit cleanly: stop sending, record in-flight requests as cancelled, close the record, exit."""
-        if self.session is None or self.result is not None:
+        if self.control is None or self.result is not None or self._run_done:
             self.exit(self.exit_code)
             return
         if self._quitting:
@@ -522,7 +455,7 @@ class SpecloadApp(App[int]):
         self._cancel_settle()
         self.pending_target = None
         self.notify("quitting: cancelling in-flight requests and closing the record", timeout=5)
-        self.session.interrupt("interrupted")
+        self.control.quit()
         self.set_timer(QUIT_GRACE_S, lambda: self.exit(self.exit_code))
 
 
@@ -530,11 +463,16 @@ def create_app(
     cfg: RunConfig | None = None,
     *,
     theme: str | None = None,
-    source: DataSource | None = None,
+    source: RunSource | None = None,
     theme_dirs: list[Path] | None = None,
 ) -> SpecloadApp:
-    """The app for a run (``cfg``) or for fixed data (``source``): used by the CLI and the tests."""
-    return SpecloadApp(cfg, source=source, theme=theme, theme_dirs=theme_dirs)
+    """The app for a run (``cfg``: a session in this process) or for a given source (fixed data, an
+    engine process): used by the CLI and the tests."""
+    if source is None:
+        if cfg is None:
+            raise ValueError("create_app needs a RunConfig or a source")
+        source = SessionSource(cfg)
+    return SpecloadApp(source, theme=theme, theme_dirs=theme_dirs)
 
 
 def run_app(cfg: RunConfig, theme: str | None = None) -> int:

@@ -5,7 +5,7 @@ One widget tree serves every size; only CSS changes. On a large terminal (at lea
 (levels, chart, server, crashes, errors, log) is visible at once in a grid. Below that the dashboard
 is "compact": the top panels stack without borders, and the detail panels share the remaining rows,
 one at a time, chosen with a tab strip (or the left/right keys). Moving panels with CSS instead of
-composing two layouts keeps a single set of widgets to update.
+composing two layouts keeps a single set of widgets to update. The CSS is ``dashboard.tcss``.
 """
 
 from __future__ import annotations
@@ -21,38 +21,15 @@ DETAIL_PANELS = ("levels", "chart", "server", "crashes", "errors", "log")
 
 
 class TopRow(Horizontal):
-    DEFAULT_CSS = """
-    TopRow { height: auto; }
-    TopRow > .top-panel {
-        width: 1fr; height: 5;
-        border: round $primary 40%; border-title-color: $text-muted;
-    }
-    /* the load panel's text is short: the sparklines get the width */
-    TopRow > LoadPanel.top-panel { width: 44; }
-    """
+    """The load, throughput and latency panels."""
 
 
 class DetailGrid(Grid):
-    DEFAULT_CSS = """
-    DetailGrid {
-        height: 1fr;
-        grid-size: 3 3;
-        grid-columns: 1fr 1fr 1fr;
-        grid-rows: 1fr 1fr 1fr;
-    }
-    DetailGrid > .detail-panel {
-        height: 1fr; border: round $primary 40%; border-title-color: $text-muted;
-    }
-    DetailGrid > #p-levels { column-span: 2; }
-    DetailGrid > #p-log { column-span: 3; }
-    DetailGrid > #p-crashes.-has-crashes { border: round $error; border-title-color: $error; }
-    """
+    """The detail panels: a grid when wide, one at a time when compact."""
 
 
 class PanelTabs(Tabs):
-    DEFAULT_CSS = """
-    PanelTabs { display: none; }
-    """
+    """Which detail panel a compact dashboard shows."""
 
     def __init__(self) -> None:
         super().__init__(*[Tab(name, id=f"tab-{name}") for name in DETAIL_PANELS], id="panel-tabs")
@@ -61,21 +38,7 @@ class PanelTabs(Tabs):
 
 
 class Dashboard(Container):
-    DEFAULT_CSS = """
-    Dashboard { height: 1fr; layout: vertical; }
-    Dashboard.-compact TopRow { layout: vertical; }
-    Dashboard.-compact TopRow > .top-panel { height: auto; border: none; width: 1fr; }
-    Dashboard.-compact TopRow > LoadPanel.top-panel { width: 1fr; }
-    Dashboard.-compact PanelTabs { display: block; }
-    Dashboard.-compact DetailGrid { layout: vertical; }
-    Dashboard.-compact DetailGrid > .detail-panel { display: none; border: none; height: 1fr; }
-    Dashboard.-compact.-show-levels #p-levels { display: block; }
-    Dashboard.-compact.-show-chart #p-chart { display: block; }
-    Dashboard.-compact.-show-server #p-server { display: block; }
-    Dashboard.-compact.-show-crashes #p-crashes { display: block; }
-    Dashboard.-compact.-show-errors #p-errors { display: block; }
-    Dashboard.-compact.-show-log #p-log { display: block; }
-    """
+    """Everything below the header; its classes (``-compact``, ``-show-NAME``) drive dashboard.tcss."""
 
     def on_mount(self) -> None:
         self.add_class("-show-levels")

@@ -1,9 +1,10 @@
-"""The session's happenings as typed Textual messages.
+"""The one-off happenings of a run as typed Textual messages: what the dashboard announces.
 
-``MessageListener`` is the TUI's ``SessionListener``: the session calls it synchronously in the event
-loop and each call becomes a message the app posts to itself, so every discrete event (a crash, a level
-finishing, the end of the run) goes through Textual's queue and is handled between frames, never in
-the middle of the engine's callback.
+``MessageListener`` is the TUI's ``SessionListener``. State (levels, crashes, the target, the phase)
+reaches the screen only through the frame the app samples; a message is posted only for what happens
+once and is announced: a notice, a marker, the launched server's exit, a search's progress, a new
+crash (alert, bell, flash), a saturation warning, the end of the run. Messages go through Textual's
+queue and are handled between frames, never in the middle of the engine's callback.
 """
 
 from __future__ import annotations
@@ -25,25 +26,8 @@ class SessionNotice(Message):
 
 
 @dataclass
-class PhaseChanged(Message):
-    phase: str
-
-
-@dataclass
-class TargetFound(Message):
-    url: str
-    model: str
-    api: str
-
-
-@dataclass
 class RunEventPosted(Message):
     event: RunEvent
-
-
-@dataclass
-class LevelFinished(Message):
-    summary: LevelSummary
 
 
 @dataclass
@@ -68,23 +52,27 @@ class MessageListener:
     def __init__(self, post: Callable[[Message], object]) -> None:
         self.post = post
 
+    ANNOUNCED = frozenset({"marker", "server_exit", "search", "worker_lost"})
+
     def phase(self, phase: str) -> None:
-        self.post(PhaseChanged(phase))
+        pass  # state: in the frame
 
     def notice(self, text: str) -> None:
         self.post(SessionNotice(text))
 
     def target_found(self, url: str, model: str | None, api: str) -> None:
-        self.post(TargetFound(url, model or "", api))
+        pass  # state: in the frame
 
     def run_event(self, event: RunEvent) -> None:
-        self.post(RunEventPosted(event))
+        if event.kind in self.ANNOUNCED:
+            self.post(RunEventPosted(event))
 
     def level_done(self, summary: LevelSummary) -> None:
-        self.post(LevelFinished(summary))
+        pass  # state: in the frame (the level table and the chart)
 
     def crash(self, crash: CrashEvent) -> None:
-        self.post(CrashReported(crash))
+        if crash.new:  # the table shows repeats through the frame; only a new signature is alerted
+            self.post(CrashReported(crash))
 
     def client_load(self, load: ClientLoad, level: int) -> None:
         if load.saturated or load.starved:  # the dashboard shows the figures; only warnings are messages

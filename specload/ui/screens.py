@@ -1,11 +1,13 @@
 """Modal screens: typing an exact concurrency, a marker note, the key help and a crash's full excerpt.
 
-Each modal returns its answer through ``dismiss`` and the app applies it, so the screens know nothing
-of the session. Bad input (a concurrency that is not a positive whole number) keeps the modal open with
+All share ``Modal`` (the look, and escape to cancel). Each returns its answer through ``dismiss`` and
+the app applies it, so the screens know nothing of the session. Bad input (a concurrency that is not a positive whole number) keeps the modal open with
 a notice; nothing typed can raise.
 """
 
 from __future__ import annotations
+
+from typing import TypeVar
 
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -18,16 +20,27 @@ from specload.engine.runner import MAX_CONCURRENCY
 from specload.formatting import clock
 from specload.records import CrashEvent
 
-_MODAL_CSS = """
-{name} {{ align: center middle; background: $background 60%; }}
-{name} > Vertical {{
-    width: 60; max-width: 95%; height: auto; max-height: 90%;
-    border: thick $primary; background: $panel; padding: 1 2;
-}}
-{name} .modal-title {{ text-style: bold; margin: 0 0 1 0; }}
-{name} .modal-hint {{ color: $text-muted; margin: 1 0 0 0; }}
-{name} .modal-error {{ color: $error; text-style: bold; }}
-"""
+T = TypeVar("T")
+
+
+class Modal(ModalScreen[T]):
+    """The dialogs' common look and behaviour: centred on a dimmed dashboard, a titled box, escape
+    cancels (answers None)."""
+
+    DEFAULT_CSS = """
+    Modal { align: center middle; background: $background 60%; }
+    Modal > Vertical {
+        width: 60; max-width: 95%; height: auto; max-height: 90%;
+        border: thick $primary; background: $panel; padding: 1 2;
+    }
+    Modal .modal-title { text-style: bold; margin: 0 0 1 0; }
+    Modal .modal-hint { color: $text-muted; margin: 1 0 0 0; }
+    Modal .modal-error { color: $error; text-style: bold; }
+    """
+    BINDINGS = [Binding("escape", "cancel", "Cancel")]
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
 
 
 def parse_concurrency(text: str) -> int | None:
@@ -39,10 +52,7 @@ def parse_concurrency(text: str) -> int | None:
     return n if 1 <= n <= MAX_CONCURRENCY else None
 
 
-class ConcurrencyScreen(ModalScreen[int | None]):
-    DEFAULT_CSS = _MODAL_CSS.format(name="ConcurrencyScreen")
-    BINDINGS = [Binding("escape", "cancel", "Cancel")]
-
+class ConcurrencyScreen(Modal[int | None]):
     def __init__(self, current: int | None) -> None:
         super().__init__()
         self.current = current
@@ -68,14 +78,7 @@ class ConcurrencyScreen(ModalScreen[int | None]):
             return
         self.dismiss(n)
 
-    def action_cancel(self) -> None:
-        self.dismiss(None)
-
-
-class MarkerScreen(ModalScreen[str | None]):
-    DEFAULT_CSS = _MODAL_CSS.format(name="MarkerScreen")
-    BINDINGS = [Binding("escape", "cancel", "Cancel")]
-
+class MarkerScreen(Modal[str | None]):
     def compose(self) -> ComposeResult:
         with Vertical():
             yield Label("Marker", classes="modal-title")
@@ -85,9 +88,6 @@ class MarkerScreen(ModalScreen[str | None]):
     def on_input_submitted(self, event: Input.Submitted) -> None:
         event.stop()
         self.dismiss(event.value.strip())  # an empty note is a valid marker
-
-    def action_cancel(self) -> None:
-        self.dismiss(None)
 
 
 KEYS_HELP = (
@@ -109,13 +109,13 @@ KEYS_HELP = (
 )
 
 
-class HelpScreen(ModalScreen[None]):
-    DEFAULT_CSS = _MODAL_CSS.format(name="HelpScreen") + """
+class HelpScreen(Modal[None]):
+    DEFAULT_CSS = """
     HelpScreen > Vertical { width: 72; }
     HelpScreen .key { width: 10; text-style: bold; color: $accent; }
     HelpScreen Horizontal { height: 1; }
     """
-    BINDINGS = [Binding("escape,question_mark,q", "close", "Close")]
+    BINDINGS = [Binding("escape,question_mark,q", "cancel", "Close")]
 
     def compose(self) -> ComposeResult:
         with Vertical():
@@ -127,24 +127,19 @@ class HelpScreen(ModalScreen[None]):
                         yield Label(what)
             yield Label("escape or ?: close", classes="modal-hint")
 
-    def action_close(self) -> None:
-        self.dismiss(None)
-
-
-class CrashScreen(ModalScreen[None]):
+class CrashScreen(Modal[None]):
     """Every crash signature on the left; the highlighted one's full excerpt on the right."""
 
     DEFAULT_CSS = """
-    CrashScreen { align: center middle; background: $background 60%; }
-    CrashScreen > Vertical { width: 95%; height: 90%; border: thick $error; background: $panel; padding: 0 1; }
-    CrashScreen .modal-title { text-style: bold; color: $error; }
+    CrashScreen > Vertical { width: 95%; height: 90%; max-height: 90%; border: thick $error; padding: 0 1; }
+    CrashScreen .modal-title { color: $error; }
     CrashScreen Horizontal { height: 1fr; }
     CrashScreen OptionList { width: 40; max-width: 40%; height: 1fr; }
     CrashScreen VerticalScroll { width: 1fr; height: 1fr; background: $surface; }
     CrashScreen #crash-excerpt { width: auto; }
-    CrashScreen .modal-hint { color: $text-muted; }
+    CrashScreen .modal-hint { margin: 0; }
     """
-    BINDINGS = [Binding("escape,q,e", "close", "Close")]
+    BINDINGS = [Binding("escape,q,e", "cancel", "Close")]
 
     def __init__(self, crashes: list[CrashEvent], t0_ns: int) -> None:
         super().__init__()
@@ -180,6 +175,3 @@ class CrashScreen(ModalScreen[None]):
         procs = f"\nprocesses: {', '.join(c.processes)}" if c.processes else ""
         head = f"{c.exception_type}: {c.message}{where}{procs}\nseen {c.count}× · signature {c.signature}\n\n"
         self.query_one("#crash-excerpt", Static).update(head + c.excerpt)
-
-    def action_close(self) -> None:
-        self.dismiss(None)

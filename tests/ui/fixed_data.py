@@ -12,11 +12,11 @@ import math
 from specload.engine.runner import RunnerState
 from specload.record.live import LiveView
 from specload.records import CrashEvent, ServerSample
+from specload.session.source import StaticSource
 from specload.stats import intervals as iv
 from specload.stats.judgement import LevelJudgement
 from specload.stats.levels import LevelSummary
 from specload.stats.live import LatencyView, StatsSnapshot
-from specload.ui.source import StaticSource
 
 NS = 1_000_000_000
 T0 = 1_000 * NS

@@ -24,7 +24,7 @@ async def test_f_runs_a_search_that_shows_on_screen_and_b_holds_its_best_point(s
                      "--slo", "tpot_p50<=1s", "--record", str(record), "--max-duration", "120")
     app = create_app(cfg)
     async with app.run_test(size=(160, 48)) as pilot:
-        session = app.session
+        session = app.source.session
         await wait_for(pilot, lambda: session.runner is not None and session.runner.in_flight > 0, "the load")
         # the objective is drawn on the TPOT row: its sparkline has the limit, its text the mark
         assert app.query_one("#lat-tpot").query_one(LimitSparkline).limit == 1000.0
@@ -64,7 +64,7 @@ async def test_f_again_stops_the_search_with_what_it_confirmed(sim) -> None:
     cfg = tui_config(server.url, "-c", "2", "-d", "60", "--max-tokens", "10", "--ignore-eos", "--max-duration", "120")
     app = create_app(cfg)
     async with app.run_test(size=(80, 24)) as pilot:
-        session = app.session
+        session = app.source.session
         await wait_for(pilot, lambda: session.runner is not None and session.runner.in_flight > 0, "the load")
         await pilot.press("f")
         await wait_for(pilot, lambda: session.capacity.searching, "the search to start")

@@ -53,9 +53,9 @@ async def test_keys_drive_the_engine_and_land_in_the_record(sim, tmp_path) -> No
     cfg = tui_config(server.url, "-c", "2,4,8", "-d", "60", "--max-tokens", "8", "--record", str(record))
     app = create_app(cfg)
     async with app.run_test(size=(120, 40)) as pilot:
-        await wait_for(pilot, lambda: app.source.runner is not None and app.source.runner_state().in_flight > 0,
+        await wait_for(pilot, lambda: app.source.session.runner is not None and app.source.frame().runner.in_flight > 0,
                        "the load to start")
-        runner = app.source.runner
+        runner = app.source.session.runner
 
         await pilot.press("up")
         # shown at once, handed to the runner when no further key follows within key_settle_s
@@ -153,9 +153,9 @@ async def test_quick_concurrency_keys_make_one_level(sim, tmp_path) -> None:
     # keys settle only after a minute: whatever Pilot's pace, the first presses are one burst
     app.key_settle_s = 60.0
     async with app.run_test(size=(120, 40)) as pilot:
-        await wait_for(pilot, lambda: app.source.runner is not None and app.source.runner_state().in_flight > 0,
+        await wait_for(pilot, lambda: app.source.session.runner is not None and app.source.frame().runner.in_flight > 0,
                        "the load to start")
-        runner = app.source.runner
+        runner = app.source.session.runner
         level = runner.snapshot().level_index
         await pilot.press("up", "up", "up", "right_square_bracket")  # (2 + 3) x 2
         assert app.pending_target == 10

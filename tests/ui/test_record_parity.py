@@ -53,7 +53,7 @@ async def test_tui_and_headless_write_the_same_record(sim, tmp_path) -> None:
 
     app = create_app(tui_config(server.url, *ARGS, "--record", str(tui)))
     async with app.run_test(size=(120, 40)) as pilot:
-        await wait_for(pilot, lambda: (rs := app.source.runner_state()) is not None and rs.state == "finished",
+        await wait_for(pilot, lambda: (rs := app.source.frame().runner) is not None and rs.state == "finished",
                        "the ramp to finish", timeout=30)
         await pilot.press("q")
         await wait_for(pilot, lambda: app.return_code is not None, "the app to exit")

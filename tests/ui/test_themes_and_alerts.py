@@ -78,11 +78,14 @@ async def test_theme_switches_live_including_builtin_ones() -> None:
 
 
 async def test_new_crash_alerts_and_opens_its_excerpt() -> None:
-    app = create_app(source=mid_run_source(with_crash=False))
+    source = mid_run_source(with_crash=False)
+    app = create_app(source=source)
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.pause()
         table = app.query_one(CrashTable)
         assert table.row_count == 0
+        # the crash is in the run's state (the frame) and, once, announced (the message)
+        source.set_frame(mid_run_source(with_crash=True).frame())
         app.post_message(CrashReported(CRASH))
         await wait_for(pilot, lambda: table.row_count == 1, "the crash row")
         assert table.has_class("-alert")  # the flash
@@ -99,10 +102,19 @@ async def test_new_crash_alerts_and_opens_its_excerpt() -> None:
         await wait_for(pilot, lambda: not isinstance(app.screen, CrashScreen), "the excerpt to close")
 
 
+class Refusing:
+    """A RunControl that fails the test if anything reaches it."""
+
+    def __getattr__(self, name: str):  # noqa: ANN204
+        raise AssertionError(f"{name} reached the control before the load started")
+
+
 async def test_keys_without_a_running_load_only_notify() -> None:
-    app = create_app(source=idle_source())
+    source = idle_source()
+    source.control = Refusing()  # type: ignore[assignment]
+    app = create_app(source=source)
     async with app.run_test(size=(80, 24)) as pilot:
-        for key in ("up", "space", "n", "h", "c", "m", "right_square_bracket"):
+        for key in ("up", "space", "n", "h", "c", "m", "f", "b", "right_square_bracket"):
             await pilot.press(key)
         assert app.screen.is_current and type(app.screen).__name__ == "Screen"
         assert any("not started" in n.message for n in app._notifications)
@@ -117,7 +129,7 @@ async def test_static_levels_fill_the_table_with_stable_keys() -> None:
         table = app.query_one(LevelTable)
         assert table.row_count == 5
         # the same level reported again (message after sample) updates in place
-        table.show_level(app.source.snapshot().levels[-1])
+        table.show_level(app.source.frame().stats.levels[-1])
         assert table.row_count == 5
 
 

@@ -9,11 +9,11 @@ too long for a cell: it opens in a modal screen (key ``e``).
 from __future__ import annotations
 
 from textual.reactive import var
-from textual.widgets import DataTable
 
 from specload.formatting import clock
 from specload.records import CrashEvent
 from specload.stats.live import StatsSnapshot
+from specload.ui.widgets.keyed import KeyedTable
 
 CRASH_COLUMNS = (("type", "type"), ("message", "message"), ("count", "count"),
                  ("procs", "ranks/processes"), ("first", "first seen"))
@@ -27,46 +27,30 @@ def crash_cells(c: CrashEvent, t0_ns: int) -> tuple[str, ...]:
     return ("✖ " + c.exception_type, message, str(c.count), procs, "+" + clock((c.first_seen_ns - t0_ns) / 1e9))
 
 
-class CrashTable(DataTable):
+class CrashTable(KeyedTable):
     DEFAULT_CSS = """
     CrashTable { height: 1fr; background: $surface; }
     CrashTable > .datatable--header { color: $error; }
     CrashTable.-alert { background: $specload-flash; }
     """
+    BORDER_TITLE = "crashes (e: excerpt)"
+    COLUMNS = CRASH_COLUMNS
 
     snapshot: var[StatsSnapshot | None] = var(None)
 
     def __init__(self, **kwargs: object) -> None:
-        super().__init__(cursor_type="row", **kwargs)  # type: ignore[arg-type]
-        self.can_focus = False  # arrow keys drive the concurrency
+        super().__init__(**kwargs)
         self.t0_ns = 0
-        self._shown: dict[str, tuple[str, ...]] = {}
         self.crashes: dict[str, CrashEvent] = {}
-
-    def on_mount(self) -> None:
-        for key, label in CRASH_COLUMNS:
-            self.add_column(label, key=key)
-
-    def show_crash(self, c: CrashEvent) -> None:
-        self.crashes[c.signature] = c
-        cells = crash_cells(c, self.t0_ns)
-        old = self._shown.get(c.signature)
-        if old == cells:
-            return
-        if old is None:
-            self.add_row(*cells, key=c.signature)
-        else:
-            for (col, _), new, was in zip(CRASH_COLUMNS, cells, old, strict=True):
-                if new != was:
-                    self.update_cell(c.signature, col, new)
-        self._shown[c.signature] = cells
 
     def watch_snapshot(self, snap: StatsSnapshot | None) -> None:
         if snap is None:
             return
         for c in snap.crashes:
             if self.crashes.get(c.signature) != c:
-                self.show_crash(c)
+                self.crashes[c.signature] = c
+                self.show(c.signature, crash_cells(c, self.t0_ns))
+        self.set_class(bool(self.crashes), "-has-crashes")
 
     def flash(self, seconds: float = 2.0) -> None:
         self.add_class("-alert")

@@ -13,7 +13,6 @@ import math
 
 from textual.color import Color
 from textual.reactive import var
-from textual.widgets import DataTable
 from textual_plotext import PlotextPlot
 
 from specload.engine.capacity import SearchView
@@ -21,6 +20,7 @@ from specload.formatting import DASH
 from specload.formatting import level_cells as report_cells
 from specload.stats.levels import LevelSummary
 from specload.stats.live import StatsSnapshot
+from specload.ui.widgets.keyed import KeyedTable
 
 COLUMNS = (
     ("c", "C"),
@@ -73,7 +73,7 @@ def judged_cells(s: LevelSummary, columns: tuple[tuple[str, str], ...]) -> tuple
     return tuple(cells[label] for _, label in columns)
 
 
-class LevelTable(DataTable):
+class LevelTable(KeyedTable):
     """The finished levels; with ``--slo`` three more columns (verdict, share of good requests with its
     interval, goodput tok/s), added when the first level with goodput arrives; with ``--baseline`` the
     baseline's figure, the ratio and the verdict (``--target-ci``: the interval reached)."""
@@ -81,21 +81,16 @@ class LevelTable(DataTable):
     DEFAULT_CSS = """
     LevelTable { height: 1fr; background: $surface; }
     """
+    BORDER_TITLE = "levels"
+    COLUMNS = COLUMNS
 
     snapshot: var[StatsSnapshot | None] = var(None)
 
     def __init__(self, **kwargs: object) -> None:
-        super().__init__(cursor_type="row", zebra_stripes=True, **kwargs)  # type: ignore[arg-type]
-        # Arrow keys belong to the concurrency controls, so the table never takes focus.
-        self.can_focus = False
-        self._shown: dict[str, tuple[str, ...]] = {}
+        super().__init__(zebra_stripes=True, **kwargs)
         self._goodput = False
         self._judged: tuple[tuple[str, str], ...] = ()
-        self._levels: dict[str, LevelSummary] = {}  # the latest summary of each row, for a rebuild
-
-    def on_mount(self) -> None:
-        for key, label in COLUMNS:
-            self.add_column(label, key=key)
+        self._levels: dict[str, LevelSummary] = {}  # the latest summary of each row, for a relayout
 
     def _columns(self) -> tuple[tuple[str, str], ...]:
         # the judged columns go next to tok/s, the figure they judge (the table scrolls sideways and
@@ -106,54 +101,27 @@ class LevelTable(DataTable):
         base = level_cells(s)
         return base[:2] + judged_cells(s, self._judged) + base[2:] + (goodput_cells(s) if self._goodput else ())
 
-    def _rebuild(self) -> None:
-        """New columns in the middle: the table is laid out again (once, when the first judged level
-        arrives), its rows from the levels shown so far."""
-        shown = dict(self._levels)
-        self.clear(columns=True)
-        self._shown = {}
-        for key, label in self._columns():
-            self.add_column(label, key=key, default=DASH)
-        for s in shown.values():
-            cells = self._cells(s)
-            self.add_row(*cells, key=row_key(s))
-            self._shown[row_key(s)] = cells
-
     def show_level(self, s: LevelSummary) -> None:
         """Add the level's row, or update the cells that changed when it is already there."""
-        if s.goodput is not None and not self._goodput:
+        columns = self._columns()
+        if s.goodput is not None:
             self._goodput = True
-            self._add_columns(GOODPUT_COLUMNS)
         j = s.judged
         if j is not None:
             wanted = BASELINE_COLUMNS if j.baseline is not None else CI_COLUMNS
             if len(wanted) > len(self._judged):
                 self._judged = wanted
-                self._rebuild()
         key = row_key(s)
-        cells = self._cells(s)
         self._levels[key] = s
-        old = self._shown.get(key)
-        if old == cells:
-            return
-        if old is None:
-            self.add_row(*cells, key=key)
+        if self._columns() != columns:
+            self.relayout(self._columns(), {k: self._cells(x) for k, x in self._levels.items()})
         else:
-            for (col, _), new, was in zip(self._columns(), cells, old, strict=True):
-                if new != was:
-                    self.update_cell(key, col, new)
-        self._shown[key] = cells
-
-    def _add_columns(self, columns: tuple[tuple[str, str], ...]) -> None:
-        for key, label in columns:
-            self.add_column(label, key=key, default=DASH)
-        self._shown = {k: v + (DASH,) * len(columns) for k, v in self._shown.items()}
+            self.show(key, self._cells(s))
 
     def watch_snapshot(self, snap: StatsSnapshot | None) -> None:
-        # Levels normally arrive by message; the sample is the catch-up path (and the static source's).
-        if snap is None or len(snap.levels) == len(self._shown):
+        if snap is None or len(snap.levels) == self.keys_shown:
             return
-        for s in snap.levels:
+        for s in snap.levels:  # rows already shown compare equal and are left alone
             self.show_level(s)
 
 
@@ -165,6 +133,7 @@ class KneeChart(PlotextPlot):
     DEFAULT_CSS = """
     KneeChart { height: 1fr; min-height: 8; }
     """
+    BORDER_TITLE = "throughput vs concurrency"
 
     snapshot: var[StatsSnapshot | None] = var(None)
     search: var[SearchView | None] = var(None)

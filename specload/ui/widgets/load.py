@@ -43,6 +43,7 @@ class LoadPanel(Widget):
     LoadPanel ProgressBar Bar > .bar--bar { color: $specload-throughput; }
     LoadPanel ProgressBar Bar > .bar--complete { color: $specload-good; }
     """
+    BORDER_TITLE = "load"
 
     runner_state: var[RunnerState | None] = var(None)
     pending_target: var[int | None] = var(None)  # keyed in, not yet applied

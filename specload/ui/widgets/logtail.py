@@ -1,7 +1,8 @@
 """The server log's tail: the last lines the session read, crash lines highlighted.
 
-The session keeps a bounded deque of ``(seq, line)``; on each refresh only lines with a higher
-sequence number than the last one shown are written. A log flood is cut to its last ``MAX_PER_PULL``
+Each frame carries the newest lines as ``(seq, line)`` (``tail``, bound to the app's sampled
+state about once a second); only lines with a higher sequence number than the last one shown are
+written. A log flood is cut to its last ``MAX_PER_PULL``
 lines per refresh: a person cannot read faster than that and the UI must stay cheap.
 """
 
@@ -12,6 +13,7 @@ from collections.abc import Iterable
 
 from rich.style import Style
 from rich.text import Text
+from textual.reactive import var
 from textual.widgets import RichLog
 
 # Lines that belong to a crash report, shown in the crash colour (and bold: colour is never alone).
@@ -25,7 +27,14 @@ class LogTail(RichLog):
     DEFAULT_CSS = """
     LogTail { height: 1fr; background: $surface; color: $text-muted; scrollbar-size-vertical: 1; }
     """
+    BORDER_TITLE = "server log"
     MAX_PER_PULL = 200
+
+    tail: var[tuple[tuple[int, str], ...]] = var(())  # (``lines`` is RichLog's own)
+
+    def watch_tail(self, tail: tuple[tuple[int, str], ...]) -> None:
+        if tail:
+            self.pull(tail)
 
     def __init__(self, **kwargs: object) -> None:
         super().__init__(max_lines=1000, wrap=False, markup=False, highlight=False, **kwargs)  # type: ignore[arg-type]

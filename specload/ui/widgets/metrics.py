@@ -155,6 +155,7 @@ class ThroughputPanel(Widget):
     ThroughputPanel { height: auto; layout: vertical; padding: 0 1; }
     ThroughputPanel #tp-totals { color: $text-muted; width: 1fr; height: 1; }
     """
+    BORDER_TITLE = "throughput"
 
     snapshot: var[StatsSnapshot | None] = var(None)
 
@@ -196,6 +197,7 @@ class LatencyPanel(Widget):
     DEFAULT_CSS = """
     LatencyPanel { height: auto; layout: vertical; padding: 0 1; }
     """
+    BORDER_TITLE = "latency (rolling 10 s)"
 
     snapshot: var[StatsSnapshot | None] = var(None)
 

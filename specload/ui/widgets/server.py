@@ -30,6 +30,7 @@ class ServerPanel(Widget):
     ServerPanel #srv-health.-bad { color: $specload-bad; text-style: bold; }
     ServerPanel #srv-health.-muted { color: $specload-muted; }
     """
+    BORDER_TITLE = "server"
 
     snapshot: var[StatsSnapshot | None] = var(None)
 
@@ -73,6 +74,7 @@ class ErrorsPanel(Widget):
     ErrorsPanel #err-kinds.-bad { color: $specload-bad; text-style: bold; }
     ErrorsPanel #err-last { color: $text-muted; }
     """
+    BORDER_TITLE = "errors"
 
     snapshot: var[StatsSnapshot | None] = var(None)
     LAST = 5
