@@ -15,8 +15,10 @@ the concurrency keys do nothing (a record cannot be steered).
 
 from __future__ import annotations
 
+import itertools
 from collections import deque
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -24,11 +26,16 @@ from specload.clock import SYSTEM_CLOCK, Clock
 from specload.engine.runner import RunnerState
 from specload.record.reader import RecordData
 from specload.records import CrashEvent, ErrorKind, RequestRecord, RunEvent, ServerSample
+from specload.session.listener import SessionListener
+from specload.session.source import LOG_TAIL, Frame, RunInfo
 from specload.stats.levels import LevelSummary
 from specload.stats.live import LiveStats, StatsSnapshot
 
 NS = 1_000_000_000
 SLICE_S = 0.25  # token feed granularity, in record time (LiveStats buckets by the second)
+if TYPE_CHECKING:
+    from specload.session import SessionResult
+
 _SAMPLE_KEYS = ("running", "queued", "gen_tok_s", "prompt_tok_s", "accept_len", "accept_rate", "token_usage")
 
 
@@ -54,7 +61,8 @@ class _Item:
 
 
 class ReplayControls:
-    """What the dashboard's keys call on a runner, for a record: pause and step; nothing else moves."""
+    """The replay's ``RunControl`` (and the runner-like reads its tests use): pause and step; nothing
+    else moves a record."""
 
     held = False
 
@@ -77,6 +85,18 @@ class ReplayControls:
     def toggle_hold(self) -> None:
         pass
 
+    def marker(self, note: str) -> None:
+        pass
+
+    def find_max(self, start: float | None) -> None:
+        pass
+
+    def hold_best(self) -> None:
+        pass
+
+    def quit(self) -> None:
+        pass  # nothing to stop: the dashboard just leaves
+
 
 class ReplaySource:
     def __init__(self, data: RecordData, *, speed: float = 1.0, clock: Clock = SYSTEM_CLOCK,
@@ -94,6 +114,7 @@ class ReplaySource:
         self.concurrency = 0
         self.log_lines: deque[tuple[int, str]] = deque(maxlen=2000)
         self.runner = ReplayControls(self)
+        self.control = self.runner  # the RunControl the dashboard's keys use
         self._clock = clock
         self._last_real: int | None = None
         self._seq = 0
@@ -163,6 +184,20 @@ class ReplaySource:
             self._feed_until(later[0])
 
     # ------------------------------------------------------------------ the data source
+
+    def frame(self) -> Frame:
+        """What the dashboard shows (``RunSource``): the record as of the playback position."""
+        lines = self.log_lines
+        n = len(lines)
+        return Frame(
+            info=RunInfo(t0_ns=self.t0_ns, on_crash="continue", slo=None, open_loop=False),
+            stats=self.snapshot(), runner=self.runner_state(), state=self.state_label(), url=self.url,
+            model=self.model, api=self.api, log=tuple(itertools.islice(lines, max(0, n - LOG_TAIL), n)),
+            search=None, searching=False,
+        )
+
+    async def run(self, listener: SessionListener) -> SessionResult | None:
+        return None  # playback is pulled by the frames; nothing runs
 
     def snapshot(self) -> StatsSnapshot:
         self._advance()

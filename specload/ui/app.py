@@ -490,7 +490,7 @@ def run_app(cfg: RunConfig, theme: str | None = None) -> int:
     return code if isinstance(code, int) else app.exit_code
 
 
-def run_replay(source: DataSource, theme: str | None = None) -> int:
+def run_replay(source: RunSource, theme: str | None = None) -> int:
     """``specload tui --replay``: the dashboard on a record played back; exit status 0 when quit."""
     from specload.headless import _install_loop
 
