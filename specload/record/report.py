@@ -20,6 +20,7 @@ from specload.formatting import level_cells, pct_interval, seconds, table_column
 from specload.record.reader import RecordData, RecordReadError, read_record
 from specload.stats.level_metrics import DEFAULT_PRIMARY, METRICS
 from specload.stats.levels import LevelColumns, LevelSummary
+from specload.stats.slo import SloSpec
 
 
 def level_table(levels: list[LevelSummary], title: str | None = None) -> Table:
@@ -199,8 +200,10 @@ class _ReportCommand(click.Command):
               help="Differences smaller than this (percent; error rate: points) are 'no difference'.")
 @click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
 @click.option("--csv", "as_csv", is_flag=True, help="Print as CSV (one row per level, run and metric).")
+@click.option("--slo", metavar="SPEC", help="One record: judge its levels against these objectives (goodput), "
+                                             "as a run with --slo would have (see README, Capacity).")
 def report_command(records: tuple[str, ...], vs: tuple[str, ...], baseline: str | None, primary: str,
-                   min_effect: float, as_json: bool, as_csv: bool) -> None:
+                   min_effect: float, as_json: bool, as_csv: bool, slo: str | None) -> None:
     """The level table of a recorded run, or a comparison of several.
 
     \b
@@ -214,9 +217,19 @@ def report_command(records: tuple[str, ...], vs: tuple[str, ...], baseline: str 
         _usage("give only one of --json and --csv")
     if not (0 <= min_effect < 100):
         _usage("--min-effect must be a percentage in [0, 100)")
+    spec = None
+    if slo is not None:
+        from specload.stats.slo import SloError, parse_slo
+
+        try:
+            spec = parse_slo(slo)
+        except SloError as e:
+            _usage(str(e))
     if len(records) == 1 and not vs and baseline is None:
-        _single_report(records[0], as_json, as_csv)
+        _single_report(records[0], as_json, as_csv, spec)
         return
+    if spec is not None:
+        _usage("--slo judges one record; give one file")
     from specload.record.compare import compare, render, to_csv_rows, to_json
 
     sides = _sides(records, vs, baseline)
@@ -287,13 +300,23 @@ def _side_label(runs: list) -> str:
     return labels[0] if len(labels) == 1 else "+".join(labels)
 
 
-def _single_report(record: str, as_json: bool, as_csv: bool) -> None:
+def _single_report(record: str, as_json: bool, as_csv: bool, spec: SloSpec | None = None) -> None:
     try:
         data = read_record(record)
     except RecordReadError as e:
         click.echo(f"specload report: {e}", err=True)
         sys.exit(ExitCode.USAGE)
     levels, recomputed = summaries_from_record(data)
+    if spec is not None:
+        from dataclasses import replace
+
+        from specload.stats.goodput import goodput_from_lines
+
+        try:
+            judged = goodput_from_lines(spec, data.requests, open_loop=(data.run or {}).get("rate") is not None)
+        except ValueError as e:
+            _usage(str(e))
+        levels = [replace(s, goodput=judged.get(s.level_index, s.goodput)) for s in levels]
     if as_csv:
         import csv
 
@@ -333,6 +356,8 @@ def _single_report(record: str, as_json: bool, as_csv: bool) -> None:
         markup=False,
     )
     console.print(level_table(levels))
+    if spec is not None:
+        console.print(f"goodput judged against --slo {spec.text()} (from the request lines)", highlight=False)
     if recomputed:
         console.print("[yellow]some levels were recomputed from request lines (record cut short)[/]")
     if data.bad_lines:

@@ -44,7 +44,16 @@ from specload.records import ErrorKind, RequestRecord
 from specload.stats import intervals as iv
 from specload.stats.histogram import LogHistogram
 from specload.stats.level_metrics import LevelRequests, estimate
-from specload.stats.slo import MET, MISSED, UNDECIDED, Interval, LevelGoodput, ObjectiveResult, SloSpec
+from specload.stats.slo import (
+    MET,
+    MISSED,
+    UNDECIDED,
+    Interval,
+    LevelGoodput,
+    ObjectiveResult,
+    RequestFigures,
+    SloSpec,
+)
 
 NAN = float("nan")
 
@@ -96,19 +105,52 @@ class LevelRequestColumns:
         return len(self.ok)
 
     def add(self, rec: RequestRecord) -> None:
-        spec = self.spec
-        self.start_s.append((rec.start_ns - self.t0_ns) / 1e9)
-        self.end_s.append((rec.end_ns - self.t0_ns) / 1e9)
-        self.ok.append(1 if rec.ok else 0)
-        self.kinds.append(None if rec.ok else (rec.error_kind.value if rec.error_kind is not None else "error"))
-        self.tokens.append(float(rec.output_tokens) if rec.ok else NAN)
-        self.ttft_ms.append(rec.ttft_ns / 1e6 if rec.ok and rec.ttft_ns is not None else NAN)
+        fig = self.spec.request_values(rec) if self.spec is not None else None
+        kind = None if rec.ok else (rec.error_kind.value if rec.error_kind is not None else "error")
         tpot = rec.tpot_ns if rec.ok else None
-        self.tpot_ms.append(NAN if tpot is None else tpot / 1e6)
-        self.e2e_ms.append(rec.e2e_ns / 1e6 if rec.ok and rec.e2e_ns is not None else NAN)
-        if spec is None:
+        self._append((rec.start_ns - self.t0_ns) / 1e9, (rec.end_ns - self.t0_ns) / 1e9, kind,
+                     float(rec.output_tokens) if rec.ok else NAN,
+                     rec.ttft_ns / 1e6 if rec.ok and rec.ttft_ns is not None else NAN,
+                     NAN if tpot is None else tpot / 1e6,
+                     rec.e2e_ns / 1e6 if rec.ok and rec.e2e_ns is not None else NAN, fig)
+
+    def add_line(self, d: dict) -> None:
+        """A ``request`` line of a record (``report --slo``): its latencies in ms, its times in s. The
+        lines keep no per-token gaps, so ITL objectives cannot be judged from them (see ``slo_from_lines``)."""
+        ok = bool(d.get("ok"))
+        err = d.get("error")
+        kind = None if ok else (err.get("kind") if isinstance(err, dict) else "error")
+
+        def num(key: str) -> float:
+            v = d.get(key)
+            return float(v) if ok and isinstance(v, (int, float)) and not isinstance(v, bool) else NAN
+
+        start = float(d.get("start_s", 0.0))
+        end = d.get("end_s")
+        end_s = float(end) if isinstance(end, (int, float)) else start + (num("e2e_ms") / 1e3 if ok else 0.0)
+        ttft, tpot, e2e = num("ttft_ms"), num("tpot_ms"), num("e2e_ms")
+        fig = None
+        if self.spec is not None:
+            fig = RequestFigures(
+                ttft_ms=None if math.isnan(ttft) else ttft, tpot_ms=None if math.isnan(tpot) else tpot,
+                e2e_ms=None if math.isnan(e2e) else e2e, failed=not ok and kind != "cancelled",
+                cancelled=kind == "cancelled",
+            )
+        self._append(start, end_s, kind, num("output_tokens"), ttft, tpot, e2e, fig)
+
+    def _append(self, start_s: float, end_s: float, kind: str | None, tokens: float, ttft_ms: float,
+                tpot_ms: float, e2e_ms: float, fig: RequestFigures | None) -> None:
+        self.start_s.append(start_s)
+        self.end_s.append(end_s)
+        self.ok.append(1 if kind is None else 0)
+        self.kinds.append(kind)
+        self.tokens.append(tokens)
+        self.ttft_ms.append(ttft_ms)
+        self.tpot_ms.append(tpot_ms)
+        self.e2e_ms.append(e2e_ms)
+        spec = self.spec
+        if spec is None or fig is None:
             return
-        fig = spec.request_values(rec)
         for o in spec.objectives:
             if o.metric == "itl" and o.quantile is not None:
                 met = (not fig.failed) and (not fig.itl_ms or float(np.quantile(fig.itl_ms, o.quantile)) <= o.limit_ms)
@@ -338,3 +380,27 @@ class LevelCollector:
 
     def get(self, index: int) -> LevelRequestColumns | None:
         return self._levels.get(index)
+
+
+def goodput_from_lines(spec: SloSpec, requests: list[dict], *, open_loop: bool = False,
+                       seed: int = 0) -> dict[int, LevelGoodput]:
+    """Goodput of every level of a record against ``spec`` (``specload report RUN --slo SPEC``): what
+    the run would have shown with these objectives. ITL objectives need per-token gaps, which request
+    lines do not keep: ValueError with a one-line message."""
+    if any(o.metric == "itl" for o in spec.objectives):
+        raise ValueError("ITL objectives cannot be judged from a record: its request lines keep no per-token gaps")
+    levels: dict[int, LevelRequestColumns] = {}
+    for d in requests:
+        idx = d.get("level_index")
+        if d.get("warmup") or not isinstance(idx, int) or idx < 0:
+            continue
+        cols = levels.get(idx)
+        if cols is None:
+            cols = levels[idx] = LevelRequestColumns(idx, int(d.get("level") or 1), spec, open_loop=open_loop)
+        cols.add_line(d)
+    out = {}
+    for idx, cols in levels.items():
+        g = evaluate_level(cols, seed=seed).goodput
+        if g is not None:
+            out[idx] = g
+    return out

@@ -173,3 +173,38 @@ def test_a_server_that_goes_away_mid_search_ends_it_without_a_best_point() -> No
     assert s is not None and s.reason == "crashed" and s.best is None, s
     assert "went down" in s.message and "no best point" in s.message
     assert [p.value for p in s.probes] == [2, 4]  # C=8 was cut short: not used
+
+
+def test_report_judges_a_record_against_objectives_as_the_run_would_have(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from specload.record.report import report_command
+
+    rec = tmp_path / "ramp.jsonl"
+    slo = "tpot_p50<=20ms,e2e<=2s"
+
+    async def main() -> SessionResult:
+        server = SimServer(SimConfig(quiet=True, seed=1, **BATCH, step_ms=10, step_slope=0.1, max_batch=64))
+        url = await server.start()
+        try:
+            cfg = RunConfig.of(url, api="chat", concurrency=(2, 16), requests_per_level=64, max_tokens=16,
+                               ignore_eos=True, prompt="hi", slo=parse_slo(slo), path=str(rec))
+            return await Session(cfg, clock=LoopClock(asyncio.get_running_loop())).run()
+        finally:
+            await server.stop()
+
+    live = run_virtual(main())
+    out = CliRunner().invoke(report_command, [str(rec), "--slo", slo, "--json"])
+    assert out.exit_code == 0, out.output
+    import orjson
+
+    judged = [lv["goodput"] for lv in orjson.loads(out.output)["levels"]]
+    # the same requests, the same objectives: the same verdicts and counts as the run itself gave
+    assert [g["verdict"] for g in judged] == [lv.goodput.verdict for lv in live.levels] == ["met", "missed"]
+    assert [g["good"] for g in judged] == [lv.goodput.good for lv in live.levels]
+    assert [g["steady"] for g in judged] == [lv.goodput.steady for lv in live.levels]
+    # a stricter objective after the fact
+    strict = CliRunner().invoke(report_command, [str(rec), "--slo", "tpot_p50<=5ms", "--json"])
+    assert [lv["goodput"]["verdict"] for lv in orjson.loads(strict.output)["levels"]] == ["missed", "missed"]
+    bad = CliRunner().invoke(report_command, [str(rec), "--slo", "itl_p50<=5ms"])
+    assert bad.exit_code == 2 and "per-token gaps" in bad.output
