@@ -23,6 +23,9 @@ class ErrorKind(StrEnum):
     MALFORMED = "malformed"  # the response could not be parsed (bad SSE, bad JSON, no end of stream)
     STREAM_ERROR = "stream_error"  # the server reported an error inside a 200 stream (`{"error": ...}`)
     CANCELLED = "cancelled"  # specload itself stopped the request (quit, Ctrl-C, stop on crash)
+    OVERSIZE = "oversize"  # an SSE event or line grew past the cap (4 MiB) without ending
+    REDIRECT = "redirect"  # the server answered 3xx: not followed (credentials stay with the target)
+    CLIENT = "client"  # specload itself could not send or read it (out of file descriptors, a bug)
     # the load worker (process or Ray actor) sending it died: what the server did is unknown
     LOST = "lost"
 
@@ -54,6 +57,10 @@ class RequestRecord:
     spec_verify_ct: int | None = None  # SGLang: verification steps, for acceptance length
     server_timings: dict | None = None  # llama.cpp's non-standard `timings` object, as sent
     finish_reason: str | None = None
+    # True when chunk_offsets_ns (and chunk_tokens) hold only the first chunks of a response longer
+    # than the client keeps in detail (MAX_CHUNK_DETAIL): ``chunks``, TTFT and E2E stay exact, ITL
+    # comes from the chunks kept. An endless stream must not grow memory for the request's life.
+    chunk_detail_capped: bool = False
 
     @property
     def ok(self) -> bool:
@@ -87,8 +94,10 @@ class RequestRecord:
             return []
         per = self.chunk_tokens
         if per is None or len(per) != n:
-            # the first chunk carries the prefill's one token; the others share the rest
-            mean = (self.output_tokens - 1) / (n - 1) if self.output_tokens > n - 1 else 1.0
+            # the first chunk carries the prefill's one token; the others share the rest (over all
+            # the chunks that came, also those beyond the detail kept)
+            c = max(n, self.chunks)
+            mean = (self.output_tokens - 1) / (c - 1) if self.output_tokens > c - 1 else 1.0
             per = None
         out: list[float] = []
         prev_t = offs[0]

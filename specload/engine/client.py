@@ -24,17 +24,24 @@ from specload.engine.api import (
     COMPLETIONS,
     PATHS,
     ChunkReader,
+    MalformedChunk,
     build_body,
     error_message,
     read_full_response,
 )
-from specload.engine.sse import DONE, SSEDecoder
+from specload.engine.sse import DONE, MAX_EVENT_BYTES, SSEDecoder, SSEEventTooLarge
+from specload.neterrors import connect_reason, is_client_side
 from specload.records import ErrorKind, RequestRecord
 from specload.secrets import Scrubber
 
 # Stale pooled connections (a server that closes after each stream, as llama-server does) fail
 # before any response byte; such a request never reached the server's handler and is sent again.
 MAX_STALE_RETRIES = 2
+
+# Per request, the arrival time of at most this many text chunks is kept (the first ones); beyond it
+# chunks are counted, the last arrival kept for E2E, and the record says the detail was capped.
+# Four endless fast streams reached 938 MB in 40 s when every offset was kept.
+MAX_CHUNK_DETAIL = 16_384
 
 TokenCallback = Callable[[int, float], None]
 
@@ -70,7 +77,10 @@ class StreamingClient:
         target = target or TargetConfig()
         self.request = request or RequestConfig()
         self.url = self.base_url + PATHS[flavour]
-        self._headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
+        # identity: aiohttp's default "gzip, deflate" invites a server or proxy to compress the stream,
+        # which this client reads as raw bytes (every request was malformed behind such a proxy)
+        self._headers = {"Content-Type": "application/json", "Accept": "text/event-stream",
+                         "Accept-Encoding": "identity"}
         if headers:
             self._headers.update(headers)
         self._clock = clock
@@ -94,13 +104,34 @@ class StreamingClient:
         self.on_cancelled: Callable[[RequestRecord], None] = on_cancelled or (lambda rec: None)
         # a server error may echo a request header back: error details are scrubbed like log lines
         self._scrub = scrubber or Scrubber()
+        # requests in flight -> [their task, clock time of their last byte]: the stall watchdog
+        self._inflight: dict[int, list] = {}
+        self._watchdog: asyncio.Task | None = None
 
     async def start(self) -> None:
         if self._session is None:
             connector = aiohttp.TCPConnector(limit=0, force_close=not self._keepalive, enable_cleanup_closed=False)
             self._session = aiohttp.ClientSession(
-                connector=connector, timeout=self._timeout, auto_decompress=False, skip_auto_headers=("User-Agent",)
+                connector=connector, timeout=self._timeout, auto_decompress=False, skip_auto_headers=("User-Agent",),
+                trace_configs=[_REUSE_TRACE],
             )
+        if self._watchdog is None and self.stall_timeout_s:
+            self._watchdog = asyncio.ensure_future(self._watch_stalls())
+
+    async def _watch_stalls(self) -> None:
+        """The stall timeout, kept by specload itself as well as by aiohttp's read timeout: after a
+        broken chunk size aiohttp's C parser neither wakes the reader nor fires its read timeout, and
+        the request hung until the request timeout (600 s by default). A request with no byte for
+        the stall timeout (plus one tick) is cancelled as a stall."""
+        limit_ns = int(self.stall_timeout_s * 1e9)
+        tick = min(1.0, self.stall_timeout_s / 4)
+        now_ns = self._clock.now_ns
+        while True:
+            await asyncio.sleep(tick)
+            now = now_ns()
+            for state in list(self._inflight.values()):
+                if now - state[1] > limit_ns and not state[0].done():
+                    state[0].cancel(_STALL)
 
     async def _fresh(self) -> aiohttp.ClientSession:
         """A session that opens a new connection per request, for retries after a stale one."""
@@ -112,6 +143,9 @@ class StreamingClient:
         return self._fresh_session
 
     async def close(self) -> None:
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            self._watchdog = None
         if self._session is not None:
             await self._session.close()
             self._session = None
@@ -142,16 +176,30 @@ class StreamingClient:
         status: int | None = None
         error: tuple[ErrorKind, str] | None = None
         got_done = False
+        extra_chunks = 0  # text chunks beyond MAX_CHUNK_DETAIL: counted, their times not kept
+        extra_tokens = 0
+        last_offset = 0
         start = clock_ns()
+        task = asyncio.current_task()
+        state = [task, start]  # the stall watchdog's view: this task, its last byte
+        key = id(state)
+        self._inflight[key] = state
         try:
             session = self._session
             while True:
+                trace = _Reuse()
                 try:
-                    resp_cm = session.post(self.url, data=payload, headers=self._headers)
+                    resp_cm = session.post(self.url, data=payload, headers=self._headers, allow_redirects=False,
+                                           trace_request_ctx=trace)
                     resp = await resp_cm.__aenter__()
                 except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as e:
                     if isinstance(e, aiohttp.ClientConnectorError) or retries >= MAX_STALE_RETRIES:
                         raise
+                    if not trace.reused:
+                        # a brand-new connection reset before any response byte is the server's
+                        # answer, not a stale pooled connection: sending again would triple the load
+                        # (144 requests reached the server for 48 records)
+                        raise _FreshReset(e) from None
                     retries += 1
                     # The pool may hold several dead connections (one per finished stream of a
                     # server that closes after each): the retry goes on a connection of its own.
@@ -161,17 +209,30 @@ class StreamingClient:
                 break
             try:
                 status = resp.status
+                state[1] = clock_ns()
                 if status >= 400:
-                    body = await resp.read()
+                    body = await resp.content.read(64 << 10)  # an error body is read, within bounds
                     error = (ErrorKind.HTTP, f"HTTP {status}: {_body_message(body)}")
+                elif 300 <= status < 400:
+                    # not followed: a redirect to another origin would carry the credentials there
+                    # (X-Api-Key went with a 307), and a load test must hit the server it names
+                    where = resp.headers.get("Location", "(no Location)")[:200]
+                    error = (ErrorKind.REDIRECT, f"HTTP {status} redirect to {where}: not followed; "
+                                                 "give specload the final URL")
                 elif "event-stream" not in resp.headers.get("Content-Type", "event-stream"):
                     # a plain JSON answer although a stream was asked for: read it whole
-                    body = await resp.read()
+                    body = await resp.content.read(MAX_EVENT_BYTES + 1)
                     now = clock_ns()
                     try:
+                        if len(body) > MAX_EVENT_BYTES:
+                            raise SSEEventTooLarge(f"a non-streamed answer over {MAX_EVENT_BYTES >> 20} MiB")
                         has_text, ct, pt, fr = read_full_response(self.flavour, orjson.loads(body))
                     except orjson.JSONDecodeError:
                         error = (ErrorKind.MALFORMED, f"non-SSE response is not JSON: {body[:200]!r}")
+                    except MalformedChunk as e:
+                        error = (ErrorKind.MALFORMED, str(e))
+                    except SSEEventTooLarge as e:
+                        error = (ErrorKind.OVERSIZE, str(e))
                     else:
                         if has_text:
                             offsets.append(now - start)
@@ -187,12 +248,13 @@ class StreamingClient:
                     text_key, empty_text = _FAST_KEYS.get(self.flavour, (None, None))
                     while True:
                         data = await content.readany()
-                        if not data:
-                            events = decoder.finish()
-                            now = clock_ns()
-                        else:
-                            now = clock_ns()
-                            events = feed(data)
+                        now = clock_ns()
+                        state[1] = now
+                        try:
+                            events = feed(data) if data else decoder.finish()
+                        except SSEEventTooLarge as e:
+                            error = (ErrorKind.OVERSIZE, str(e))
+                            break
                         batch = 0
                         unknown = 0
                         for name, ev in events:
@@ -223,6 +285,9 @@ class StreamingClient:
                             except orjson.JSONDecodeError:
                                 error = (ErrorKind.MALFORMED, f"event is not JSON: {ev[:200]!r}")
                                 break
+                            except MalformedChunk as e:  # valid JSON of the wrong shape
+                                error = (ErrorKind.MALFORMED, str(e))
+                                break
                             if reader.error is not None:
                                 error = (ErrorKind.STREAM_ERROR, reader.error[:500])
                                 break
@@ -241,31 +306,62 @@ class StreamingClient:
                             add = batch + unknown * self._tokens_per_chunk
                             streamed += add
                             on_tokens(now, add)
+                            if len(offsets) > MAX_CHUNK_DETAIL:
+                                # bounded detail: keep the first chunks' times, count the rest
+                                last_offset = offsets[-1]
+                                extra_chunks += len(offsets) - MAX_CHUNK_DETAIL
+                                del offsets[MAX_CHUNK_DETAIL:]
+                                if len(ktoks) > MAX_CHUNK_DETAIL:
+                                    extra_tokens += sum(ktoks[MAX_CHUNK_DETAIL:])
+                                    del ktoks[MAX_CHUNK_DETAIL:]
                         if error is not None or not data:
                             break
                     if error is None and not got_done and reader.finish_reason is None:
                         error = (ErrorKind.MALFORMED, "stream ended without [DONE] or a finish_reason")
             finally:
                 await resp_cm.__aexit__(None, None, None)
-        except asyncio.CancelledError:
-            rec = self._record(
-                request_id, level, level_index, warmup, start, clock_ns(), offsets, ktoks, per_chunk_known,
-                reader, retries, status, (ErrorKind.CANCELLED, "cancelled by specload"), streamed,
-            )
+        except asyncio.CancelledError as e:
+            now = clock_ns()
+            why = e.args[0] if e.args and isinstance(e.args[0], str) else None
+            silent_s = (now - state[1]) / 1e9
+            if why == _STALL:
+                # the watchdog's own cancel: a stall, handed back like any other error
+                error = (ErrorKind.STALL, f"{'no response' if status is None else 'no data'} for "
+                                          f"{self.stall_timeout_s:g} s")
+                self._inflight.pop(key, None)
+                return self._finish_record(request_id, level, level_index, warmup, start, now, offsets, ktoks,
+                                           per_chunk_known, reader, retries, status, error, streamed,
+                                           extra_chunks, extra_tokens, last_offset)
+            if why is not None and silent_s >= 1.0:
+                # stopped by specload for a reason of the server's (down, crashed) while the stream had
+                # been silent: a stall (a SIGSTOPped server), not a request specload chose to drop
+                err = (ErrorKind.STALL, f"no data for {silent_s:.1f} s; cancelled: {why}")
+            else:
+                err = (ErrorKind.CANCELLED, "cancelled by specload" + (f": {why}" if why else ""))
+            self._inflight.pop(key, None)
+            rec = self._finish_record(request_id, level, level_index, warmup, start, now, offsets, ktoks,
+                                      per_chunk_known, reader, retries, status, err, streamed,
+                                      extra_chunks, extra_tokens, last_offset)
             self.on_cancelled(rec)
             raise
+        except _FreshReset as e:
+            error = (ErrorKind.DISCONNECT, f"connection reset before any response byte (a new connection, "
+                                           f"not retried): {_oneline(e.cause)}")
         except aiohttp.ConnectionTimeoutError as e:
             error = (ErrorKind.CONNECT, f"connect timeout: {e}")
         except aiohttp.SocketTimeoutError:
             where = "no response" if status is None else "no data"
             error = (ErrorKind.STALL, f"{where} for {self.stall_timeout_s:g} s")
         except aiohttp.ClientConnectorError as e:
-            if retries:
+            if is_client_side(e):
+                # specload's own limit (file descriptors): not the server's fault, never "server down"
+                error = (ErrorKind.CLIENT, connect_reason(e))
+            elif retries:
                 # the first attempt was dropped before any response byte and the retry was refused:
                 # not a stale connection but a server that died while this request was in it
                 error = (ErrorKind.DISCONNECT, f"connection dropped before the response; reconnect: {_oneline(e)}")
             else:
-                error = (ErrorKind.CONNECT, _oneline(e))
+                error = (ErrorKind.CONNECT, connect_reason(e))
         except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as e:
             error = (ErrorKind.DISCONNECT, _oneline(e))
         except aiohttp.ClientResponseError as e:
@@ -277,10 +373,24 @@ class StreamingClient:
         except UnicodeDecodeError as e:
             error = (ErrorKind.MALFORMED, _oneline(e))
         end = clock_ns()
-        return self._record(
-            request_id, level, level_index, warmup, start, end, offsets, ktoks, per_chunk_known,
-            reader, retries, status, error, streamed,
-        )
+        self._inflight.pop(key, None)
+        return self._finish_record(request_id, level, level_index, warmup, start, end, offsets, ktoks,
+                                   per_chunk_known, reader, retries, status, error, streamed,
+                                   extra_chunks, extra_tokens, last_offset)
+
+    def _finish_record(
+        self, request_id: int, level: int, level_index: int, warmup: bool, start: int, end: int,
+        offsets: list[int], ktoks: list[int], per_chunk_known: bool, reader: ChunkReader, retries: int,
+        status: int | None, error: tuple[ErrorKind, str] | None, streamed: float, extra_chunks: int,
+        extra_tokens: int, last_offset: int,
+    ) -> RequestRecord:
+        rec = self._record(request_id, level, level_index, warmup, start, end, offsets, ktoks, per_chunk_known,
+                           reader, retries, status, error, streamed, extra_chunks, extra_tokens)
+        if not extra_chunks:
+            return rec
+        import dataclasses
+
+        return dataclasses.replace(rec, e2e_ns=max(last_offset, rec.e2e_ns or 0), chunk_detail_capped=True)
 
     def _record(
         self,
@@ -298,12 +408,15 @@ class StreamingClient:
         status: int | None,
         error: tuple[ErrorKind, str] | None,
         streamed: float,
+        extra_chunks: int = 0,
+        extra_tokens: int = 0,
     ) -> RequestRecord:
-        chunks = len(offsets)
+        kept = len(offsets)
+        chunks = kept + extra_chunks  # every text chunk that came, also those past the detail kept
         if reader.completion_tokens is not None:
             out_tokens, estimated = reader.completion_tokens, False
         else:
-            out_tokens, estimated = (sum(ktoks) if per_chunk_known and ktoks else chunks), True
+            out_tokens, estimated = (sum(ktoks) + extra_tokens if per_chunk_known and ktoks else chunks), True
         if out_tokens != streamed and chunks:
             # the live counter estimated; settle it with the server's count
             self.on_tokens(end, out_tokens - streamed)
@@ -321,14 +434,14 @@ class StreamingClient:
             warmup=warmup,
             start_ns=start,
             end_ns=end,
-            ttft_ns=offsets[0] if chunks else None,
-            e2e_ns=offsets[-1] if chunks else None,
+            ttft_ns=offsets[0] if kept else None,
+            e2e_ns=offsets[-1] if kept else None,
             output_tokens=out_tokens,
             tokens_estimated=estimated,
             prompt_tokens=reader.prompt_tokens,
             chunks=chunks,
             chunk_offsets_ns=tuple(offsets),
-            chunk_tokens=tuple(ktoks) if per_chunk_known and len(ktoks) == chunks and chunks else None,
+            chunk_tokens=tuple(ktoks) if per_chunk_known and len(ktoks) == kept and kept else None,
             error_kind=kind,
             error_detail=detail,
             http_status=status,
@@ -350,3 +463,36 @@ def _body_message(body: bytes) -> str:
     except orjson.JSONDecodeError:
         return body.decode("utf-8", "replace").strip().replace("\n", " ")[:300] or "(empty body)"
     return error_message(obj)[:300]
+
+
+_STALL = "stall: no data for the stall timeout"  # the cancel message of the stall watchdog
+
+
+class _FreshReset(Exception):
+    """A new connection reset before any response byte: the server's doing, not a stale pool."""
+
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+
+
+class _Reuse:
+    """Per request attempt: did aiohttp send it on a pooled (reused) connection?"""
+
+    __slots__ = ("reused",)
+
+    def __init__(self) -> None:
+        self.reused = False
+
+
+async def _on_reuse(session: object, ctx: object, params: object) -> None:
+    trace = getattr(ctx, "trace_request_ctx", None)
+    if isinstance(trace, _Reuse):
+        trace.reused = True
+
+
+# one trace config for every client: it only marks reused connections (one callback per request
+# sent on a pooled connection, none per chunk)
+_REUSE_TRACE = aiohttp.TraceConfig()
+_REUSE_TRACE.on_connection_reuseconn.append(_on_reuse)
+_REUSE_TRACE.freeze()

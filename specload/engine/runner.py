@@ -126,7 +126,7 @@ class Runner:
         # every request started and not yet handed in: id -> what its record needs if the task
         # ends without one (see _task_done)
         self._open: dict[int, _Started] = {}
-        self.lost = 0  # requests whose task failed inside specload (recorded as malformed)
+        self.lost = 0  # requests whose task failed inside specload (recorded with kind "client")
         self._stop = False
         self._skip = False
         self._manual: int | None = None
@@ -221,9 +221,11 @@ class Runner:
         self._stop = True
         self._wake.set()
 
-    def cancel_in_flight(self) -> None:
+    def cancel_in_flight(self, reason: str | None = None) -> None:
+        """Cancel the requests in flight. ``reason`` (a server's: "server down") travels as the
+        cancel message, so a request stuck in a silent server is recorded as the stall it is."""
         for t in list(self._tasks):
-            t.cancel()
+            t.cancel(reason)
 
     async def cancel_and_wait(self) -> None:
         """Cancel the requests in flight and wait until each has handed in its (cancelled) record."""
@@ -502,7 +504,7 @@ class Runner:
             kind, detail = ErrorKind.CANCELLED, "cancelled by specload"
         else:
             exc = task.exception()  # retrieved here: no "exception was never retrieved" on stderr
-            kind = ErrorKind.MALFORMED
+            kind = ErrorKind.CLIENT
             detail = f"request failed inside specload: {type(exc).__name__}: {exc}".replace("\n", " ")[:300]
             self.lost += 1
         s = self._open[rid]

@@ -65,6 +65,9 @@ def request_line(rec: RequestRecord, t0_ns: int, *, with_chunks: bool = False) -
         d["spec_verify_ct"] = rec.spec_verify_ct
     if rec.server_timings is not None:
         d["server_timings"] = rec.server_timings
+    if rec.chunk_detail_capped:
+        # said in the record: ITL covers only the first chunks (chunks, TTFT, E2E are exact)
+        d["chunk_detail_capped"] = len(rec.chunk_offsets_ns)
     if with_chunks:
         d["chunk_ms"] = [round(o / 1e6, 3) for o in rec.chunk_offsets_ns]
         if rec.chunk_tokens is not None:

@@ -49,12 +49,14 @@ class RunPolicy:
         self._paused_for_down = False
         self._down_timer: asyncio.TimerHandle | None = None
 
-    def stop(self, end_reason: str, runner_reason: str = "stopped") -> None:
-        """End the run: no new requests, in-flight ones recorded as cancelled."""
+    def stop(self, end_reason: str, runner_reason: str = "stopped", why: str | None = None) -> None:
+        """End the run: no new requests, in-flight ones recorded as cancelled. ``why`` (a reason of
+        the server's) travels with the cancellation: a request whose stream was silent is then
+        recorded as the stall it is (a SIGSTOPped server), not as cancelled by specload."""
         self.end_reason = self.end_reason or end_reason
         if self.runner is not None:
             self.runner.stop(runner_reason)
-            self.runner.cancel_in_flight()
+            self.runner.cancel_in_flight(why)
 
     def interrupt(self, reason: str = "interrupted") -> None:
         self.interrupted = True
@@ -73,7 +75,7 @@ class RunPolicy:
         if self.on_crash == "pause":
             self.runner.pause()
         elif self.on_crash == "stop":
-            self.stop("crashed", "crashed")
+            self.stop("crashed", "crashed", f"server crashed ({ev.exception_type})")
 
     def health(self, ev: RunEvent, detail: str) -> None:
         if ev.value == "down":
@@ -98,7 +100,7 @@ class RunPolicy:
         self._down_timer = None
         if self.server_down and self.runner is not None and not self.stay_open:
             self._notice(f"server down for {self.down_timeout_s:g} s: stopping")
-            self.stop("server down")
+            self.stop("server down", why=f"server down for {self.down_timeout_s:g} s")
 
     def worker_lost(self, index: int, why: str, left: int) -> None:
         """A load worker died (``--workers``): its in-flight requests come back as ``lost`` records;

@@ -201,18 +201,35 @@ async def test_secrets_never_appear_in_error_details(sim, header: str) -> None:
 
 
 async def test_server_dying_before_its_response_is_a_disconnect_not_a_refusal() -> None:
-    # the request reaches the server, which dies before answering: the stale-connection retry is
-    # refused, and the record must say the server dropped the request, not that it never connected
+    # the request reaches the server on a pooled connection, and the server dies before answering:
+    # the stale-connection retry is refused, and the record must say the server dropped the request,
+    # not that it never connected. (A reset on a new connection is not retried at all: see
+    # test_client_hostile.py.)
     server: asyncio.base_events.Server | None = None
+    served = 0
+    body = b'data: {"choices":[{"delta":{"content":"a"},"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n'
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await reader.readuntil(b"\r\n\r\n")
-        server.close()  # the process is gone: nothing listens any more
-        writer.close()
+        nonlocal served
+        while True:
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = int(next(h.split(b":")[1] for h in head.split(b"\r\n") if h.lower().startswith(b"content-length")))
+            await reader.readexactly(length)
+            served += 1
+            if served == 1:  # the first request is answered, its connection kept for the next
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: %d\r\n\r\n%s"
+                             % (len(body), body))
+                await writer.drain()
+                continue
+            server.close()  # the process is gone: nothing listens any more
+            writer.close()
+            return
 
     server = await asyncio.start_server(handle, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
     async with make_client(f"http://127.0.0.1:{port}") as c:
+        first = await asyncio.wait_for(c.send("x"), 10)
         r = await asyncio.wait_for(c.send("x"), 10)
+    assert first.ok, first.error_detail
     assert r.error_kind is ErrorKind.DISCONNECT, (r.error_kind, r.error_detail)
     assert r.retries == 1 and "reconnect" in r.error_detail

@@ -78,7 +78,7 @@ async def test_a_request_body_that_cannot_be_serialised_is_recorded_not_lost(hos
     opts = unchecked(RequestConfig, max_tokens=10**23)
     runner, records, _ = await _run(server.url, opts=opts, n=3, levels=(2,))
     assert len(records) == 3 and server.requests == 0
-    assert all(r.error_kind is ErrorKind.MALFORMED and "specload" in r.error_detail for r in records)
+    assert all(r.error_kind is ErrorKind.CLIENT and "specload" in r.error_detail for r in records)
     assert runner.lost == 3 and runner.in_flight == 0
 
 
