@@ -55,3 +55,15 @@ async def test_dev_zero_as_a_dataset_is_refused_within_bounded_memory(tmp_path) 
     code, peak_mb, _, err = await run_measured("run", "--dataset", "/dev/zero", "-c", "1", "-n", "1")
     assert code == 2 and b"line longer than 16 MiB" in err
     assert peak_mb < 150, f"peak RSS {peak_mb:.0f} MB"
+
+
+async def test_endless_fast_streams_keep_bounded_detail(hostile) -> None:
+    # before: every chunk offset of every request was kept; 4 endless fast streams reached 938 MB in 40 s
+    server = await hostile()
+    server.mode, server.params = "endless", {"max_s": 60.0}
+    code, peak_mb, out, err = await run_measured(
+        "run", server.url, "--api", "chat", "-c", "4", "-n", "4", "--max-tokens", "8", "--json",
+        "--request-timeout", "8", "--metrics-url", "off", "--no-health")
+    summary = orjson.loads(out)
+    assert summary["errors"] == {"timeout": 4}, err.decode()[-2000:]
+    assert peak_mb < PEAK_MB, f"peak RSS {peak_mb:.0f} MB"
