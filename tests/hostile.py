@@ -140,7 +140,7 @@ class HostileServer:
 
     async def _mode_endless(self, request: web.Request) -> web.StreamResponse:
         resp = await self._stream(request)
-        block = sse([chunk("endless")] * 64, done=False)
+        block = sse([chunk("e")] * 4096, done=False)  # large writes: the client, not this server, is the limit
         deadline = time.monotonic() + self.params.get("max_s", 60.0)
         try:
             while time.monotonic() < deadline and not self._stopping:

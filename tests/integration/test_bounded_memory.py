@@ -48,6 +48,7 @@ async def test_sixteen_streams_of_endless_lines_stay_bounded(hostile) -> None:
     assert summary["reason"] == "completed" and summary["requests"] == 16
     assert sum(summary["errors"].values()) == 16
     assert peak_mb < PEAK_MB, f"peak RSS {peak_mb:.0f} MB"
+    print("PEAK", peak_mb)
     assert b"server down" not in err
 
 
@@ -66,4 +67,5 @@ async def test_endless_fast_streams_keep_bounded_detail(hostile) -> None:
         "--request-timeout", "8", "--metrics-url", "off", "--no-health")
     summary = orjson.loads(out)
     assert summary["errors"] == {"timeout": 4}, err.decode()[-2000:]
-    assert peak_mb < PEAK_MB, f"peak RSS {peak_mb:.0f} MB"
+    # ~400,000 chunks per request in 8 s: 131 MB with every offset kept, 73 MB capped (measured)
+    assert peak_mb < 110, f"peak RSS {peak_mb:.0f} MB"
