@@ -1,8 +1,11 @@
 """The streaming HTTP client: one call sends one request and returns its ``RequestRecord``.
 
-This is the hot path. Per socket read it takes one clock reading; per SSE event it does one JSON
-parse and a few dict look-ups; per text chunk one list append and one counter call. Everything else
-(percentiles, summaries, records) happens after the request ends, in the sinks.
+This is the hot path. Per socket read it takes one clock reading, and the SSE decoder counts the
+runs of plain text chunks in it with a few C-level scans (``feed_runs``; the chunks' template is
+learnt from the first one, which is parsed); the other events (role, finish, usage, errors, and any
+stream whose chunks carry per-chunk usage) are classified one by one, by byte search or one JSON
+parse. Per read one list extend and one counter call. Everything else (percentiles, summaries,
+records) happens after the request ends, in the sinks.
 
 Errors are data: every failure (HTTP status, refused connection, stall, drop, malformed stream,
 cancellation) becomes a record with an ``ErrorKind``; only programming errors raise. A request
@@ -29,7 +32,7 @@ from specload.engine.api import (
     error_message,
     read_full_response,
 )
-from specload.engine.sse import DONE, MAX_EVENT_BYTES, SSEDecoder, SSEEventTooLarge
+from specload.engine.sse import DONE, MAX_EVENT_BYTES, EventTemplate, SSEDecoder, SSEEventTooLarge
 from specload.neterrors import connect_reason, is_client_side
 from specload.records import ErrorKind, RequestRecord
 from specload.secrets import Scrubber
@@ -160,6 +163,24 @@ class StreamingClient:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
+    def _learn(self, data: bytes) -> EventTemplate | None:
+        """The template of this stream's plain text events, from one event that parses as one."""
+        key = _FAST_KEYS[self.flavour][0]
+        tpl = EventTemplate.around(data, key)
+        if tpl is None:
+            return None
+        probe = ChunkReader(self.flavour)
+        try:
+            probe.read(orjson.loads(data))
+        except (ValueError, TypeError, AttributeError, KeyError, IndexError):  # MalformedChunk too
+            return None
+        if (
+            probe.has_text and probe.tokens is None and probe.error is None and probe.finish_reason is None
+            and probe.completion_tokens is None and probe.prompt_tokens is None and probe.timings is None
+        ):
+            return tpl
+        return None
+
     async def send(
         self, prompt: str, *, request_id: int = 0, level: int = 0, level_index: int = 0, warmup: bool = False
     ) -> RequestRecord:
@@ -240,12 +261,12 @@ class StreamingClient:
                         reader.completion_tokens, reader.prompt_tokens, reader.finish_reason = ct, pt, fr
                         got_done = True
                 else:
-                    decoder = SSEDecoder()
-                    feed = decoder.feed
+                    text_key, empty_text = _FAST_KEYS.get(self.flavour, (None, None))
+                    decoder = SSEDecoder(learn=self._learn if text_key is not None else None)
+                    feed = decoder.feed_runs
                     read_event = reader.read
                     loads = orjson.loads
                     content = resp.content
-                    text_key, empty_text = _FAST_KEYS.get(self.flavour, (None, None))
                     while True:
                         data = await content.readany()
                         now = clock_ns()
@@ -258,18 +279,24 @@ class StreamingClient:
                         batch = 0
                         unknown = 0
                         for name, ev in events:
+                            if isinstance(ev, int):
+                                # a run of plain text events the decoder counted (feed_runs)
+                                offsets += [now - start] * ev
+                                per_chunk_known = False
+                                unknown += ev
+                                continue
                             # Fast path: a compact plain delta chunk (no usage, no finish, no error)
                             # is classified by byte search, without a JSON parse. Servers serialise
                             # compactly (vLLM, SGLang, llama.cpp, TGI); anything else is parsed.
                             if (
                                 text_key is not None
                                 and name is None
-                                and b'"finish_reason":null' in ev
-                                and b'"usage":{' not in ev
-                                and b'"error"' not in ev
-                                and b"reasoning" not in ev
+                                and ev.find(b'"finish_reason":null') >= 0
+                                and ev.find(b'"usage":{') < 0
+                                and ev.find(b'"error"') < 0
+                                and ev.find(b"reasoning") < 0
                             ):
-                                if text_key in ev and empty_text not in ev:
+                                if ev.find(text_key) >= 0 and ev.find(empty_text) < 0:
                                     offsets.append(now - start)
                                     per_chunk_known = False
                                     unknown += 1
