@@ -30,7 +30,7 @@ class FakeRunner:
     def stop(self, reason: str) -> None:
         self.calls.append(f"stop {reason}")
 
-    def cancel_in_flight(self) -> None:
+    def cancel_in_flight(self, reason: str | None = None) -> None:
         self.calls.append("cancel")
 
 
