@@ -1,0 +1,221 @@
+"""The offline HTML report: one self-contained file with the runs, their level tables and charts.
+
+Everything the page needs is inside it: the CSS, Chart.js and its annotation plugin (vendored in
+``assets/``, MIT-licensed, their licence headers kept), the report's own script and the data as
+one JSON block. It fetches nothing, so it opens from a mail attachment on a machine without a
+network; the browser test checks that no request leaves the file.
+
+The tables and run descriptions are written here as plain HTML (readable without the script);
+``assets/report.js`` draws the charts from the JSON. The page's data shape (``ReportRun``) is the
+HTML's own: it is filled from the loaded runs and, when runs are compared, from the comparison's
+JSON (each level and metric with ``value``, ``ci_low``, ``ci_high``, ``ratio``, ``ratio_ci_low``,
+``ratio_ci_high``, ``verdict``), so the page shows the intervals and verdicts the terminal does.
+
+Size: the fixed part (styles, scripts) is about 260 kB; the data grows with the run's duration (one
+value per timeline bin, at most ``timeline.MAX_BINS`` bins), not with its request count.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from importlib import resources
+from pathlib import Path
+
+from specload import __version__
+from specload.record.figures import METRICS, RUN_COLORS, ReportPage, ReportRun
+
+
+def _asset(name: str) -> str:
+    return resources.files("specload.record").joinpath("assets", name).read_text(encoding="utf-8")
+
+
+def _inline_script(js: str) -> str:
+    # a source map comment would make a browser with its developer tools open fetch a .map file
+    if "</script" in js.lower():
+        raise ValueError("a script to inline contains '</script'")  # it would end the block early
+    return "\n".join(ln for ln in js.splitlines() if not ln.startswith("//# sourceMappingURL="))
+
+
+def _e(v: object) -> str:
+    return html.escape(str(v), quote=True)
+
+
+def _fmt(v: float | None, digits: int) -> str:
+    if v is None:
+        return "–"
+    return f"{v:,.{digits}f}"
+
+
+def _cell(m: dict | None, digits: int, scale: float) -> str:
+    if m is None or m.get("value") is None:
+        note = (m or {}).get("note") or "not in this run"
+        return f'<td class="missing" title="{_e(note)}">–</td>'
+    out = _fmt(m["value"] * scale, digits)
+    lo, hi = m.get("ci_low"), m.get("ci_high")
+    if lo is not None and hi is not None:
+        out += f' <span class="ci">[{_fmt(lo * scale, digits)}, {_fmt(hi * scale, digits)}]</span>'
+    elif m.get("note"):
+        out += f' <span class="ci" title="{_e(m["note"])}">[no interval]</span>'
+    ratio = m.get("ratio")
+    if ratio is not None:
+        rlo, rhi = m.get("ratio_ci_low"), m.get("ratio_ci_high")
+        out += f'<span class="ci">×{ratio:.3f}'
+        if rlo is not None and rhi is not None:
+            out += f" [{rlo:.3f}, {rhi:.3f}]"
+        out += "</span>"
+    verdict = m.get("verdict")
+    if verdict:
+        out += f' <span class="verdict {_e(verdict)}">{_e(verdict.replace("_", " "))}</span>'
+    return f"<td>{out}</td>"
+
+
+def level_table(run: ReportRun, keys: list[str]) -> str:
+    """The run's levels, one column per metric in ``keys`` (the metrics any of the page's runs has, so
+    that a figure one run lacks shows as missing next to the others)."""
+    head = "".join(f"<th>{_e(METRICS[k][0])}{' ' + _e(METRICS[k][1]) if METRICS[k][1] else ''}</th>" for k in keys)
+    rows = []
+    for lv in run.levels:
+        ok = "–" if lv.ok is None or lv.requests is None else f"{lv.ok}/{lv.requests}"
+        errs = ", ".join(f"{k} {n}" for k, n in sorted(lv.errors.items(), key=lambda kv: -kv[1])) or "–"
+        cells = "".join(_cell(lv.metrics.get(k), METRICS[k][2], METRICS[k][3]) for k in keys)
+        notes = f'<td class="text">{_e("; ".join(lv.notes))}</td>' if any(x.notes for x in run.levels) else ""
+        rows.append(f"<tr><td>{lv.concurrency}</td><td>{ok}</td>{cells}<td class=\"text\">{_e(errs)}</td>{notes}</tr>")
+    notes_head = '<th class="text">notes</th>' if any(x.notes for x in run.levels) else ""
+    return (
+        f'<table class="levels"><thead><tr><th>C</th><th>ok</th>{head}<th class="text">errors</th>{notes_head}'
+        f"</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+    )
+
+
+def _run_card(run: ReportRun, color: str) -> str:
+    rows = "".join(f"<dt>{_e(k)}</dt><dd>{_value_html(k, v)}</dd>" for k, v in run.description)
+    notes = "".join(f'<p class="note">{_e(n)}</p>' for n in run.notes)
+    return f'<div class="run" style="--run-color:{color}"><h3>{_e(run.label)}</h3><dl>{rows}</dl>{notes}</div>'
+
+
+def _value_html(key: str, value: str) -> str:
+    return f"<code>{_e(value)}</code>" if key in ("command", "launch", "server log command") else _e(value)
+
+
+def _crash_list(run: ReportRun) -> str:
+    if not run.crashes:
+        return ""
+    items = []
+    seen: set[str] = set()
+    for c in run.crashes:
+        sig = str(c.get("signature") or c.get("message"))
+        if sig in seen:
+            continue
+        seen.add(sig)
+        t = c.get("first_seen_s", c.get("t_s"))
+        where = f" at {c['innermost_frame']}" if c.get("innermost_frame") else ""
+        ranks = c.get("processes") or []
+        who = f" (ranks {', '.join(map(str, ranks[:8]))})" if ranks else ""
+        t_text = f"{t:.1f} s" if isinstance(t, int | float) else "?"
+        items.append(
+            f"<li><b>{_e(t_text)}</b> <code>{_e(c.get('exception_type') or 'crash')}: "
+            f"{_e(c.get('message') or '')}</code>{_e(where)}{_e(who)}</li>"
+        )
+    return f'<h3>Crashes</h3><ul class="crashes">{"".join(items)}</ul>'
+
+
+def _payload(page: ReportPage) -> dict:
+    runs = []
+    for i, run in enumerate(page.runs):
+        runs.append(
+            {
+                "id": f"run{i}",
+                "label": run.label,
+                "color": RUN_COLORS[i % len(RUN_COLORS)],
+                "levels": [
+                    {
+                        "concurrency": lv.concurrency,
+                        "requests": lv.requests,
+                        "metrics": {
+                            k: {x: m.get(x) for x in ("value", "ci_low", "ci_high")} for k, m in lv.metrics.items()
+                        },
+                    }
+                    for lv in run.levels
+                ],
+                "timeline": run.timeline.as_json() if run.timeline is not None else None,
+            }
+        )
+    return {"runs": runs, "baseline": page.baseline}
+
+
+CONCURRENCY_CHARTS = (
+    ("throughput", "Output throughput vs concurrency"),
+    ("per_request", "Per-request tok/s vs concurrency"),
+    ("ttft", "TTFT vs concurrency"),
+    ("tpot", "TPOT vs concurrency"),
+    ("e2e", "E2E latency vs concurrency"),
+    ("tradeoff", "Throughput vs p99 latency"),
+)
+
+
+def render(page: ReportPage) -> str:
+    """The whole page as one string."""
+    cards = "".join(_run_card(r, RUN_COLORS[i % len(RUN_COLORS)]) for i, r in enumerate(page.runs))
+    comparison = "".join(f'<p class="note">{_e(n)}</p>' for n in page.comparison_notes)
+    bands = (
+        "Shaded bands are 95% intervals where a run has them."
+        if any(m.get("ci_low") is not None for r in page.runs for lv in r.levels for m in lv.metrics.values())
+        else "No intervals in these runs."
+    )
+    charts = "".join(
+        f'<div class="chart-box"><h3>{_e(title)}</h3><div class="chart" data-chart="{name}"></div></div>'
+        for name, title in CONCURRENCY_CHARTS
+    )
+    tables = []
+    timelines = []
+    keys = [k for k in METRICS if any(k in lv.metrics for r in page.runs for lv in r.levels)]
+    for i, run in enumerate(page.runs):
+        tables.append(f"<h3>{_e(run.label)}</h3>{level_table(run, keys)}")
+        if run.timeline is not None:
+            tl = run.timeline
+            legend = (
+                "Dashed grey lines: level boundaries (dotted: set by key). Blue lines: markers. Red: crashes "
+                "(hover for the signature). Shaded: paused (grey), server down (orange)."
+            )
+            timelines.append(
+                f"<h3>{_e(run.label)}</h3><p class=\"sub\">{_e(legend)} Server samples from "
+                f"{_e(tl.server_source or 'nowhere')}.</p><div data-timeline=\"run{i}\"></div>{_crash_list(run)}"
+            )
+        else:
+            timelines.append(
+                f'<h3>{_e(run.label)}</h3><p class="missing">No timeline: the file has no per-request times.</p>'
+            )
+    # every "<" in the data as \u003c: no "</script>" or "<!--" in it can end or bend the block
+    data = json.dumps(_payload(page), separators=(",", ":"), allow_nan=False).replace("<", "\\u003c")
+    baseline = f"Ratios and verdicts against <b>{_e(page.baseline)}</b>. " if page.baseline else ""
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{_e(page.title)}</title>
+<style>{_asset("report.css")}</style>
+</head><body>
+<h1>{_e(page.title)}</h1>
+<p class="sub">{len(page.runs)} run{"s" if len(page.runs) != 1 else ""} · made {_e(page.generated_at)} by specload {_e(__version__)}</p>
+<h2>Runs</h2><div class="runs">{cards}</div>
+<h2>Levels</h2><p class="sub">{baseline}Values with their 95% interval in brackets where there is one; – marks a figure the run does not have.</p>
+{comparison}{"".join(tables)}
+<h2>Against concurrency</h2><p class="sub">{bands} Hover a point for its values.</p>
+<div class="charts">{charts}</div>
+<h2>Timelines</h2>{"".join(timelines)}
+<footer>Charts: Chart.js 4.6.1 and chartjs-plugin-annotation 3.1.0 (MIT licence, © Chart.js Contributors), inlined.</footer>
+<script id="specload-data" type="application/json">{data}</script>
+<script>{_inline_script(_asset("chart.umd.min.js"))}</script>
+<script>{_inline_script(_asset("chartjs-plugin-annotation.min.js"))}</script>
+<script>{_inline_script(_asset("report.js"))}</script>
+</body></html>
+"""
+
+
+def write_html(path: str | Path, page: ReportPage) -> int:
+    """Write the report; returns its size in bytes."""
+    text = render(page)
+    data = text.encode("utf-8")
+    Path(path).write_bytes(data)
+    return len(data)
+

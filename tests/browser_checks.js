@@ -1,0 +1,55 @@
+// Run inside a report page by the browser tests: what each Chart.js chart actually drew.
+// For every visible line/scatter dataset, look at the canvas pixels around (up to 25 of) its points
+// and count the points where the dataset's own colour is there; for each annotation line (level
+// boundaries, markers, crashes), whether its colour is on the canvas along its x position.
+(() => {
+  const hex = (s) => {
+    const m = /^#([0-9a-f]{6})$/i.exec(String(s || "").trim());
+    if (!m) return null;
+    const n = parseInt(m[1], 16);
+    return [(n >> 16) & 255, (n >> 8) & 255, n & 255];
+  };
+  const near = (d, k, c) => Math.abs(d[k] - c[0]) + Math.abs(d[k + 1] - c[1]) + Math.abs(d[k + 2] - c[2]) < 60;
+  const found = (ctx, x, y, w, h, c) => {
+    if (w <= 0 || h <= 0) return false;
+    const d = ctx.getImageData(x, y, w, h).data;
+    for (let k = 0; k < d.length; k += 4) if (d[k + 3] > 0 && near(d, k, c)) return true;
+    return false;
+  };
+  const out = [];
+  for (const chart of Object.values(Chart.instances)) {
+    const ctx = chart.ctx;
+    const r = chart.currentDevicePixelRatio || 1;
+    const area = chart.chartArea;
+    const res = { chart: chart.canvas.parentNode.dataset.chart, width: chart.width, height: chart.height,
+                  datasets: [], annotations: [] };
+    chart.data.datasets.forEach((ds, i) => {
+      const meta = chart.getDatasetMeta(i);
+      const type = ds.type || chart.config.type;
+      if (ds.isBand || !chart.isDatasetVisible(i) || !meta.data.length || type === "bar") return;
+      const color = hex(ds.borderColor);
+      if (!color) return;
+      let tried = 0;
+      let hits = 0;
+      const step = Math.max(1, Math.floor(meta.data.length / 25));
+      for (let j = 0; j < meta.data.length; j += step) {
+        const el = meta.data[j];
+        if (el.skip || !Number.isFinite(el.x) || !Number.isFinite(el.y)) continue;
+        tried++;
+        if (found(ctx, Math.round(el.x * r) - 3, Math.round(el.y * r) - 3, 7, 7, color)) hits++;
+      }
+      res.datasets.push({ label: ds.label, points: meta.data.length, tried, hits });
+    });
+    const anns = ((chart.options.plugins || {}).annotation || {}).annotations || {};
+    for (const [key, a] of Object.entries(anns)) {
+      if (a.type !== "line") continue;
+      const color = hex(a.borderColor);
+      const x = chart.scales.x.getPixelForValue(a.xMin);
+      const hit = color && found(ctx, Math.round(x * r) - 2, Math.round(area.top * r), 5,
+                                 Math.round((area.bottom - area.top) * r), color);
+      res.annotations.push({ key, x, drawn: Boolean(hit) });
+    }
+    out.push(res);
+  }
+  return out;
+})()

@@ -1,0 +1,92 @@
+"""The HTML report in a real browser, as a person opens it: headless Chromium from the OS packages
+loads the file, the charts render, every chart has drawn its lines (pixels of each dataset's colour
+where its points are, and the annotation lines along the timeline), the console has no errors and
+nothing but the file itself was requested. A screenshot of the whole page is kept
+(``$SPECLOAD_SCREENSHOTS`` names a folder to keep it in; else the test's temporary folder).
+
+Marked ``browser``; skipped with a reason when no Chromium is installed (``.ci/run`` installs it).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from specload.record.figures import ReportPage
+from specload.record.html import write_html
+from specload.record.timeseries import build_time_series
+from tests.browser import Chromium, Page, require_chromium
+from tests.unit.test_plot import run as synthetic_run
+from tests.unit.test_timeseries import cols
+
+pytestmark = pytest.mark.browser
+
+CHECKS = (Path(__file__).parent.parent / "browser_checks.js").read_text()
+
+
+def shots_dir(tmp_path: Path) -> Path:
+    d = os.environ.get("SPECLOAD_SCREENSHOTS")
+    if d:
+        Path(d).mkdir(parents=True, exist_ok=True)
+        return Path(d)
+    return tmp_path
+
+
+async def open_report(html: Path, shot: Path, width: int = 1400) -> tuple[list[dict], Page]:
+    async with Chromium.start(require_chromium()) as browser:
+        tab = await browser.new_page(width=width, height=900)
+        await tab.goto(html.resolve().as_uri())
+        await tab.wait_for("window.specloadReady === true")
+        drawn = await tab.evaluate(CHECKS)
+        png = await tab.screenshot(shot)
+        assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 20_000
+        return drawn, tab
+
+
+def assert_drawn(drawn: list[dict]) -> None:
+    for chart in drawn:
+        assert chart["width"] > 200 and chart["height"] > 100, chart
+        assert chart["datasets"], f"{chart['chart']}: no dataset drawn"
+        for ds in chart["datasets"]:
+            # most points of each line show its colour (a point may sit under another line's)
+            assert ds["tried"] > 0 and ds["hits"] >= max(1, 0.5 * ds["tried"]), (chart["chart"], ds)
+        for ann in chart["annotations"]:
+            assert ann["drawn"], (chart["chart"], ann)
+
+
+def synthetic_page() -> ReportPage:
+    base, other = synthetic_run("baseline", 1.0), synthetic_run("candidate", 0.85, intervals=False)
+    rows = [(0.2 + i * 0.5, 0.2 + i * 0.5 + 2.0, 80.0, 15.0, 120, i % 17 != 5, None if i % 17 != 5 else "http")
+            for i in range(60)]
+    events = [
+        {"t_s": 0.2, "kind": "level", "value": {"index": 0, "concurrency": 4, "manual": False}},
+        {"t_s": 12.0, "kind": "level", "value": {"index": 1, "concurrency": 7, "manual": True}},
+        {"t_s": 14.0, "kind": "marker", "value": "draft length 4"},
+        {"t_s": 25.0, "kind": "health", "value": "down"},
+    ]
+    crash = {"t_s": 24.0, "first_seen_s": 24.0, "signature": "s", "exception_type": "AttributeError",
+             "message": "'EAGLEWorkerV2' object has no attribute 'draft_model_runner'"}
+    servers = [{"t_s": t / 2, "source": "metrics", "running": 2.0 + t % 3, "queued": float(t % 2),
+                "token_usage": 0.1 + t / 200, "accept_len": 2.0 + (t % 5) / 10, "gen_tok_s": 150.0 + t}
+               for t in range(1, 50)]
+    base.timeline = build_time_series([cols(rows)], events, [crash], servers, end_s=32.0)
+    base.crashes = [crash]
+    return ReportPage(runs=[base, other], baseline="baseline")
+
+
+async def test_html_report_renders_in_chromium(tmp_path: Path) -> None:
+    html = tmp_path / "report.html"
+    write_html(html, synthetic_page())
+    drawn, tab = await open_report(html, shots_dir(tmp_path) / "report-synthetic.png")
+    names = [c["chart"] for c in drawn]
+    # six charts against concurrency, then the baseline's timeline: load, latency, server queue and
+    # speed; the candidate has no timeline (no per-request times)
+    assert names == ["throughput", "per_request", "ttft", "tpot", "e2e", "tradeoff",
+                     "run0-load", "run0-latency", "run0-server-queue", "run0-server-speed"]
+    assert_drawn(drawn)
+    load = drawn[6]
+    assert len(load["annotations"]) == 4  # two level boundaries, the marker, the crash
+    assert not tab.errors, [str(e) for e in tab.errors]
+    assert tab.requests == [html.resolve().as_uri()], tab.requests

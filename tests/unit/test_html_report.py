@@ -1,0 +1,81 @@
+"""The HTML report as a file: self-contained, escaped, missing figures shown as missing."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from specload.record.figures import ReportLevel, ReportPage, ReportRun
+from specload.record.html import render, write_html
+from specload.record.timeseries import build_time_series
+from tests.unit.test_timeseries import cols
+
+EVIL = "</script><script>alert(1)</script>"
+
+
+def page() -> ReportPage:
+    ts = build_time_series(
+        [cols([(0.0, 2.0, 100.0, 10.0, 50, True, None), (0.5, 3.0, 120.0, 11.0, 60, False, "http")])],
+        [{"t_s": 1.0, "kind": "marker", "value": EVIL}],
+        end_s=3.0,
+    )
+    base = ReportRun(
+        label="base",
+        description=[("target", "http://127.0.0.1:8000"), ("command", "specload run --api-key ***")],
+        levels=[ReportLevel(4, 16, 16, {}, {"throughput": {"value": 100.0, "ci_low": 95.0, "ci_high": 105.0}})],
+        timeline=ts,
+    )
+    other = ReportRun(
+        label=EVIL,
+        description=[("model", EVIL)],
+        levels=[ReportLevel(4, 16, 15, {"http": 1}, {
+            "throughput": {"value": 120.0, "ci_low": 110.0, "ci_high": 130.0, "ratio": 1.2,
+                           "ratio_ci_low": 1.1, "ratio_ci_high": 1.3, "verdict": "better"},
+            "error_rate": {"value": 0.0625, "ci_low": 0.01, "ci_high": 0.28},
+        })],
+        timeline=None,
+        notes=["vLLM's ITL is per chunk"],
+    )
+    return ReportPage(runs=[base, other], baseline="base")
+
+
+def test_the_page_fetches_nothing() -> None:
+    text = render(page())
+    # every script and style is inline: no src/href to anywhere, no imports, no url() fetches
+    assert not re.search(r"<script[^>]*\bsrc=", text, re.I)
+    assert not re.search(r"<link\b", text, re.I)
+    assert not re.search(r"@import", text, re.I)
+    assert not re.search(r"url\(\s*['\"]?(https?:)?//", text, re.I)
+    assert not re.search(r"\b(src|href)\s*=\s*['\"]?(https?:)?//", text, re.I)
+    assert "sourceMappingURL" not in text
+    assert text.count("<script") == 4  # the data, Chart.js, the annotation plugin, the report's own
+
+
+def test_text_from_runs_cannot_break_out_of_the_page() -> None:
+    text = render(page())
+    assert text.count("<script") == 4  # a label with </script> did not open a fifth
+    assert "&lt;/script&gt;&lt;script&gt;alert(1)" in text  # escaped where it is shown
+    data = re.search(r'<script id="specload-data" type="application/json">(.*?)</script>', text, re.S)
+    assert data is not None
+    payload = json.loads(data.group(1))  # still valid JSON, with the label intact
+    assert payload["runs"][1]["label"] == EVIL
+    assert payload["runs"][0]["timeline"]["marks"][0]["label"] == EVIL
+
+
+def test_intervals_verdicts_and_missing_figures() -> None:
+    text = render(page())
+    assert "[95.0, 105.0]" in text and "×1.200 [1.100, 1.300]" in text
+    assert 'class="verdict better">better<' in text
+    assert "6.2 <span class=\"ci\">[1.0, 28.0]</span>" in text  # a share shown in %
+    # the baseline has no error rate: a dash marked missing, never 0
+    base_table = text.split("<h3>base</h3>", 1)[1].split("</table>", 1)[0]
+    assert 'class="missing"' in base_table
+    assert "No timeline: the file has no per-request times." in text
+    assert "vLLM&#x27;s ITL is per chunk" in text
+
+
+def test_write_returns_the_size(tmp_path: Path) -> None:
+    out = tmp_path / "r.html"
+    n = write_html(out, page())
+    assert n == out.stat().st_size and 200_000 < n < 400_000  # the libraries are ~250 kB

@@ -1,0 +1,68 @@
+"""The static plots: PNG and SVG files written with sane sizes; a missing matplotlib or a bad
+suffix is one line naming what to do."""
+
+from __future__ import annotations
+
+import struct
+import sys
+from pathlib import Path
+
+import pytest
+
+from specload.record.figures import ReportLevel, ReportRun
+from specload.record.plot import PlotError, render_plot
+
+
+def run(label: str, factor: float, intervals: bool = True) -> ReportRun:
+    levels = []
+    for c in (1, 4, 16, 64):
+        m = {}
+        for key, v in (("throughput", 60 * c ** 0.8), ("per_request_tok_s", 60 / c ** 0.2),
+                       ("ttft_p50", 20 + c), ("ttft_p99", 30 + 2 * c), ("tpot_p50", 15 + c / 4),
+                       ("tpot_p99", 20 + c / 2), ("e2e_p50", 2 + c / 30), ("e2e_p99", 3 + c / 20)):
+            v *= factor
+            m[key] = {"value": v, "ci_low": v * 0.95 if intervals else None, "ci_high": v * 1.05 if intervals else None}
+        levels.append(ReportLevel(c, 4 * c, 4 * c, {}, m))
+    return ReportRun(label, [], levels)
+
+
+def png_size(path: Path) -> tuple[int, int]:
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    return struct.unpack(">II", data[16:24])
+
+
+def test_png_and_svg(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib", reason='matplotlib is the [report] extra: pip install "specload[report]"')
+    runs = [run("baseline", 1.0), run("eagle3", 0.9), run("no intervals", 1.1, intervals=False)]
+    png = tmp_path / "out.png"
+    n = render_plot(runs, png)
+    assert n == png.stat().st_size and 30_000 < n < 600_000
+    w, h = png_size(png)
+    assert (w, h) == (1650, 946)  # 15 x 8.6 in at 110 dpi
+    svg = tmp_path / "out.svg"
+    render_plot(runs, svg)
+    text = svg.read_text()
+    assert text.lstrip().startswith("<?xml") and "</svg>" in text and 20_000 < len(text) < 2_000_000
+    # the runs' names are in the figure (SVG keeps text as glyph paths, so look for the legend ids)
+    assert text.count("<path") > 50
+
+
+def test_same_runs_same_svg(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib", reason='matplotlib is the [report] extra: pip install "specload[report]"')
+    a, b = tmp_path / "a.svg", tmp_path / "b.svg"
+    render_plot([run("x", 1.0)], a)
+    render_plot([run("x", 1.0)], b)
+    assert a.read_bytes() == b.read_bytes()  # no timestamp: a plot under docs/ diffs cleanly
+
+
+def test_bad_suffix(tmp_path: Path) -> None:
+    with pytest.raises(PlotError, match=r"must end in \.png or \.svg"):
+        render_plot([run("x", 1.0)], tmp_path / "out.pdf")
+
+
+def test_without_matplotlib_the_error_names_the_extra(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now raises ImportError
+    with pytest.raises(PlotError) as e:
+        render_plot([run("x", 1.0)], tmp_path / "out.png")
+    assert 'pip install "specload[report]"' in str(e.value) and "\n" not in str(e.value)
