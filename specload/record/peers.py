@@ -1,0 +1,550 @@
+"""Other load testers' result files as runs: ``vllm bench serve --save-result`` JSON and SGLang's
+``bench_serving --output-file`` JSONL, read into the run model so that ``specload report`` shows and
+compares them like specload's own records.
+
+Fields are mapped by their documented meaning (vLLM: ``vllm/benchmarks/serve.py`` and
+``lib/endpoint_request_func.py``; SGLang: ``python/sglang/bench_serving.py`` and its "Bench Serving
+Guide"), and where a definition differs from specload's the run carries a note saying how, rather
+than mixing the two silently:
+
+- ITL: both tools record the gap between streamed chunks, so with speculative decoding (several
+  tokens per chunk) their ITL is per chunk. specload's is per token; the per-token figure is derived
+  here the way specload does without per-chunk counts (each gap divided by the request's mean tokens
+  per chunk after the first). The tools' own per-chunk figures are kept in their summary.
+- TTFT: vLLM's chat client takes the first chunk that has ``choices``, which is the role-only chunk
+  when the server sends one; specload waits for the first chunk carrying text.
+- TPOT: all three compute (E2E - TTFT) / (output tokens - 1), the first token excluded; they differ
+  only where E2E ends (vLLM: the last chunk with ``choices``; SGLang: the last line read, ``[DONE]``
+  included; specload: the last chunk carrying text).
+- Output throughput: the tools divide all output tokens by the whole benchmark's duration (the
+  concurrency ramping up and draining included); specload's level throughput uses its steady state.
+
+What a file lacks is missing, never zero: neither tool records server samples, events or crashes;
+SGLang records no request start times or latencies (so no timeline, and E2E per request is derived
+from TTFT plus the chunk gaps, flagged in the notes); a vLLM file saved without ``--save-detailed``
+has only the summary. Each file's own summary is kept (``description.config["tool_summary"]``) next
+to the same figures recomputed from its per-request arrays with the tool's definitions
+(``recompute_summary``), so a report can show both and a mismatch is said.
+
+An SGLang JSONL file holds one line per benchmark run (the tool appends): each line is read as one
+level of the run, at its ``max_concurrency``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from specload.record.runs import (
+    Run,
+    RunDescription,
+    RunReadError,
+    Timeline,
+    default_label,
+    register_reader,
+)
+from specload.stats.level_metrics import LevelRequests
+from specload.stats.levels import LevelSummary
+
+VLLM = "vllm-bench-serve"
+SGLANG = "sglang-bench-serving"
+
+ITL_NOTE = (
+    "{tool}'s ITL is the gap between streamed chunks (per chunk); specload's is per token. The ITL "
+    "shown here is per token, each gap divided by the request's mean tokens per chunk; {tool}'s "
+    "per-chunk ITL is in its summary."
+)
+THROUGHPUT_NOTE = (
+    "{tool}'s output throughput divides all output tokens by the whole benchmark's duration (ramp-up "
+    "and drain included); specload's level throughput is its steady state."
+)
+VLLM_TTFT_NOTE = (
+    "vLLM's TTFT ends at the first streamed chunk with choices (for chat, the role-only chunk when the "
+    "server sends one); specload's at the first chunk carrying text."
+)
+TPOT_NOTE = (
+    "TPOT is (E2E - TTFT) / (output tokens - 1) in {tool} and specload alike; they differ only in where "
+    "E2E ends ({end})."
+)
+NO_TIMELINE_NOTE = "{tool} records no server samples, events or crashes: missing here, not zero."
+
+# the summary fields a tool writes, by what they mean; (file key, unit) -> our name
+_VLLM_SUMMARY = ("ttft", "tpot", "itl", "e2el")
+_SGLANG_SUMMARY = {"ttft": "ttft", "tpot": "tpot", "itl": "itl", "e2e_latency": "e2el"}
+
+
+# ------------------------------------------------------------------------------------------ helpers
+
+
+def _f(v: object) -> float | None:
+    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) else None
+
+
+def _error_kind(text: str) -> str:
+    """A peer tool's error text (an aiohttp exception's traceback, or the HTTP reason) as specload's
+    error kinds, as far as the text tells."""
+    t = text.lower()
+    if "timeout" in t:
+        return "timeout"
+    if "serverdisconnected" in t or "clientpayloaderror" in t or "connection reset" in t:
+        return "disconnect"
+    if "clientconnectorerror" in t or "cannot connect" in t or "connection refused" in t:
+        return "connect"
+    if "never received a valid chunk" in t:
+        return "malformed"
+    if "traceback" in t:
+        return "error"
+    return "http"
+
+
+def per_token_itl_median(gaps_s: Sequence[float], output_tokens: float) -> float:
+    """One request's median per-token ITL in ms from its chunk gaps: specload's rule without per-chunk
+    counts (the first chunk carries one token, the others share the rest evenly)."""
+    n = len(gaps_s)
+    if n == 0 or not output_tokens:
+        return math.nan
+    mean = (output_tokens - 1) / n if output_tokens - 1 > n else 1.0
+    return float(np.median(np.asarray(gaps_s, dtype=np.float64))) * 1e3 / mean
+
+
+def _stats_ms(values_s: Sequence[float], percentiles: Sequence[float]) -> dict:
+    """mean/median/std and percentiles in ms, numpy's definitions (linear interpolation), as both tools
+    compute them (``np.mean(x or 0)``: an empty list gives 0 there; here it gives nothing)."""
+    a = np.asarray(values_s, dtype=np.float64)
+    if a.size == 0:
+        return {}
+    out = {"mean": float(np.mean(a)) * 1e3, "median": float(np.median(a)) * 1e3, "std": float(np.std(a)) * 1e3}
+    for p in percentiles:
+        out[f"p{_pword(p)}"] = float(np.percentile(a, p)) * 1e3
+    return out
+
+
+def _pword(p: float) -> str:
+    return str(int(p)) if int(p) == p else str(p)
+
+
+def _iso_date(date: object) -> str | None:
+    # vLLM writes "%Y%m%d-%H%M%S" (local time of the machine that ran it)
+    s = str(date or "")
+    if len(s) == 15 and s[8] == "-" and s.replace("-", "").isdigit():
+        return f"{s[:4]}-{s[4:6]}-{s[6:8]}T{s[9:11]}:{s[11:13]}:{s[13:15]} (local time)"
+    return s or None
+
+
+def _api(endpoint: object) -> str | None:
+    e = str(endpoint or "")
+    if "chat" in e:
+        return "chat"
+    if e in ("sglang", "sglang-native"):
+        return "generate"
+    if e in ("openai", "vllm", "sglang-oai", "lmdeploy", "openai-completions"):
+        return "completions"
+    return e or None
+
+
+def _loads(text: bytes | str) -> object:
+    # the standard library's parser: both tools write with json.dumps, which spells an infinite
+    # request rate (the default) as Infinity, outside strict JSON
+    return json.loads(text)
+
+
+def _load_json(path: str) -> object:
+    try:
+        with open(path, "rb") as f:
+            return _loads(f.read())
+    except OSError as e:
+        raise RunReadError(f"cannot read {path}: {e.strerror}") from None
+    except (ValueError, UnicodeDecodeError) as e:
+        raise RunReadError(f"{path}: not valid JSON ({e})") from None
+
+
+def _arrays(d: dict, keys: Sequence[str]) -> int | None:
+    """The common length of the per-request arrays the file has, or None when it has none; a file whose
+    arrays disagree in length is an error."""
+    lens = {k: len(d[k]) for k in keys if isinstance(d.get(k), list)}
+    if not lens:
+        return None
+    if len(set(lens.values())) != 1:
+        raise RunReadError(f"per-request arrays of different lengths: {lens}")
+    return next(iter(lens.values()))
+
+
+# ------------------------------------------------------------------------------------------ vLLM
+
+
+def _is_vllm(path: str, head: bytes) -> bool:
+    h = head.lstrip()
+    # the summary's first keys come before the (long) per-request arrays in vLLM's file
+    return (
+        h.startswith(b"{")
+        and b'"total_token_throughput"' in h
+        and b'"output_throughput"' in h
+        and b'"total_output_tokens_retokenized"' not in h
+        and b'"type"' not in h[:200]
+    )
+
+
+def vllm_summary(d: dict) -> dict:
+    """The figures vLLM's summary holds, under its own names (ms for latencies)."""
+    out = {k: d[k] for k in ("completed", "failed", "duration", "total_input_tokens", "total_output_tokens",
+                             "request_throughput", "output_throughput", "total_token_throughput",
+                             "max_output_tokens_per_s", "max_concurrent_requests",
+                             "spec_decode_acceptance_length", "spec_decode_acceptance_rate")
+           if _f(d.get(k)) is not None}
+    for key, v in d.items():
+        if any(key.endswith(f"_{m}_ms") for m in _VLLM_SUMMARY) and _f(v) is not None:
+            out[key] = float(v)
+    return out
+
+
+def recompute_vllm(d: dict) -> dict:
+    """vLLM's summary figures recomputed from the file's per-request arrays with vLLM's definitions
+    (``calculate_metrics``): successful requests only, TPOT over requests with more than one token,
+    ITL pooled over all chunk gaps, percentiles from the file's own set."""
+    n = _arrays(d, ("ttfts", "latencies", "output_lens", "errors", "itls"))
+    if n is None or not isinstance(d.get("ttfts"), list):
+        return {}
+    ok = _vllm_ok(d, n)
+    ttft = [d["ttfts"][i] for i in range(n) if ok[i]]
+    lat = [d["latencies"][i] for i in range(n) if ok[i]] if isinstance(d.get("latencies"), list) else []
+    lens = d.get("output_lens") or [0] * n
+    tpot = [(d["latencies"][i] - d["ttfts"][i]) / (lens[i] - 1) for i in range(n)
+            if ok[i] and lens[i] > 1 and isinstance(d.get("latencies"), list)]
+    itl = [g for i in range(n) if ok[i] for g in (d.get("itls") or [[]] * n)[i]]
+    pcts = sorted({float(k[1:].split("_", 1)[0]) for k in d if k.startswith("p") and k.endswith("_ttft_ms")
+                   and k[1:].split("_", 1)[0].replace(".", "", 1).isdigit()}) or [99.0]
+    out: dict = {"completed": sum(ok), "failed": n - sum(ok)}
+    total_out = sum(lens[i] for i in range(n) if ok[i])
+    out["total_output_tokens"] = total_out
+    if _f(d.get("duration")):
+        out["output_throughput"] = total_out / float(d["duration"])
+    for name, vals in (("ttft", ttft), ("tpot", tpot), ("itl", itl), ("e2el", lat)):
+        for stat, v in _stats_ms(vals, pcts).items():
+            out[f"{stat}_{name}_ms"] = v
+    return out
+
+
+def _vllm_ok(d: dict, n: int) -> list[bool]:
+    errors = d.get("errors") if isinstance(d.get("errors"), list) else [""] * n
+    lens = d.get("output_lens") if isinstance(d.get("output_lens"), list) else [1] * n
+    # a failed request has an error text and output length 0 (vLLM appends 0 for it); the length
+    # decides when the HTTP reason was empty
+    return [not errors[i] and (lens[i] or 0) > 0 for i in range(n)]
+
+
+def read_vllm(path: str, label: str | None = None) -> Run:
+    d = _load_json(path)
+    if not isinstance(d, dict):
+        raise RunReadError(f"{path}: not a vllm bench serve result (not a JSON object)")
+    try:
+        n = _arrays(d, ("ttfts", "itls", "latencies", "output_lens", "input_lens", "start_times", "errors"))
+    except RunReadError as e:
+        raise RunReadError(f"{path}: {e}") from None
+    rate = _f(d.get("request_rate"))
+    open_loop = rate is not None and math.isfinite(rate)
+    notes = [
+        ITL_NOTE.format(tool="vLLM"),
+        VLLM_TTFT_NOTE,
+        TPOT_NOTE.format(tool="vLLM", end="vLLM: the last chunk with choices; specload: the last chunk carrying text"),
+        THROUGHPUT_NOTE.format(tool="vLLM"),
+        NO_TIMELINE_NOTE.format(tool="vllm bench serve"),
+    ]
+    summary = vllm_summary(d)
+    recomputed = recompute_vllm(d)
+    notes.extend(_mismatches("vLLM", summary, recomputed))
+    mc = d.get("max_concurrency")
+    if n is None:
+        notes.append("the file has no per-request arrays (saved without --save-detailed): its summary only, "
+                     "no intervals")
+        completed, failed = int(d.get("completed") or 0), int(d.get("failed") or 0)
+        concurrency = int(mc) if isinstance(mc, int) else completed + failed
+        level = LevelRequests(
+            index=0, concurrency=concurrency, ok=np.array([True] * completed + [False] * failed),
+            error_kind=(None,) * completed + ("error",) * failed, open_loop=open_loop,
+            summary=_summary_level(concurrency, d, completed, failed, "e2el"),
+        )
+    else:
+        if not isinstance(mc, int):
+            notes.append("no --max-concurrency: every request was sent at once (concurrency = the request count)"
+                         if not open_loop else f"open loop at {rate:g} req/s without a concurrency cap")
+        concurrency = int(mc) if isinstance(mc, int) else n
+        level = _vllm_level(d, n, concurrency, open_loop)
+    extra = {k: d[k] for k in ("backend", "endpoint_type", "label", "tokenizer_id", "num_prompts", "request_rate",
+                               "burstiness", "max_concurrency", "date") if k in d}
+    extra["tool_summary"] = summary
+    extra["recomputed"] = recomputed
+    lens = d.get("input_lens")
+    desc = RunDescription(
+        tool="vllm bench serve",
+        model=d.get("model_id") if isinstance(d.get("model_id"), str) else None,
+        api=_api(d.get("endpoint_type") or d.get("backend")),
+        prompt_source="dataset",
+        prompt_tokens=round(float(np.mean(lens))) if isinstance(lens, list) and lens else None,
+        rate=rate if open_loop else None,
+        started_at=_iso_date(d.get("date")),
+        config=extra,
+    )
+    return Run(
+        label=label or (d["label"] if isinstance(d.get("label"), str) and d["label"] else default_label(path)),
+        source=path, kind=VLLM, description=desc, levels=(level,),
+        timeline=Timeline(events=None, server=None, crashes=None, client=None),
+        end=None, truncated=False, notes=tuple(notes),
+    )
+
+
+def _vllm_level(d: dict, n: int, concurrency: int, open_loop: bool) -> LevelRequests:
+    ok = np.array(_vllm_ok(d, n), dtype=bool)
+
+    def col(key: str, scale: float = 1.0, ok_only: bool = True) -> np.ndarray | None:
+        v = d.get(key)
+        if not isinstance(v, list):
+            return None
+        a = np.array([_f(x) if _f(x) is not None else np.nan for x in v], dtype=np.float64) * scale
+        return np.where(ok, a, np.nan) if ok_only else a
+
+    start = col("start_times", ok_only=False)
+    if start is not None:
+        # perf_counter() of the client: the first request's start is the run's zero
+        start = start - np.nanmin(start)
+    lat = col("latencies", 1e3)
+    ttft = col("ttfts", 1e3)
+    tokens = col("output_lens", ok_only=False)
+    end = start + np.nan_to_num(col("latencies", ok_only=False)) if start is not None and lat is not None else None
+    tpot = None
+    if lat is not None and ttft is not None and tokens is not None:
+        with np.errstate(invalid="ignore", divide="ignore"):
+            tpot = np.where(ok & (tokens > 1), (lat - ttft) / (tokens - 1), np.nan)
+    itl = None
+    if isinstance(d.get("itls"), list) and tokens is not None:
+        itl = np.array([per_token_itl_median(d["itls"][i], tokens[i]) if ok[i] else np.nan for i in range(n)])
+    errors = d.get("errors") if isinstance(d.get("errors"), list) else [""] * n
+    return LevelRequests(
+        index=0,
+        concurrency=concurrency,
+        ok=ok,
+        start_s=start,
+        end_s=end,
+        ttft_ms=ttft,
+        tpot_ms=tpot,
+        e2e_ms=lat,
+        itl_ms=itl,
+        output_tokens=tokens,
+        prompt_tokens=col("input_lens", ok_only=False),
+        tokens_estimated=None,
+        error_kind=tuple(None if ok[i] else _error_kind(str(errors[i] or "")) for i in range(n)),
+        open_loop=open_loop,
+    )
+
+
+def _summary_level(concurrency: int, d: dict, completed: int, failed: int, e2e_key: str) -> LevelSummary:
+    """A level line from a tool's summary alone (a file without per-request arrays): throughput and
+    the latency figures it has; what it lacks is None."""
+
+    def ms(key: str) -> float | None:
+        return _f(d.get(key))
+
+    def s(key: str) -> float | None:
+        v = _f(d.get(key))
+        return None if v is None else v / 1e3
+
+    return LevelSummary(
+        level_index=0, concurrency=concurrency, requests=completed + failed, ok=completed,
+        errors=(("error", failed),) if failed else (), output_tokens=int(d.get("total_output_tokens") or 0),
+        tokens_estimated=False, wall_s=_f(d.get("duration")) or math.nan,
+        throughput_tok_s=_f(d.get("output_throughput")) or math.nan, per_request_tok_s=math.nan,
+        req_s=_f(d.get("request_throughput")) or math.nan, ttft_ms_avg=ms("mean_ttft_ms"),
+        ttft_ms_p50=ms("median_ttft_ms"), ttft_ms_p99=ms("p99_ttft_ms"), tpot_ms_p50=ms("median_tpot_ms"),
+        tpot_ms_p99=ms("p99_tpot_ms"), itl_ms_p50=None, itl_ms_p99=None, e2e_s_avg=s(f"mean_{e2e_key}_ms"),
+        e2e_s_p50=s(f"median_{e2e_key}_ms"), e2e_s_p99=s(f"p99_{e2e_key}_ms"),
+    )
+
+
+def _mismatches(tool: str, summary: dict, recomputed: dict) -> list[str]:
+    """Summary figures that the file's own arrays do not reproduce at the precision the tool prints
+    (two decimals): a file edited or put together from several runs."""
+    bad = []
+    for k, v in summary.items():
+        r = recomputed.get(k)
+        if r is None or not isinstance(v, int | float):
+            continue
+        if round(float(v), 2) != round(float(r), 2) and abs(float(v) - float(r)) > 0.006:
+            bad.append(f"{k} {v:.2f} (arrays give {r:.2f})")
+    if not bad:
+        return []
+    return [f"{tool}'s summary in the file does not match its per-request arrays: " + "; ".join(bad[:6])]
+
+
+# ------------------------------------------------------------------------------------------ SGLang
+
+
+def _is_sglang(path: str, head: bytes) -> bool:
+    first = head.lstrip().split(b"\n", 1)[0]
+    return first.startswith(b"{") and b'"output_throughput"' in first and (
+        b'"total_output_tokens_retokenized"' in first or b'"mean_e2e_latency_ms"' in first
+    )
+
+
+def sglang_summary(d: dict) -> dict:
+    out = {k: d[k] for k in ("completed", "duration", "total_input_tokens", "total_output_tokens",
+                             "total_output_tokens_retokenized", "request_throughput", "input_throughput",
+                             "output_throughput", "concurrency", "accept_length")
+           if _f(d.get(k)) is not None}
+    for key, v in d.items():
+        if any(key.endswith(f"_{m}_ms") for m in _SGLANG_SUMMARY) and _f(v) is not None:
+            out[key] = float(v)
+    return out
+
+
+def recompute_sglang(d: dict) -> dict:
+    """SGLang's summary figures that its per-request arrays (``--output-details``) determine, with its
+    definitions: TTFT and ITL (pooled chunk gaps) over successful requests, output throughput. TPOT
+    and E2E need each request's latency, which the file does not hold."""
+    n = _arrays(d, ("ttfts", "itls", "output_lens", "errors"))
+    if n is None or not isinstance(d.get("ttfts"), list):
+        return {}
+    ok = _sglang_ok(d, n)
+    ttft = [d["ttfts"][i] for i in range(n) if ok[i]]
+    itl = [g for i in range(n) if ok[i] for g in (d.get("itls") or [[]] * n)[i]]
+    lens = d.get("output_lens") or [0] * n
+    out: dict = {"completed": sum(ok), "total_output_tokens": sum(lens[i] for i in range(n) if ok[i])}
+    if _f(d.get("duration")):
+        out["output_throughput"] = out["total_output_tokens"] / float(d["duration"])
+    for stat, v in _stats_ms(ttft, (99,)).items():
+        out[f"{stat}_ttft_ms"] = v
+    for stat, v in _stats_ms(itl, (95, 99)).items():
+        out[f"{stat}_itl_ms"] = v
+    if itl:
+        out["max_itl_ms"] = float(np.max(itl)) * 1e3
+    return out
+
+
+def _sglang_ok(d: dict, n: int) -> list[bool]:
+    errors = d.get("errors") if isinstance(d.get("errors"), list) else [""] * n
+    lens = d.get("output_lens") if isinstance(d.get("output_lens"), list) else [1] * n
+    return [not errors[i] and (lens[i] or 0) > 0 for i in range(n)]
+
+
+def read_sglang(path: str, label: str | None = None) -> Run:
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except OSError as e:
+        raise RunReadError(f"cannot read {path}: {e.strerror}") from None
+    lines = []
+    for i, line in enumerate(raw.split(b"\n")):
+        if not line.strip():
+            continue
+        try:
+            obj = _loads(line)
+        except (ValueError, UnicodeDecodeError):
+            raise RunReadError(f"{path}:{i + 1}: not valid JSON") from None
+        if isinstance(obj, dict):
+            lines.append(obj)
+    if not lines:
+        raise RunReadError(f"{path}: no benchmark results")
+    levels = []
+    notes = [
+        ITL_NOTE.format(tool="SGLang"),
+        TPOT_NOTE.format(tool="SGLang", end="SGLang: the last line read, [DONE] included; specload: the last "
+                         "chunk carrying text"),
+        THROUGHPUT_NOTE.format(tool="SGLang"),
+        "SGLang records no request start times or latencies: no timeline, throughput without an interval, "
+        "and E2E per request is derived as TTFT + the chunk gaps (its end at the last chunk, as specload's).",
+        NO_TIMELINE_NOTE.format(tool="sglang.bench_serving"),
+    ]
+    summaries = []
+    recomputed = []
+    for idx, d in enumerate(lines):
+        try:
+            n = _arrays(d, ("ttfts", "itls", "output_lens", "input_lens", "errors"))
+        except RunReadError as e:
+            raise RunReadError(f"{path}:{idx + 1}: {e}") from None
+        s, r = sglang_summary(d), recompute_sglang(d)
+        summaries.append(s)
+        recomputed.append(r)
+        notes.extend(f"line {idx + 1}: {m}" for m in _mismatches("SGLang", s, r))
+        mc = d.get("max_concurrency")
+        completed = int(d.get("completed") or 0)
+        concurrency = int(mc) if isinstance(mc, int) else (n if n is not None else completed)
+        rate = _f(d.get("request_rate"))
+        open_loop = rate is not None and math.isfinite(rate)
+        summary = _summary_level(concurrency, d, completed, (n - completed) if n is not None else 0, "e2e_latency")
+        summary = _replace_index(summary, idx)
+        if n is None:
+            notes.append(f"line {idx + 1}: no per-request arrays (run without --output-details): summary only")
+            levels.append(LevelRequests(index=idx, concurrency=concurrency, ok=np.ones(completed, dtype=bool),
+                                        error_kind=(None,) * completed, open_loop=open_loop, summary=summary))
+        else:
+            levels.append(_sglang_level(d, n, idx, concurrency, open_loop, summary))
+    d0 = lines[0]
+    extra = {k: d0[k] for k in ("backend", "dataset_name", "random_input_len", "random_output_len",
+                                "random_range_ratio", "sharegpt_output_len") if k in d0}
+    extra["tool_summary"] = summaries if len(summaries) > 1 else summaries[0]
+    extra["recomputed"] = recomputed if len(recomputed) > 1 else recomputed[0]
+    lens = [x for d in lines for x in (d.get("input_lens") or [])]
+    rate = _f(d0.get("request_rate"))
+    desc = RunDescription(
+        tool="sglang bench_serving",
+        model=d0.get("model_id") if isinstance(d0.get("model_id"), str) else None,
+        api=_api(d0.get("backend")),
+        max_tokens=int(d0["random_output_len"]) if isinstance(d0.get("random_output_len"), int)
+        and str(d0.get("dataset_name", "")).startswith("random") else None,
+        prompt_source=str(d0["dataset_name"]) if d0.get("dataset_name") else None,
+        prompt_tokens=round(float(np.mean(lens))) if lens else None,
+        rate=rate if rate is not None and math.isfinite(rate) else None,
+        config=extra,
+    )
+    return Run(
+        label=label or default_label(path), source=path, kind=SGLANG, description=desc,
+        levels=tuple(levels), timeline=Timeline(events=None, server=None, crashes=None, client=None),
+        end=None, truncated=False, notes=tuple(notes),
+    )
+
+
+def _replace_index(s: LevelSummary, idx: int) -> LevelSummary:
+    from dataclasses import replace
+
+    return replace(s, level_index=idx)
+
+
+def _sglang_level(d: dict, n: int, idx: int, concurrency: int, open_loop: bool, summary: LevelSummary) -> LevelRequests:
+    ok = np.array(_sglang_ok(d, n), dtype=bool)
+    ttfts = d.get("ttfts") if isinstance(d.get("ttfts"), list) else None
+    itls = d.get("itls") if isinstance(d.get("itls"), list) else None
+    lens = d.get("output_lens") if isinstance(d.get("output_lens"), list) else None
+    ttft = np.array([_f(ttfts[i]) * 1e3 if ok[i] and _f(ttfts[i]) is not None else np.nan for i in range(n)]) \
+        if ttfts is not None else None
+    tokens = np.array([float(x or 0) for x in lens]) if lens is not None else None
+    e2e = tpot = itl = None
+    if ttft is not None and itls is not None:
+        # SGLang keeps no per-request latency: TTFT + the chunk gaps ends at the last chunk
+        e2e = np.array([ttft[i] + sum(itls[i]) * 1e3 if ok[i] else np.nan for i in range(n)])
+        if tokens is not None:
+            with np.errstate(invalid="ignore", divide="ignore"):
+                tpot = np.where(ok & (tokens > 1), (e2e - ttft) / (tokens - 1), np.nan)
+            itl = np.array([per_token_itl_median(itls[i], tokens[i]) if ok[i] else np.nan for i in range(n)])
+    errors = d.get("errors") if isinstance(d.get("errors"), list) else [""] * n
+    # the level's throughput is the tool's (tokens over its duration): without start times there is no
+    # steady state to measure; the summary line carries it
+    return LevelRequests(
+        index=idx,
+        concurrency=concurrency,
+        ok=ok,
+        ttft_ms=ttft,
+        tpot_ms=tpot,
+        e2e_ms=e2e,
+        itl_ms=itl,
+        output_tokens=tokens,
+        prompt_tokens=np.array([float(x or 0) for x in d["input_lens"]]) if isinstance(d.get("input_lens"), list)
+        else None,
+        error_kind=tuple(None if ok[i] else _error_kind(str(errors[i] or "")) for i in range(n)),
+        open_loop=open_loop,
+        summary=summary,
+    )
+
+
+register_reader(VLLM, _is_vllm, read_vllm)
+register_reader(SGLANG, _is_sglang, read_sglang)
