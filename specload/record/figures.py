@@ -10,9 +10,14 @@ HTML page, the PNG/SVG plots and the terminal show the same figures.
 from __future__ import annotations
 
 import datetime as _dt
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
-from specload.record.timeseries import TimeSeries
+import numpy as np
+
+from specload.record.timeseries import TimeSeries, build_time_series
+from specload.secrets import redact_command
 
 # the run colours: Okabe-Ito, told apart with colour-blindness as well
 RUN_COLORS = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442")
@@ -29,7 +34,7 @@ METRICS: dict[str, tuple[str, str, int, float]] = {
     "itl_p50": ("ITL p50", "ms", 2, 1.0),
     "e2e_p50": ("E2E p50", "s", 3, 1.0),
     "e2e_p99": ("E2E p99", "s", 3, 1.0),
-    "error_rate": ("errors", "%", 1, 100.0),
+    "error_rate": ("error rate", "%", 1, 100.0),
     "accept_len": ("accept len", "tok", 2, 1.0),
 }
 
@@ -40,26 +45,41 @@ class ReportLevel:
     requests: int | None
     ok: int | None
     errors: dict[str, int] = field(default_factory=dict)
-    # metric key -> {"value", "ci_low", "ci_high", and for a compared run "ratio", "ratio_ci_low",
-    # "ratio_ci_high", "verdict"}; a metric the run lacks is absent (shown as missing, never 0)
+    # metric key -> {"value", "ci_low", "ci_high", "note", and for a compared side "ratio",
+    # "ratio_ci_low", "ratio_ci_high", "verdict"}; a metric the run lacks has value None (shown as
+    # missing, never 0)
     metrics: dict[str, dict] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    key: str = ""  # "C=4", or "C=4 #2" for the second level at C=4 (levels set by key repeat)
+
+
+@dataclass
+class ReportSeries:
+    """What the level tables and the charts against concurrency show: one per side of a comparison
+    (its repeats combined), or the one run of a plain report."""
+
+    label: str
+    levels: list[ReportLevel]
+    baseline: bool = False
 
 
 @dataclass
 class ReportRun:
+    """One file's run: its card (description, notes) and its timeline."""
+
     label: str
     description: list[tuple[str, str]]  # (what, value) rows, secrets already masked
-    levels: list[ReportLevel]
     timeline: TimeSeries | None = None
     crashes: list[dict] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # definitions that differ, what the file lacks
     source: str = ""  # the file it was read from
+    side: str = ""  # the series it belongs to
 
 
 @dataclass
 class ReportPage:
     runs: list[ReportRun]
+    series: list[ReportSeries]
     title: str = "specload report"
     baseline: str | None = None  # the label the ratios and verdicts are against
     comparison_notes: list[str] = field(default_factory=list)  # method, threshold, unsound flags
@@ -68,41 +88,234 @@ class ReportPage:
     )
 
 
-def describe_run(run: dict, end: dict | None) -> list[tuple[str, str]]:
-    """The rows of a run's card from a record's run (and end) line: what was measured and how."""
+# ------------------------------------------------------------------------------------------ building
+
+
+def page_from_runs(sides: Sequence[Any], comparison: dict | None = None, *, title: str | None = None) -> ReportPage:
+    """The page of a plain report (one side with one run, ``comparison`` None) or of a comparison
+    (``sides`` as compared, ``comparison`` the comparison's JSON, ``compare.to_json``). A side is
+    anything with ``label`` and ``runs`` (``runs.Run`` objects)."""
+    runs: list[ReportRun] = []
+    for side in sides:
+        for run in side.runs:
+            runs.append(report_run(run, side=side.label))
+    if comparison is None:
+        series = [ReportSeries(sides[0].label, _levels_alone(sides[0].runs[0]), baseline=False)]
+        notes: list[str] = []
+        baseline = None
+    else:
+        series = _series_from_comparison(sides, comparison)
+        baseline = comparison.get("baseline")
+        notes = _comparison_notes(comparison)
+    if title is None:
+        title = "specload report: " + (" vs ".join(s.label for s in series) if comparison else series[0].label)
+    return ReportPage(runs=runs, series=series, title=title, baseline=baseline, comparison_notes=notes)
+
+
+def _metric_cell(est: Any) -> dict:
+    return {"value": est.value, "ci_low": est.ci_low, "ci_high": est.ci_high, "note": est.note}
+
+
+def _counts(levels: Sequence[Any]) -> tuple[int, int, dict[str, int]]:
+    n = ok = 0
+    errors: dict[str, int] = {}
+    for lv in levels:
+        n += lv.n
+        ok += lv.n_ok
+        for kind in lv.error_kind or ():
+            if kind is not None:
+                errors[kind] = errors.get(kind, 0) + 1
+    if not any(lv.error_kind for lv in levels):
+        # a source with only counts (a summary-only peer file): failures without a kind
+        failed = n - ok
+        if failed:
+            errors["error"] = failed
+    return n, ok, errors
+
+
+def _itl_cell(levels: Sequence[Any]) -> dict | None:
+    """ITL p50 per token: the record's pooled figure (its level line); for a source without one, the
+    median of the requests' per-token medians, said in the cell's note. Shown, not compared."""
+    if len(levels) != 1:
+        return None
+    lv = levels[0]
+    if lv.summary is not None and lv.summary.itl_ms_p50 is not None:
+        return {"value": lv.summary.itl_ms_p50, "ci_low": None, "ci_high": None, "note": "all tokens pooled"}
+    itl = getattr(lv, "itl_ms", None)
+    if itl is None or not np.isfinite(itl).any():
+        return None
+    return {"value": float(np.nanmedian(itl)), "ci_low": None, "ci_high": None,
+            "note": "median of the requests' per-token medians"}
+
+
+def _level_notes(lv: Any) -> list[str]:
+    notes = []
+    if lv.manual:
+        notes.append("set by key")
+    if lv.open_loop:
+        notes.append("open loop")
+    st_note = lv.steady().note if lv.start_s is not None else None
+    if st_note:
+        notes.append(st_note)
+    return notes
+
+
+def _levels_alone(run: Any) -> list[ReportLevel]:
+    """A run's levels with each metric's estimate and interval (no baseline, no verdicts)."""
+    from specload.stats.level_metrics import METRICS as COMPARED
+    from specload.stats.level_metrics import estimate
+
+    accept = run.timeline.server_series("accept_len")
+    seen: dict[int, int] = {}
+    out = []
+    for lv in run.levels:
+        if lv.n == 0 and lv.summary is None:
+            continue
+        k = seen.get(lv.concurrency, 0)
+        seen[lv.concurrency] = k + 1
+        metrics = {m: _metric_cell(estimate(lv, m, seed=k, server=accept)) for m in COMPARED}
+        itl = _itl_cell([lv])
+        if itl is not None:
+            metrics["itl_p50"] = itl
+        n, ok, errors = _counts([lv])
+        key = f"C={lv.concurrency}" + (f" #{k + 1}" if k else "")
+        out.append(ReportLevel(lv.concurrency, n, ok, errors, metrics, _level_notes(lv), key))
+    return out
+
+
+def _series_from_comparison(sides: Sequence[Any], comparison: dict) -> list[ReportSeries]:
+    by_label = {s.label: s for s in sides}
+    levels_of: dict[str, dict[str, list[Any]]] = {}
+    for s in sides:
+        for run in s.runs:
+            seen: dict[int, int] = {}
+            for lv in run.levels:
+                if lv.n == 0 and lv.summary is None:
+                    continue
+                k = seen.get(lv.concurrency, 0)
+                seen[lv.concurrency] = k + 1
+                key = f"C={lv.concurrency}" + (f" #{k + 1}" if k else "")
+                levels_of.setdefault(s.label, {}).setdefault(key, []).append(lv)
+    series = {s.label: ReportSeries(s.label, [], baseline=s.label == comparison.get("baseline")) for s in sides}
+    for lvj in comparison.get("levels", []):
+        flags: dict[str, list[str]] = {}
+        for f in lvj.get("flags", []):
+            flags.setdefault(f.get("side", ""), []).append(f"{f.get('kind')}: {f.get('detail')}")
+        for label, sd in lvj.get("sides", {}).items():
+            if label not in series:
+                continue
+            lvs = levels_of.get(label, {}).get(lvj["key"], [])
+            n, ok, errors = _counts(lvs)
+            metrics = dict(sd.get("metrics", {}))
+            itl = _itl_cell(lvs)
+            if itl is not None and len(by_label[label].runs) == 1:
+                metrics["itl_p50"] = itl
+            notes = list(flags.get(label, []))
+            for lv in lvs[:1]:
+                notes.extend(_level_notes(lv))
+            headline = (lvj.get("headline") or {}).get(label)
+            if headline:
+                notes.insert(0, f"headline ({comparison.get('primary')}): {headline.replace('_', ' ')}")
+            series[label].levels.append(
+                ReportLevel(int(lvj["concurrency"]), n or None, ok if lvs else None, errors, metrics, notes,
+                            lvj["key"])
+            )
+    return [series[s.label] for s in sides]
+
+
+def _comparison_notes(c: dict) -> list[str]:
+    out = [
+        f"Verdicts on {c.get('primary')} at {100 * float(c.get('confidence', 0.95)):.0f}% confidence; "
+        f"differences under {100 * float(c.get('min_effect', 0.02)):g}% count as no difference."
+    ]
+    for f in c.get("shape_flags", []):
+        out.append(f"{f.get('side')}: {f.get('detail')}")
+    for x in c.get("crossovers", []):
+        out.append(
+            f"{x.get('side')} crosses the baseline on {x.get('metric')} between C={x['between'][0]} and "
+            f"C={x['between'][1]} (about C={x.get('at')}): {x.get('below')} below, {x.get('above')} above"
+        )
+    out.extend(str(n) for n in c.get("notes", []))
+    return out
+
+
+def report_run(run: Any, *, side: str = "") -> ReportRun:
+    """A run's card and timeline."""
+    tl = run.timeline
+    end = run.end or {}
+    ts = build_time_series(run.levels, tl.events, tl.crashes, tl.server, end_s=end.get("elapsed_s"))
+    return ReportRun(
+        label=run.label,
+        description=describe(run),
+        timeline=ts,
+        crashes=list(tl.crashes or ()),
+        notes=list(run.notes),
+        source=run.source,
+        side=side,
+    )
+
+
+def describe(run: Any) -> list[tuple[str, str]]:
+    """The rows of a run's card: what was measured and how, as far as the source says."""
+    d = run.description
+    cfg = d.config or {}
     rows: list[tuple[str, str]] = []
 
     def add(k: str, v: object) -> None:
-        if v not in (None, "", [], {}):
+        if v not in (None, "", [], {}, ()):
             rows.append((k, str(v)))
 
-    add("target", run.get("target"))
-    add("model", run.get("model"))
-    add("API", run.get("api"))
+    add("source", f"{d.tool} {d.version or ''}".strip() + f" · {run.source}")
+    add("target", d.target or ("built-in simulator " + " ".join(d.sim_args or ()) if d.tool == "specload" else None))
+    add("model", d.model)
+    add("API", d.api)
     shape = []
-    if run.get("prompt_source"):
-        shape.append(f"prompts {run['prompt_source']}")
-    if run.get("prompt_tokens") is not None and run.get("prompt_source") == "synthetic":
-        shape.append(f"~{run['prompt_tokens']} tokens")
-    if run.get("max_tokens") is not None:
-        shape.append(f"max_tokens {run['max_tokens']}")
-    if run.get("ignore_eos"):
+    if d.prompt_source:
+        shape.append(f"prompts {d.prompt_source}")
+    if d.prompt_tokens is not None:
+        shape.append(f"~{d.prompt_tokens} prompt tokens")
+    if d.max_tokens is not None:
+        shape.append(f"max_tokens {d.max_tokens}")
+    if d.ignore_eos:
         shape.append("ignore_eos")
-    if run.get("temperature") is not None:
-        shape.append(f"temperature {run['temperature']}")
-    if run.get("rate"):
-        shape.append(f"open loop {run['rate']} req/s")
+    if cfg.get("temperature") is not None:
+        shape.append(f"temperature {cfg['temperature']}")
+    if d.rate:
+        shape.append(f"open loop {d.rate:g} req/s")
     add("request shape", ", ".join(shape))
-    levels = run.get("levels") or []
-    if levels:
-        add("levels", ", ".join(f"C={lv.get('concurrency')}" for lv in levels))
-    add("command", run.get("command"))
-    add("launch", run.get("launch"))
-    add("server log command", run.get("server_log_cmd"))
-    add("started", run.get("started_at"))
-    add("specload", run.get("specload"))
-    if end is not None:
-        add("end", f"{end.get('reason')} after {end.get('elapsed_s', 0):.1f} s, {end.get('ok')}/{end.get('requests')} ok")
-    else:
-        add("end", "no end line: the run was cut short")
+    add("levels", ", ".join(f"C={lv.concurrency}" + (" (key)" if lv.manual else "") for lv in run.levels))
+    # the record masks secrets when it is written; masked again here for records from older versions
+    add("command", redact_command(d.command))
+    add("launch", redact_command(cfg.get("launch")))
+    add("server log command", redact_command(cfg.get("server_log_cmd")))
+    add("started", d.started_at)
+    if run.kind == "specload":
+        if run.end is not None:
+            e = run.end
+            add("end", f"{e.get('reason')} after {float(e.get('elapsed_s') or 0):.1f} s, "
+                       f"{e.get('ok')}/{e.get('requests')} ok")
+        else:
+            add("end", "no end line: the run was cut short")
+    summary = cfg.get("tool_summary")
+    if summary:
+        for i, s in enumerate(summary if isinstance(summary, list) else [summary]):
+            add(f"{d.tool}'s own summary" + (f" (line {i + 1})" if isinstance(summary, list) else ""),
+                tool_summary_text(s))
     return rows
+
+
+def tool_summary_text(s: dict) -> str:
+    """A peer tool's summary figures as it printed them (two decimals, its names)."""
+    parts = []
+    if "output_throughput" in s:
+        parts.append(f"output {s['output_throughput']:.2f} tok/s")
+    for name, label in (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL per chunk"), ("e2el", "E2EL"),
+                        ("e2e_latency", "E2E")):
+        vals = [(stat, s.get(f"{stat}_{name}_ms")) for stat in ("mean", "median", "p99")]
+        if any(v is not None for _, v in vals):
+            parts.append(f"{label} mean/median/p99 " + "/".join("–" if v is None else f"{v:.2f}" for _, v in vals)
+                         + " ms")
+    for k, label in (("spec_decode_acceptance_length", "acceptance length"), ("accept_length", "accept length")):
+        if s.get(k) is not None:
+            parts.append(f"{label} {s[k]:.2f} (server, whole run)")
+    return "\n".join(parts)

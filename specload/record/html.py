@@ -23,7 +23,7 @@ from importlib import resources
 from pathlib import Path
 
 from specload import __version__
-from specload.record.figures import METRICS, RUN_COLORS, ReportPage, ReportRun
+from specload.record.figures import METRICS, RUN_COLORS, ReportPage, ReportRun, ReportSeries
 
 
 def _asset(name: str) -> str:
@@ -70,18 +70,20 @@ def _cell(m: dict | None, digits: int, scale: float) -> str:
     return f"<td>{out}</td>"
 
 
-def level_table(run: ReportRun, keys: list[str]) -> str:
-    """The run's levels, one column per metric in ``keys`` (the metrics any of the page's runs has, so
-    that a figure one run lacks shows as missing next to the others)."""
+def level_table(series: ReportSeries, keys: list[str]) -> str:
+    """The series' levels, one column per metric in ``keys`` (the metrics any series on the page has,
+    so that a figure one run lacks shows as missing next to the others)."""
     head = "".join(f"<th>{_e(METRICS[k][0])}{' ' + _e(METRICS[k][1]) if METRICS[k][1] else ''}</th>" for k in keys)
     rows = []
-    for lv in run.levels:
+    with_notes = any(x.notes for x in series.levels)
+    for lv in series.levels:
         ok = "–" if lv.ok is None or lv.requests is None else f"{lv.ok}/{lv.requests}"
         errs = ", ".join(f"{k} {n}" for k, n in sorted(lv.errors.items(), key=lambda kv: -kv[1])) or "–"
         cells = "".join(_cell(lv.metrics.get(k), METRICS[k][2], METRICS[k][3]) for k in keys)
-        notes = f'<td class="text">{_e("; ".join(lv.notes))}</td>' if any(x.notes for x in run.levels) else ""
-        rows.append(f"<tr><td>{lv.concurrency}</td><td>{ok}</td>{cells}<td class=\"text\">{_e(errs)}</td>{notes}</tr>")
-    notes_head = '<th class="text">notes</th>' if any(x.notes for x in run.levels) else ""
+        notes = f'<td class="text">{_e("; ".join(lv.notes))}</td>' if with_notes else ""
+        rows.append(f"<tr><td>{_e(lv.key or lv.concurrency)}</td><td>{ok}</td>{cells}"
+                    f"<td class=\"text\">{_e(errs)}</td>{notes}</tr>")
+    notes_head = '<th class="text">notes</th>' if with_notes else ""
     return (
         f'<table class="levels"><thead><tr><th>C</th><th>ok</th>{head}<th class="text">errors</th>{notes_head}'
         f"</tr></thead><tbody>{''.join(rows)}</tbody></table>"
@@ -121,27 +123,27 @@ def _crash_list(run: ReportRun) -> str:
 
 
 def _payload(page: ReportPage) -> dict:
-    runs = []
-    for i, run in enumerate(page.runs):
-        runs.append(
-            {
-                "id": f"run{i}",
-                "label": run.label,
-                "color": RUN_COLORS[i % len(RUN_COLORS)],
-                "levels": [
-                    {
-                        "concurrency": lv.concurrency,
-                        "requests": lv.requests,
-                        "metrics": {
-                            k: {x: m.get(x) for x in ("value", "ci_low", "ci_high")} for k, m in lv.metrics.items()
-                        },
-                    }
-                    for lv in run.levels
-                ],
-                "timeline": run.timeline.as_json() if run.timeline is not None else None,
-            }
-        )
-    return {"runs": runs, "baseline": page.baseline}
+    series = [
+        {
+            "label": sr.label,
+            "color": RUN_COLORS[i % len(RUN_COLORS)],
+            "levels": [
+                {
+                    "concurrency": lv.concurrency,
+                    "key": lv.key,
+                    "requests": lv.requests,
+                    "metrics": {k: {x: m.get(x) for x in ("value", "ci_low", "ci_high")} for k, m in lv.metrics.items()},
+                }
+                for lv in sr.levels
+            ],
+        }
+        for i, sr in enumerate(page.series)
+    ]
+    runs = [
+        {"id": f"run{i}", "label": r.label, "timeline": r.timeline.as_json() if r.timeline is not None else None}
+        for i, r in enumerate(page.runs)
+    ]
+    return {"series": series, "runs": runs, "baseline": page.baseline}
 
 
 CONCURRENCY_CHARTS = (
@@ -154,33 +156,44 @@ CONCURRENCY_CHARTS = (
 )
 
 
+def _color_of(page: ReportPage, run: ReportRun) -> str:
+    for i, sr in enumerate(page.series):
+        if sr.label == (run.side or run.label):
+            return RUN_COLORS[i % len(RUN_COLORS)]
+    return "#888888"
+
+
 def render(page: ReportPage) -> str:
     """The whole page as one string."""
-    cards = "".join(_run_card(r, RUN_COLORS[i % len(RUN_COLORS)]) for i, r in enumerate(page.runs))
+    cards = "".join(_run_card(r, _color_of(page, r)) for r in page.runs)
     comparison = "".join(f'<p class="note">{_e(n)}</p>' for n in page.comparison_notes)
     bands = (
         "Shaded bands are 95% intervals where a run has them."
-        if any(m.get("ci_low") is not None for r in page.runs for lv in r.levels for m in lv.metrics.values())
+        if any(m.get("ci_low") is not None for s in page.series for lv in s.levels for m in lv.metrics.values())
         else "No intervals in these runs."
     )
     charts = "".join(
         f'<div class="chart-box"><h3>{_e(title)}</h3><div class="chart" data-chart="{name}"></div></div>'
         for name, title in CONCURRENCY_CHARTS
     )
+    keys = [k for k in METRICS if any(k in lv.metrics for s in page.series for lv in s.levels)]
     tables = []
+    for sr in page.series:
+        tag = " (baseline)" if sr.baseline else ""
+        tables.append(f"<h3>{_e(sr.label)}{tag}</h3>{level_table(sr, keys)}")
     timelines = []
-    keys = [k for k in METRICS if any(k in lv.metrics for r in page.runs for lv in r.levels)]
+    legend = (
+        "Dashed grey lines: level boundaries (dotted: set by key). Blue lines: markers. Red: crashes "
+        "(hover for the signature). Shaded: paused (grey), server down (orange)."
+    )
     for i, run in enumerate(page.runs):
-        tables.append(f"<h3>{_e(run.label)}</h3>{level_table(run, keys)}")
         if run.timeline is not None:
             tl = run.timeline
-            legend = (
-                "Dashed grey lines: level boundaries (dotted: set by key). Blue lines: markers. Red: crashes "
-                "(hover for the signature). Shaded: paused (grey), server down (orange)."
-            )
+            src = (f"Server samples from {tl.server_source}." if tl.server_source else
+                   "No server samples in this run." if tl.has_server else "The source records no server samples.")
             timelines.append(
-                f"<h3>{_e(run.label)}</h3><p class=\"sub\">{_e(legend)} Server samples from "
-                f"{_e(tl.server_source or 'nowhere')}.</p><div data-timeline=\"run{i}\"></div>{_crash_list(run)}"
+                f"<h3>{_e(run.label)}</h3><p class=\"sub\">{_e(legend)} {_e(src)}</p>"
+                f"<div data-timeline=\"run{i}\"></div>{_crash_list(run)}"
             )
         else:
             timelines.append(
@@ -189,6 +202,7 @@ def render(page: ReportPage) -> str:
     # every "<" in the data as \u003c: no "</script>" or "<!--" in it can end or bend the block
     data = json.dumps(_payload(page), separators=(",", ":"), allow_nan=False).replace("<", "\\u003c")
     baseline = f"Ratios and verdicts against <b>{_e(page.baseline)}</b>. " if page.baseline else ""
+    n = len(page.runs)
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
@@ -196,9 +210,9 @@ def render(page: ReportPage) -> str:
 <style>{_asset("report.css")}</style>
 </head><body>
 <h1>{_e(page.title)}</h1>
-<p class="sub">{len(page.runs)} run{"s" if len(page.runs) != 1 else ""} · made {_e(page.generated_at)} by specload {_e(__version__)}</p>
+<p class="sub">{n} run{"s" if n != 1 else ""} · made {_e(page.generated_at)} by specload {_e(__version__)}</p>
 <h2>Runs</h2><div class="runs">{cards}</div>
-<h2>Levels</h2><p class="sub">{baseline}Values with their 95% interval in brackets where there is one; – marks a figure the run does not have.</p>
+<h2>Levels</h2><p class="sub">{baseline}Values with their 95% interval below them where there is one; – marks a figure the run does not have (hover it for why).</p>
 {comparison}{"".join(tables)}
 <h2>Against concurrency</h2><p class="sub">{bands} Hover a point for its values.</p>
 <div class="charts">{charts}</div>

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from specload.record.figures import METRICS, RUN_COLORS, ReportRun
+from specload.record.figures import METRICS, RUN_COLORS, ReportSeries
 
 FORMATS = (".png", ".svg")
 EXTRA_HINT = 'pip install "specload[report]"'
@@ -46,7 +46,7 @@ PANELS = (
 )
 
 
-def _points(run: ReportRun, metric: str) -> tuple[list[int], list[float], list[float], list[float]]:
+def _points(run: ReportSeries, metric: str) -> tuple[list[int], list[float], list[float], list[float]]:
     """(concurrency, value, error below, error above) of the run's levels that have the metric;
     a level without an interval gets a zero-length bar (the point is still drawn)."""
     scale = METRICS[metric][3]
@@ -64,7 +64,7 @@ def _points(run: ReportRun, metric: str) -> tuple[list[int], list[float], list[f
     return xs, ys, lo, hi
 
 
-def render_plot(runs: Sequence[ReportRun], path: str | Path, *, title: str | None = None, dpi: int = 110) -> int:
+def render_plot(runs: Sequence[ReportSeries], path: str | Path, *, title: str | None = None, dpi: int = 110) -> int:
     """Write the figure to ``path`` (.png or .svg); returns the file's size in bytes."""
     path = Path(path)
     if path.suffix.lower() not in FORMATS:

@@ -5,7 +5,8 @@ samples), so it serves any source the run model reads; a peer tool's file with p
 times gets the client series, and what it lacks (server samples, events) is marked missing, never
 drawn as zero.
 
-Series, one value per bin (1 s, wider for long runs so that a report stays small):
+Series, one value per bin (1 s; narrower for runs under two minutes, wider for long runs so that a
+report stays small):
 
 - ``tok_s``: output tokens per second, each request's tokens spread over its decode span (the first
   token at TTFT, the rest evenly up to its end). Counting a request's tokens at its end would draw
@@ -87,7 +88,13 @@ class TimeSeries:
 
 
 def bin_width(duration_s: float, max_bins: int = MAX_BINS) -> float:
-    """1 s, or a round number of seconds that keeps the bin count under ``max_bins``."""
+    """1 s; a round fraction of a second for runs under two minutes (at least ~60 bins, at least
+    0.1 s); a round number of seconds that keeps the bin count under ``max_bins`` for long runs."""
+    if duration_s < 120:
+        for step in (0.1, 0.2, 0.5):
+            if duration_s / step <= 240:
+                return step
+        return 1.0
     if duration_s <= max_bins:
         return 1.0
     raw = duration_s / max_bins
@@ -117,11 +124,16 @@ def _integrate(edges: np.ndarray, a: np.ndarray, b: np.ndarray, w: np.ndarray) -
     return np.diff(cum)
 
 
+def _bin_index(times: np.ndarray, bin_s: float, nbins: int) -> np.ndarray:
+    # a hair added before flooring: 1.2 / 0.1 is 11.999... in binary, and 1.2 s belongs to bin 12
+    return np.clip(np.floor(times / bin_s + 1e-9).astype(np.int64), 0, nbins - 1)
+
+
 def _median_by_bin(times: np.ndarray, values: np.ndarray, nbins: int, bin_s: float) -> list[float | None]:
     out: list[float | None] = [None] * nbins
     if len(times) == 0:
         return out
-    idx = np.clip((times // bin_s).astype(np.int64), 0, nbins - 1)
+    idx = _bin_index(times, bin_s, nbins)
     order = np.argsort(idx, kind="stable")
     idx, values = idx[order], values[order]
     bounds = np.flatnonzero(np.diff(idx)) + 1
@@ -210,7 +222,7 @@ def build_time_series(
     point_t = np.concatenate([first[has_first], last[has_first & (tokens > 1) & ~spread]])
     point_n = np.concatenate([np.ones(int(has_first.sum())), (tokens - 1)[has_first & (tokens > 1) & ~spread]])
     if point_t.size:
-        idx = np.clip((point_t // bin_s).astype(np.int64), 0, nbins - 1)
+        idx = _bin_index(point_t, bin_s, nbins)
         tok += np.bincount(idx, weights=point_n, minlength=nbins)
     inflight = _integrate(edges, start, end, np.ones(start.size))
 
@@ -222,7 +234,7 @@ def build_time_series(
     series["ttft_ms"] = _median_by_bin(first[f], ttft[f], nbins, bin_s)
     f = np.isfinite(tpot)
     series["tpot_ms"] = _median_by_bin(end[f], tpot[f], nbins, bin_s)
-    err_idx = np.clip((end[c["err"]] // bin_s).astype(np.int64), 0, nbins - 1)
+    err_idx = _bin_index(end[c["err"]], bin_s, nbins)
     series["errors"] = [int(x) for x in np.bincount(err_idx, minlength=nbins)]
 
     server, source = _server_series(server_lines or [])

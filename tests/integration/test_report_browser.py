@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from specload.record.figures import ReportPage
+from specload.record.figures import ReportPage, ReportRun
 from specload.record.html import write_html
 from specload.record.timeseries import build_time_series
 from tests.browser import Chromium, Page, require_chromium
@@ -71,9 +71,11 @@ def synthetic_page() -> ReportPage:
     servers = [{"t_s": t / 2, "source": "metrics", "running": 2.0 + t % 3, "queued": float(t % 2),
                 "token_usage": 0.1 + t / 200, "accept_len": 2.0 + (t % 5) / 10, "gen_tok_s": 150.0 + t}
                for t in range(1, 50)]
-    base.timeline = build_time_series([cols(rows)], events, [crash], servers, end_s=32.0)
-    base.crashes = [crash]
-    return ReportPage(runs=[base, other], baseline="baseline")
+    base.baseline = True
+    ts = build_time_series([cols(rows)], events, [crash], servers, end_s=32.0)
+    runs = [ReportRun("baseline", [("target", "http://127.0.0.1:8000")], ts, [crash], side="baseline"),
+            ReportRun("candidate", [("source", "vllm bench serve")], None, side="candidate")]
+    return ReportPage(runs=runs, series=[base, other], baseline="baseline")
 
 
 async def test_html_report_renders_in_chromium(tmp_path: Path) -> None:

@@ -6,7 +6,7 @@ import json
 import re
 from pathlib import Path
 
-from specload.record.figures import ReportLevel, ReportPage, ReportRun
+from specload.record.figures import ReportLevel, ReportPage, ReportRun, ReportSeries
 from specload.record.html import render, write_html
 from specload.record.timeseries import build_time_series
 from tests.unit.test_timeseries import cols
@@ -23,21 +23,22 @@ def page() -> ReportPage:
     base = ReportRun(
         label="base",
         description=[("target", "http://127.0.0.1:8000"), ("command", "specload run --api-key ***")],
-        levels=[ReportLevel(4, 16, 16, {}, {"throughput": {"value": 100.0, "ci_low": 95.0, "ci_high": 105.0}})],
         timeline=ts,
+        side="base",
     )
-    other = ReportRun(
-        label=EVIL,
-        description=[("model", EVIL)],
-        levels=[ReportLevel(4, 16, 15, {"http": 1}, {
+    other = ReportRun(label=EVIL, description=[("model", EVIL)], timeline=None, notes=["vLLM's ITL is per chunk"],
+                      side=EVIL)
+    series = [
+        ReportSeries("base", [ReportLevel(4, 16, 16, {}, {"throughput": {"value": 100.0, "ci_low": 95.0,
+                                                                         "ci_high": 105.0}}, key="C=4")],
+                     baseline=True),
+        ReportSeries(EVIL, [ReportLevel(4, 16, 15, {"http": 1}, {
             "throughput": {"value": 120.0, "ci_low": 110.0, "ci_high": 130.0, "ratio": 1.2,
                            "ratio_ci_low": 1.1, "ratio_ci_high": 1.3, "verdict": "better"},
             "error_rate": {"value": 0.0625, "ci_low": 0.01, "ci_high": 0.28},
-        })],
-        timeline=None,
-        notes=["vLLM's ITL is per chunk"],
-    )
-    return ReportPage(runs=[base, other], baseline="base")
+        }, key="C=4")]),
+    ]
+    return ReportPage(runs=[base, other], series=series, baseline="base")
 
 
 def test_the_page_fetches_nothing() -> None:
@@ -59,7 +60,7 @@ def test_text_from_runs_cannot_break_out_of_the_page() -> None:
     data = re.search(r'<script id="specload-data" type="application/json">(.*?)</script>', text, re.S)
     assert data is not None
     payload = json.loads(data.group(1))  # still valid JSON, with the label intact
-    assert payload["runs"][1]["label"] == EVIL
+    assert payload["runs"][1]["label"] == EVIL and payload["series"][1]["label"] == EVIL
     assert payload["runs"][0]["timeline"]["marks"][0]["label"] == EVIL
 
 
@@ -69,7 +70,7 @@ def test_intervals_verdicts_and_missing_figures() -> None:
     assert 'class="verdict better">better<' in text
     assert "6.2 <span class=\"ci\">[1.0, 28.0]</span>" in text  # a share shown in %
     # the baseline has no error rate: a dash marked missing, never 0
-    base_table = text.split("<h3>base</h3>", 1)[1].split("</table>", 1)[0]
+    base_table = text.split("<h3>base (baseline)</h3>", 1)[1].split("</table>", 1)[0]
     assert 'class="missing"' in base_table
     assert "No timeline: the file has no per-request times." in text
     assert "vLLM&#x27;s ITL is per chunk" in text

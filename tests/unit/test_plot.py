@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from specload.record.figures import ReportLevel, ReportRun
+from specload.record.figures import ReportLevel, ReportSeries
 from specload.record.plot import PlotError, render_plot
 
 
-def run(label: str, factor: float, intervals: bool = True) -> ReportRun:
+def run(label: str, factor: float, intervals: bool = True) -> ReportSeries:
     levels = []
     for c in (1, 4, 16, 64):
         m = {}
@@ -22,8 +22,8 @@ def run(label: str, factor: float, intervals: bool = True) -> ReportRun:
                        ("tpot_p99", 20 + c / 2), ("e2e_p50", 2 + c / 30), ("e2e_p99", 3 + c / 20)):
             v *= factor
             m[key] = {"value": v, "ci_low": v * 0.95 if intervals else None, "ci_high": v * 1.05 if intervals else None}
-        levels.append(ReportLevel(c, 4 * c, 4 * c, {}, m))
-    return ReportRun(label, [], levels)
+        levels.append(ReportLevel(c, 4 * c, 4 * c, {}, m, key=f"C={c}"))
+    return ReportSeries(label, levels)
 
 
 def png_size(path: Path) -> tuple[int, int]:

@@ -52,7 +52,7 @@ def test_tokens_are_conserved_and_spread_over_the_decode_span() -> None:
 
 def test_one_request_spreads_evenly_and_inflight_is_time_weighted() -> None:
     # 101 tokens: the first at 0.5 s (TTFT), 100 more evenly over [0.5, 4.5): 25 tok/s
-    ts = build_time_series([cols([(0.0, 4.5, 500.0, 40.0, 101, True, None)])], end_s=6.0)
+    ts = build_time_series([cols([(0.0, 4.5, 500.0, 40.0, 101, True, None)])], end_s=300.0)
     assert ts is not None
     assert ts.series["tok_s"][:6] == pytest.approx([1 + 12.5, 25, 25, 25, 12.5, 0], abs=0.02)
     assert ts.series["inflight"][:6] == pytest.approx([1, 1, 1, 1, 0.5, 0], abs=0.01)
@@ -67,8 +67,9 @@ def test_errors_counted_where_they_ended_but_not_cancellations() -> None:
         (0.0, 2.5, None, None, 0, False, "cancelled"),
         (0.0, 3.0, 100.0, 10.0, 20, True, None),
     ]
-    ts = build_time_series([cols(rows)], end_s=3.0)
-    assert ts is not None and ts.series["errors"] == [0, 2, 0]
+    ts = build_time_series([cols(rows)], end_s=3.0)  # a short run: 0.1 s bins
+    assert ts is not None and ts.bin_s == 0.1 and len(ts.t_s) == 30
+    assert [i for i, n in enumerate(ts.series["errors"]) for _ in range(n)] == [12, 17]
 
 
 def test_a_source_without_start_times_has_no_time_series() -> None:
@@ -126,7 +127,10 @@ def test_no_server_lines_at_all_is_not_the_same_as_none_seen() -> None:
     assert build_time_series([c], servers=[]).has_server is True
 
 
-@pytest.mark.parametrize(("duration", "width"), [(10, 1.0), (3600, 1.0), (3601, 2.0), (7 * 3600, 10.0)])
-def test_bin_width_keeps_long_runs_small(duration: float, width: float) -> None:
+@pytest.mark.parametrize(
+    ("duration", "width"),
+    [(3, 0.1), (24, 0.1), (30, 0.2), (100, 0.5), (120, 1.0), (3600, 1.0), (3601, 2.0), (7 * 3600, 10.0)],
+)
+def test_bin_width_keeps_long_runs_small_and_short_ones_detailed(duration: float, width: float) -> None:
     assert bin_width(duration) == width
-    assert duration / bin_width(duration) <= 3600
+    assert 20 <= duration / bin_width(duration) <= 3600

@@ -31,20 +31,21 @@
   // ------------------------------------------------------------------ charts against concurrency
 
   // one line per run (and per percentile), a band for its 95% interval where the run has one
-  const levelsC = [...new Set(payload.runs.flatMap((r) => r.levels.map((lv) => lv.concurrency)))].sort((a, b) => a - b);
+  const levelsC = [...new Set(payload.series.flatMap((r) => r.levels.map((lv) => lv.concurrency)))].sort((a, b) => a - b);
 
   function concurrencyChart(el, metrics, yTitle) {
     const datasets = [];
-    for (const run of payload.runs) {
+    for (const run of payload.series) {
       for (const m of metrics) {
         const pts = [];
         const band = [];
         for (const lv of run.levels) {
           const cell = lv.metrics[m.key];
           if (!cell || cell.value === null || cell.value === undefined) continue;
-          pts.push({ x: lv.concurrency, y: cell.value, lo: cell.ci_low, hi: cell.ci_high, n: lv.requests });
+          pts.push({ x: lv.concurrency, y: cell.value * (m.scale || 1), lo: cell.ci_low === null ? null : cell.ci_low * (m.scale || 1),
+                     hi: cell.ci_high === null ? null : cell.ci_high * (m.scale || 1), n: lv.requests, key: lv.key });
           if (cell.ci_low !== null && cell.ci_low !== undefined && cell.ci_high !== null && cell.ci_high !== undefined) {
-            band.push({ x: lv.concurrency, lo: cell.ci_low, hi: cell.ci_high });
+            band.push({ x: lv.concurrency, lo: cell.ci_low * (m.scale || 1), hi: cell.ci_high * (m.scale || 1) });
           }
         }
         if (!pts.length) continue;
@@ -84,7 +85,7 @@
           tooltip: {
             filter: (item) => !item.dataset.isBand,
             callbacks: {
-              title: (items) => (items.length ? `C=${items[0].raw.x}` : ""),
+              title: (items) => (items.length ? items[0].raw.key || `C=${items[0].raw.x}` : ""),
               label: (item) => {
                 const r = item.raw;
                 const d = digitsFor(r.y);
@@ -100,13 +101,13 @@
 
   // throughput against p99 latency, the points joined in concurrency order
   function tradeoffChart(el) {
-    const datasets = payload.runs.map((run) => {
+    const datasets = payload.series.map((run) => {
       const pts = [];
       for (const lv of run.levels) {
         const tp = lv.metrics.throughput;
         const lat = lv.metrics.e2e_p99;
         if (!tp || !lat || tp.value === null || lat.value === null) continue;
-        pts.push({ x: tp.value, y: lat.value, c: lv.concurrency });
+        pts.push({ x: tp.value, y: lat.value, c: lv.key || `C=${lv.concurrency}` });
       }
       return {
         label: run.label, data: pts, borderColor: run.color, backgroundColor: run.color, showLine: true,
@@ -125,7 +126,7 @@
         plugins: {
           tooltip: {
             callbacks: {
-              label: (item) => `${item.dataset.label} C=${item.raw.c}: ${fmt(item.raw.x, 1)} tok/s, p99 ${fmt(item.raw.y, 2)} s`,
+              label: (item) => `${item.dataset.label} ${item.raw.c}: ${fmt(item.raw.x, 1)} tok/s, p99 ${fmt(item.raw.y, 2)} s`,
             },
           },
         },
@@ -192,7 +193,8 @@
   function timelineChart(el, tl, spec) {
     const datasets = spec.series.map((s) => ({
       label: s.label, yAxisID: s.axis || "y", borderColor: s.color, backgroundColor: alpha(s.color, 0.5),
-      borderWidth: s.type === "bar" ? 0 : 1.5, pointRadius: 0, spanGaps: s.spanGaps !== false ? tl.bin_s * 3 : false,
+      borderWidth: s.type === "bar" ? 0 : 1.5, pointRadius: 0,
+      spanGaps: s.spanGaps === false ? false : Math.max(tl.bin_s * 3, s.sparse ? 2 : 0),
       type: s.type || "line", data: s.data, stepped: s.stepped || false, barPercentage: 1.0, categoryPercentage: 1.0,
     }));
     const scales = {
@@ -265,8 +267,9 @@
       ],
     }));
     const lat = [
-      { label: "TTFT p50 ms", color: "#E69F00", data: xy(tl.t_s, s.ttft_ms, half) },
-      { label: "TPOT p50 ms", color: "#009E73", axis: "y2", data: xy(tl.t_s, s.tpot_ms, half) },
+      // medians of the requests that ended in a bin: sparse at low load, so joined over up to 2 s
+      { label: "TTFT p50 ms", color: "#E69F00", data: xy(tl.t_s, s.ttft_ms, half), sparse: true },
+      { label: "TPOT p50 ms", color: "#009E73", axis: "y2", data: xy(tl.t_s, s.tpot_ms, half), sparse: true },
     ];
     if (s.errors && s.errors.some((v) => v > 0)) {
       lat.push({ label: "errors", color: "#D55E00", axis: "y3", type: "bar", data: xy(tl.t_s, s.errors, half), spanGaps: false });
@@ -298,12 +301,7 @@
     }
     if (queue.length) charts.push(timelineChart(mk("server-queue"), tl, { labels: false, axes: queueAxes, series: queue, xTitle: !speed.length }));
     if (speed.length) charts.push(timelineChart(mk("server-speed"), tl, { labels: false, axes: speedAxes, series: speed, xTitle: true }));
-    if (!queue.length && !speed.length) {
-      const p = document.createElement("p");
-      p.className = "missing";
-      p.textContent = "No server samples in this run (no /metrics scrape or server log).";
-      el.appendChild(p);
-    }
+    // without server samples the heading above says why (none taken, or the source has none)
     return charts;
   }
 
