@@ -19,9 +19,9 @@ report stays small):
 
 The counted requests are drawn (warm-up requests are not in the run model's levels).
 
-Server samples are kept at their own times, one series per field, from ``/metrics`` when the run
-scraped it and from the log otherwise (the two describe the same quantity; drawing both doubles
-every line).
+Server samples are kept at their own times (their mean per bin when there are more samples than
+bins), one series per field, from ``/metrics`` when the run scraped it and from the log otherwise
+(the two describe the same quantity; drawing both doubles every line).
 """
 
 from __future__ import annotations
@@ -237,7 +237,7 @@ def build_time_series(
     err_idx = _bin_index(end[c["err"]], bin_s, nbins)
     series["errors"] = [int(x) for x in np.bincount(err_idx, minlength=nbins)]
 
-    server, source = _server_series(server_lines or [])
+    server, source = _server_series(server_lines or [], bin_s, nbins)
     spans, marks = _annotations(events, crashes, duration)
     return TimeSeries(
         bin_s=bin_s,
@@ -252,7 +252,9 @@ def build_time_series(
     )
 
 
-def _server_series(lines: list[dict]) -> tuple[dict[str, tuple[list[float], list[float]]], str | None]:
+def _server_series(
+    lines: list[dict], bin_s: float, nbins: int
+) -> tuple[dict[str, tuple[list[float], list[float]]], str | None]:
     by_source: dict[str, list[dict]] = {}
     for line in lines:
         by_source.setdefault(str(line.get("source", "?")), []).append(line)
@@ -264,13 +266,26 @@ def _server_series(lines: list[dict]) -> tuple[dict[str, tuple[list[float], list
     ordered = sorted(by_source, key=lambda s: (s != "metrics", s))
     for f in SERVER_FIELDS:
         for src in ordered:
-            pts = [(line["t_s"], line[f]) for line in by_source[src] if _num(line.get(f)) is not None]
+            pts = [(line["t_s"], line[f]) for line in by_source[src]
+                   if _num(line.get(f)) is not None and _num(line.get("t_s")) is not None]
             if pts:
-                out[f] = ([round(float(t), 3) for t, _ in pts], [round(float(v), 4) for _, v in pts])
+                t = np.array([p[0] for p in pts], dtype=np.float64)
+                v = np.array([p[1] for p in pts], dtype=np.float64)
+                if len(pts) > nbins:
+                    t, v = _bin_means(t, v, bin_s, nbins)  # more samples than bins: their mean per bin
+                out[f] = ([round(float(x), 3) for x in t], [round(float(x), 4) for x in v])
                 if src not in used:
                     used.append(src)
                 break
     return out, ", ".join(used) or None
+
+
+def _bin_means(t: np.ndarray, v: np.ndarray, bin_s: float, nbins: int) -> tuple[np.ndarray, np.ndarray]:
+    idx = _bin_index(t, bin_s, nbins)
+    sums = np.bincount(idx, weights=v, minlength=nbins)
+    counts = np.bincount(idx, minlength=nbins)
+    have = counts > 0
+    return (np.flatnonzero(have) + 0.5) * bin_s, sums[have] / counts[have]
 
 
 def _annotations(events: list[dict], crashes: list[dict], duration: float) -> tuple[list[Span], list[Mark]]:
