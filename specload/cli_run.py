@@ -43,9 +43,29 @@ class TuiOptions:
                                 help="Play a record back in the dashboard (space: pause, n: next level); "
                                      "no load is sent.")
     speed: float = option(1.0, "--speed", check=positive, help="--replay: this many times real time.")
+    web: bool = option(False, "--web", help="Serve the dashboard to a browser (textual-serve; one viewer at a time; "
+                       'closing the page ends the run). Needs: pip install "specload[web]".')
+    web_host: str = option("127.0.0.1", "--host", help="With --web: the address to listen on (this machine only "
+                           "by default).")
+    web_port: int = option(8765, "--port", help="With --web: the port to listen on.",
+                           check=lambda v: None if 1 <= v <= 65535 else "must be a port number, 1 to 65535")
 
     def __post_init__(self) -> None:
         check_fields(self)
+
+
+def _serve_web(tui: TuiOptions) -> None:
+    """``tui --web``: serve the dashboard until interrupted; each viewer runs these same options."""
+    from specload.ui.web import WebError, serve
+
+    argv = sys.argv[sys.argv.index("tui") + 1:] if "tui" in sys.argv else []
+    try:
+        serve(argv, host=tui.web_host, port=tui.web_port)
+    except WebError as e:
+        _fail(str(e))
+    except OSError as e:
+        _fail(f"cannot listen on {tui.web_host}:{tui.web_port}: {e.strerror or e}", ExitCode.ERROR)
+    sys.exit(0)
 
 
 def build_config(params: dict, *, ui: bool) -> RunConfig:
@@ -99,6 +119,10 @@ def tui_command(**params: object) -> None:
     cfg = _config_or_exit(params, ui=not tui.headless)
     if cfg.compare.schedule_from and not tui.headless:
         _fail("--schedule-from replays a schedule headless: use 'specload run --schedule-from ...'")
+    if tui.web:
+        if tui.headless:
+            _fail("--web and --headless do not go together")
+        _serve_web(tui)
     if tui.headless:
         sys.exit(run_headless(cfg, as_json=out.as_json))
     from specload.ui.app import run_app

@@ -57,7 +57,7 @@ FLAGS = (
     "--remote-debugging-port=0",
     # no name resolves but the loopback: a page that asks for anything else fails at once rather
     # than sending a lookup off the machine (tests only ever talk to 127.0.0.1)
-    "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE localhost",
+    "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE localhost, EXCLUDE 127.0.0.1",
 )
 
 DEADLINE = 30.0
@@ -104,6 +104,8 @@ class Page:
         self.target_id = target_id
         self.console: list[ConsoleEntry] = []
         self.requests: list[str] = []
+        self.websockets: list[str] = []  # URLs of the websockets the page opened
+        self.ws_frames_received = 0
         self._load = asyncio.Event()
 
     @property
@@ -132,6 +134,10 @@ class Page:
         elif method == "Network.loadingFailed":
             if not params.get("canceled"):
                 self.console.append(ConsoleEntry("network", "error", params.get("errorText", "load failed")))
+        elif method == "Network.webSocketCreated":
+            self.websockets.append(params.get("url", ""))
+        elif method == "Network.webSocketFrameReceived":
+            self.ws_frames_received += 1
         elif method == "Page.loadEventFired":
             self._load.set()
 

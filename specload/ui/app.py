@@ -24,6 +24,7 @@ import signal
 from collections.abc import Callable
 from pathlib import Path
 
+from textual import messages
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.reactive import var
@@ -443,6 +444,16 @@ class SpecloadApp(App[int]):
 
     async def action_quit(self) -> None:
         self.action_quit_run()
+
+    def _on_exit_app(self, message: messages.ExitApp) -> None:
+        # An exit asked from outside the app: textual-serve's page was closed (its web driver posts
+        # ExitApp). Quit as 'q' does first, so in-flight requests are recorded as cancelled and the
+        # record and the built-in server are closed; Textual's own handler (App._on_exit_app, run
+        # after this one unless prevented) exited at once, with the record left without its end
+        # line. The clean quit ends with exit(), which comes back here with _quitting set.
+        if self.session is not None and self.result is None and not self._quitting:
+            message.prevent_default()
+            self.action_quit_run()
 
     def action_quit_run(self) -> None:
         """Quit cleanly: stop sending, record in-flight requests as cancelled, close the record, exit."""

@@ -1,0 +1,107 @@
+"""``specload tui --web``: the dashboard served with textual-serve, opened in headless Chromium.
+
+The page loads from 127.0.0.1 only (no web font fetched from elsewhere), its websocket connects and
+streams the dashboard, which runs the load and writes the record; a second browser is turned away
+(it would start a second load); closing the page quits as 'q' does (the record gets its end line).
+
+Marked ``browser``; skipped with a reason when no Chromium or no textual-serve is installed.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from specload.record.reader import read_record
+from tests.browser import Chromium, require_chromium
+from tests.integration.test_report_browser import shots_dir
+from tests.waiting import until
+
+pytestmark = pytest.mark.browser
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def listening(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+            return True
+    except OSError:
+        return False
+
+
+def record_lines(path: Path) -> int:
+    return sum(1 for _ in path.open()) if path.exists() else 0
+
+
+async def test_dashboard_in_a_browser(tmp_path: Path) -> None:
+    pytest.importorskip("textual_serve", reason='textual-serve is the [web] extra: pip install "specload[web]"')
+    chromium = require_chromium()
+    port = free_port()
+    rec = tmp_path / "web.jsonl"
+    server = subprocess.Popen(
+        [sys.executable, "-m", "specload.cli", "tui", "--web", "--port", str(port), "-c", "2", "-d", "60",
+         "--max-tokens", "40", "--record", str(rec), "--sim-args", "--ttft-ms 20 --itl-ms 10 --quiet"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )
+    try:
+        await until(lambda: listening(port) or server.poll() is not None, timeout=30)
+        assert server.poll() is None, server.communicate(timeout=5)
+        url = f"http://127.0.0.1:{port}/"
+        async with Chromium.start(chromium) as browser:
+            page = await browser.new_page(width=1400, height=900)
+            await page.goto(url)
+            # textual.js marks the page once the dashboard's first bytes arrive over the websocket
+            await page.wait_for("document.body.classList.contains('-first-byte')", timeout=30)
+            await until(lambda: '"type":"request"' in (rec.read_text() if rec.exists() else ""), timeout=30)
+            await page.screenshot(shots_dir(tmp_path) / "web-dashboard.png", full_page=False)
+            assert len(page.websockets) == 1 and page.websockets[0].startswith(f"ws://127.0.0.1:{port}/ws?")
+            assert page.ws_frames_received > 10
+            assert all(u.startswith(f"http://127.0.0.1:{port}/") for u in page.requests), page.requests
+            assert not page.errors, [str(e) for e in page.errors]
+
+            # a second viewer is turned away: its socket gets the note and closes
+            second = await browser.new_page(width=1000, height=600)
+            await second.goto(url)
+            await second.wait_for("document.body.classList.contains('-closed')", timeout=20)
+            assert second.ws_frames_received == 1
+
+            # closing the first page quits the dashboard as 'q' does: the record gets its end line
+            await browser.send("Target.closeTarget", {"targetId": page.target_id})
+            await until(lambda: '"type":"end"' in rec.read_text(), timeout=30)
+        data = read_record(str(rec))
+        assert data.end is not None and data.end["reason"] == "interrupted"
+        assert data.requests and data.run is not None and data.run["target"].startswith("http://127.0.0.1:")
+    finally:
+        if server.poll() is None:
+            os.killpg(server.pid, signal.SIGINT)
+            try:
+                server.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(server.pid, signal.SIGKILL)
+                server.wait(timeout=5)
+    out = server.stdout.read() if server.stdout else ""
+    err = server.stderr.read() if server.stderr else ""
+    assert "open to this machine only (127.0.0.1)" in err, err[-500:]
+    assert "Traceback" not in out + err, (out + err)[-1500:]
+
+
+def test_web_without_textual_serve_names_the_extra(tmp_path: Path) -> None:
+    # a Python whose import of textual_serve fails: the one-line error names the extra
+    env = dict(os.environ, PYTHONPATH=str(tmp_path))
+    (tmp_path / "textual_serve.py").write_text("raise ImportError('not here')\n")
+    p = subprocess.run([sys.executable, "-m", "specload.cli", "tui", "--web"], capture_output=True, text=True,
+                       env=env, timeout=60)
+    assert p.returncode == 2
+    assert p.stderr.strip() == ('specload: error: --web needs textual-serve, which is not installed: '
+                                'pip install "specload[web]"')
