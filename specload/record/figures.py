@@ -100,7 +100,8 @@ def page_from_runs(sides: Sequence[Any], comparison: dict | None = None, *, titl
         for run in side.runs:
             runs.append(report_run(run, side=side.label))
     if comparison is None:
-        series = [ReportSeries(sides[0].label, _levels_alone(sides[0].runs[0]), baseline=False)]
+        # no comparison: each side's (first) run with its own figures and intervals, no verdicts
+        series = [ReportSeries(s.label, _levels_alone(s.runs[0]), baseline=False) for s in sides]
         notes: list[str] = []
         baseline = None
     else:
@@ -108,7 +109,7 @@ def page_from_runs(sides: Sequence[Any], comparison: dict | None = None, *, titl
         baseline = comparison.get("baseline")
         notes = _comparison_notes(comparison)
     if title is None:
-        title = "specload report: " + (" vs ".join(s.label for s in series) if comparison else series[0].label)
+        title = "specload report: " + " vs ".join(s.label for s in series)
     return ReportPage(runs=runs, series=series, title=title, baseline=baseline, comparison_notes=notes)
 
 
