@@ -1,0 +1,127 @@
+"""What ``specload report`` writes besides its table: the HTML page (``--html``), the plot
+(``--plot``), and the plain table of another tool's result file.
+
+Kept out of ``report.py`` so the command stays a thin front: it loads the runs, compares them when
+there are several, and hands the sides and the comparison's JSON here. Output paths are checked
+before any work (a missing matplotlib or an unwritable folder is a one-line error at once, not after
+the statistics), and each written file is reported on stderr with its size.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import click
+import numpy as np
+
+
+class OutputError(Exception):
+    """An output cannot be written; one line for the user."""
+
+
+def check_outputs(html: str | None, plot: str | None) -> None:
+    """Fail before the work: a bad suffix, no matplotlib for a plot, a folder that is not there or
+    not writable."""
+    for path in (html, plot):
+        if path is None:
+            continue
+        parent = Path(path).parent
+        if not parent.is_dir():
+            raise OutputError(f"{path}: the folder {parent} does not exist")
+        if not os.access(parent, os.W_OK):
+            raise OutputError(f"{path}: the folder {parent} is not writable")
+        if Path(path).is_dir():
+            raise OutputError(f"{path} is a folder")
+    if html is not None and not html.lower().endswith((".html", ".htm")):
+        raise OutputError(f"--html {html}: the file must end in .html")
+    if plot is not None:
+        from specload.record.plot import FORMATS, PlotError, _pyplot
+
+        if Path(plot).suffix.lower() not in FORMATS:
+            raise OutputError(f"--plot {plot}: the file must end in .png or .svg")
+        try:
+            _pyplot()
+        except PlotError as e:
+            raise OutputError(str(e)) from None
+
+
+def write_outputs(sides: Sequence[Any], comparison: dict | None, *, html: str | None, plot: str | None) -> None:
+    """Write the page and/or the plot of ``sides`` (``compare.Side``-like: ``label``, ``runs``) and the
+    comparison's JSON (None for a single run)."""
+    if html is None and plot is None:
+        return
+    from specload.record.figures import page_from_runs
+
+    page = page_from_runs(sides, comparison)
+    if html is not None:
+        from specload.record.html import write_html
+
+        try:
+            size = write_html(html, page)
+        except OSError as e:
+            raise OutputError(f"cannot write {html}: {e.strerror or e}") from None
+        click.echo(f"specload report: wrote {html} ({size / 1e3:.0f} kB)", err=True)
+    if plot is not None:
+        from specload.record.plot import PlotError, render_plot
+
+        try:
+            size = render_plot(page.series, plot, title=page.title)
+        except PlotError as e:
+            raise OutputError(str(e)) from None
+        click.echo(f"specload report: wrote {plot} ({size / 1e3:.0f} kB)", err=True)
+
+
+def peer_summaries(run: Any) -> list:
+    """A peer tool's run as level lines for the plain table (``report.level_table``): from its
+    per-request columns where it has them, else its own summary."""
+    from specload.stats.levels import LevelColumns
+
+    out = []
+    for lv in run.levels:
+        if lv.start_s is None or lv.ttft_ms is None:
+            if lv.summary is not None:
+                out.append(lv.summary)
+            continue
+        cols = LevelColumns(lv.index, lv.concurrency)
+        kinds = lv.error_kind or (None,) * lv.n
+
+        def ns(col: np.ndarray | None, i: int, scale: float = 1e6) -> float | None:
+            if col is None or not np.isfinite(col[i]):
+                return None
+            return float(col[i]) * scale
+
+        for i in range(lv.n):
+            start = float(lv.start_s[i])
+            end = float(lv.end_s[i]) if lv.end_s is not None and np.isfinite(lv.end_s[i]) else start
+            itl = ns(lv.itl_ms, i)
+            cols.add_values(
+                start_ns=int(start * 1e9), end_ns=int(end * 1e9), ok=bool(lv.ok[i]), error_kind=kinds[i],
+                output_tokens=int(lv.output_tokens[i]) if lv.output_tokens is not None else 0, estimated=False,
+                ttft_ns=ns(lv.ttft_ms, i), e2e_ns=ns(lv.e2e_ms, i), tpot_ns=ns(lv.tpot_ms, i),
+                itl_ns=[itl] if itl is not None else None,
+            )
+        out.append(cols.summary())
+    return out
+
+
+def print_peer_report(run: Any, console: Any) -> None:
+    """The plain table of a peer tool's file, with its own summary and the notes on definitions."""
+    from specload.record.figures import describe
+    from specload.record.report import level_table
+
+    console.print(f"[bold]{run.description.tool}[/] {run.source}")
+    for k, v in describe(run):
+        if k != "source":
+            console.print(f"[dim]{k}:[/] {v}", highlight=False)
+    console.print(level_table(peer_summaries(run)))
+    for n in run.notes:
+        console.print(f"[yellow]note:[/] {n}", highlight=False)
+
+
+def fail(msg: str) -> None:
+    click.echo(f"specload report: {msg}", err=True)
+    sys.exit(2)
