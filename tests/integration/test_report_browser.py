@@ -10,12 +10,17 @@ Marked ``browser``; skipped with a reason when no Chromium is installed (``.ci/r
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
-from specload.record.figures import ReportPage, ReportRun
+import specload.record.peers  # noqa: F401 - registers the peer readers
+from specload.record.figures import ReportPage, ReportRun, page_from_runs
 from specload.record.html import write_html
+from specload.record.runs import load_run
 from specload.record.timeseries import build_time_series
 from tests.browser import Chromium, Page, require_chromium
 from tests.unit.test_plot import run as synthetic_run
@@ -34,15 +39,18 @@ def shots_dir(tmp_path: Path) -> Path:
     return tmp_path
 
 
-async def open_report(html: Path, shot: Path, width: int = 1400) -> tuple[list[dict], Page]:
+async def open_report(html: Path, shot: Path, width: int = 1400, ask: str = "null") -> tuple[list[dict], Page, object]:
+    """Open the page, wait for its charts, run the drawing checks and ``ask`` (an expression) in it,
+    keep a screenshot; the tab's console and requests stay readable after the browser is gone."""
     async with Chromium.start(require_chromium()) as browser:
         tab = await browser.new_page(width=width, height=900)
         await tab.goto(html.resolve().as_uri())
         await tab.wait_for("window.specloadReady === true")
         drawn = await tab.evaluate(CHECKS)
+        answer = await tab.evaluate(ask)
         png = await tab.screenshot(shot)
         assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 20_000
-        return drawn, tab
+        return drawn, tab, answer
 
 
 def assert_drawn(drawn: list[dict]) -> None:
@@ -51,7 +59,8 @@ def assert_drawn(drawn: list[dict]) -> None:
         assert chart["datasets"], f"{chart['chart']}: no dataset drawn"
         for ds in chart["datasets"]:
             # most points of each line show its colour (a point may sit under another line's)
-            assert ds["tried"] > 0 and ds["hits"] >= max(1, 0.5 * ds["tried"]), (chart["chart"], ds)
+            assert ds["hits"] >= 0.5 * ds["tried"], (chart["chart"], ds)
+        assert sum(ds["hits"] for ds in chart["datasets"]) > 0, chart
         for ann in chart["annotations"]:
             assert ann["drawn"], (chart["chart"], ann)
 
@@ -81,7 +90,7 @@ def synthetic_page() -> ReportPage:
 async def test_html_report_renders_in_chromium(tmp_path: Path) -> None:
     html = tmp_path / "report.html"
     write_html(html, synthetic_page())
-    drawn, tab = await open_report(html, shots_dir(tmp_path) / "report-synthetic.png")
+    drawn, tab, _ = await open_report(html, shots_dir(tmp_path) / "report-synthetic.png")
     names = [c["chart"] for c in drawn]
     # six charts against concurrency, then the baseline's timeline: load, latency, server queue and
     # speed; the candidate has no timeline (no per-request times)
@@ -92,3 +101,39 @@ async def test_html_report_renders_in_chromium(tmp_path: Path) -> None:
     assert len(load["annotations"]) == 4  # two level boundaries, the marker, the crash
     assert not tab.errors, [str(e) for e in tab.errors]
     assert tab.requests == [html.resolve().as_uri()], tab.requests
+
+
+def crashed_record(tmp_path: Path) -> Path:
+    """A real record of the built-in simulator crashing mid-run: levels, a crash with its signature,
+    the server going down (bounded: a few seconds)."""
+    rec = tmp_path / "crash.jsonl"
+    p = subprocess.run(
+        [sys.executable, "-m", "specload.cli", "run", "-c", "2,4", "-n", "12", "--max-tokens", "20", "--record", str(rec),
+         "--on-crash", "continue", "--down-timeout", "3",
+         "--sim-args", "--ttft-ms 5 --itl-ms 2 --crash-after 18 --seed 3"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert p.returncode in (3, 4), p.stderr[-800:]  # stopped by the crash or by the server staying down
+    return rec
+
+
+async def test_report_of_a_crashed_run_in_chromium(tmp_path: Path) -> None:
+    rec = crashed_record(tmp_path)
+    html = tmp_path / "crash.html"
+    run = load_run(str(rec))
+    write_html(html, page_from_runs([SimpleNamespace(label=run.label, runs=(run,))]))
+    text = html.read_text()
+    assert "AttributeError" in text and "EAGLEWorkerV2" in text  # the signature, in the crash list
+    drawn, tab, marks = await open_report(
+        html, shots_dir(tmp_path) / "report-crash.png",
+        ask="JSON.parse(document.getElementById('specload-data').textContent).runs[0].timeline.marks"
+            ".map(m => [m.kind, m.label])",
+    )
+    timeline = [c for c in drawn if c["chart"].startswith("run0-")]
+    assert [c["chart"] for c in timeline][:2] == ["run0-load", "run0-latency"]
+    assert_drawn(drawn)
+    kinds = [k for k, _ in marks]
+    assert kinds.count("level") == 2 and "crash" in kinds
+    assert any(k == "crash" and "EAGLEWorkerV2" in label for k, label in marks)
+    assert not tab.errors, [str(e) for e in tab.errors]
+    assert tab.requests == [html.resolve().as_uri()]

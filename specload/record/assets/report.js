@@ -157,6 +157,8 @@
     // labels on the top chart: levels along the top edge, crashes staggered below them, markers
     // staggered along the bottom, so that marks close in time do not hide each other's labels
     const row = { top: 0, mid: 0, bottom: 0 };
+    let lastLevelT = -Infinity;
+    let levelRow = 0;
     tl.marks.forEach((m, i) => {
       const st = MARK_STYLE[m.kind] || MARK_STYLE.marker;
       const text = m.kind === "level" ? (m.manual ? `${m.label} (key)` : m.label) : m.label;
@@ -164,13 +166,24 @@
       const place = m.kind === "level" ? "top" : m.kind === "marker" ? "bottom" : "mid";
       const k = row[place]++;
       const position = place === "top" ? "end" : place === "bottom" ? "start" : "end";
-      const yAdjust = place === "top" ? 0 : place === "bottom" ? -(k % 2) * 20 : 24 + (k % 3) * 22;
+      if (place === "top") {
+        // levels close together (a quick ramp, keys pressed in a row) take turns on two rows
+        levelRow = m.t - lastLevelT < 0.05 * tl.duration_s ? 1 - levelRow : 0;
+        lastLevelT = m.t;
+      }
+      const yAdjust = place === "top" ? levelRow * 18 : place === "bottom" ? -(k % 2) * 20 : 24 + (k % 3) * 22;
+      // a label is centred on its line; near either end of the axis it would run off the chart, so
+      // it goes to the side with room (its width estimated from the text: 10 px font, ~6 px a char)
+      const shown = text.length > 60 ? 60 : text.length;
+      const half = (shown * 6 + 8) / 2;
+      const side = m.t < tl.duration_s / 2 ? 1 : -1;
+      const xAdjust = place === "top" ? 0 : side * (half + 3);
       out[`mark${i}`] = {
         type: "line", xMin: m.t, xMax: m.t, borderColor: st.color, borderWidth: m.kind === "crash" ? 2 : 1,
         borderDash: m.manual ? [1, 2] : st.dash, drawTime: "afterDatasetsDraw",
         label: {
           display: always, content: text.length > 60 ? text.slice(0, 57) + "..." : text,
-          position, yAdjust, backgroundColor: alpha(st.color, 0.85),
+          position, yAdjust, xAdjust, backgroundColor: alpha(st.color, 0.85),
           color: "#fff", font: { size: 10 }, padding: 3, z: m.kind === "crash" ? 2 : 1,
         },
         enter: (ctx) => { ctx.element.label.options.display = true; ctx.element.label.options.content = tipText(m); return true; },
@@ -193,7 +206,8 @@
   function timelineChart(el, tl, spec) {
     const datasets = spec.series.map((s) => ({
       label: s.label, yAxisID: s.axis || "y", borderColor: s.color, backgroundColor: alpha(s.color, 0.5),
-      borderWidth: s.type === "bar" ? 0 : 1.5, pointRadius: 0,
+      // sparse series (a few server samples) get dots, or a lone sample would not show at all
+      borderWidth: s.type === "bar" ? 0 : 1.5, pointRadius: s.data.length < 30 ? 2 : 0,
       spanGaps: s.spanGaps === false ? false : Math.max(tl.bin_s * 3, s.sparse ? 2 : 0),
       type: s.type || "line", data: s.data, stepped: s.stepped || false, barPercentage: 1.0, categoryPercentage: 1.0,
     }));
