@@ -201,7 +201,7 @@ def _series_from_comparison(sides: Sequence[Any], comparison: dict) -> list[Repo
     for lvj in comparison.get("levels", []):
         flags: dict[str, list[str]] = {}
         for f in lvj.get("flags", []):
-            flags.setdefault(f.get("side", ""), []).append(f"{f.get('kind')}: {f.get('detail')}")
+            flags.setdefault(f.get("side", ""), []).append(str(f.get("detail")))
         for label, sd in lvj.get("sides", {}).items():
             if label not in series:
                 continue

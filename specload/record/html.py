@@ -180,7 +180,7 @@ def render(page: ReportPage) -> str:
     tables = []
     for sr in page.series:
         tag = " (baseline)" if sr.baseline else ""
-        tables.append(f"<h3>{_e(sr.label)}{tag}</h3>{level_table(sr, keys)}")
+        tables.append(f'<h3>{_e(sr.label)}{tag}</h3><div class="table-wrap">{level_table(sr, keys)}</div>')
     timelines = []
     legend = (
         "Dashed grey lines: level boundaries (dotted: set by key). Blue lines: markers. Red: crashes "

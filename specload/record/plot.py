@@ -64,7 +64,7 @@ def _points(run: ReportSeries, metric: str) -> tuple[list[int], list[float], lis
     return xs, ys, lo, hi
 
 
-def render_plot(runs: Sequence[ReportSeries], path: str | Path, *, title: str | None = None, dpi: int = 110) -> int:
+def render_plot(runs: Sequence[ReportSeries], path: str | Path, *, title: str | None = None, dpi: int = 90) -> int:
     """Write the figure to ``path`` (.png or .svg); returns the file's size in bytes."""
     path = Path(path)
     if path.suffix.lower() not in FORMATS:

@@ -202,8 +202,13 @@ class _ReportCommand(click.Command):
 @click.option("--csv", "as_csv", is_flag=True, help="Print as CSV (one row per level, run and metric).")
 @click.option("--slo", metavar="SPEC", help="One record: judge its levels against these objectives (goodput), "
                                              "as a run with --slo would have (see README, Capacity).")
+@click.option("--html", "html", type=click.Path(dir_okay=False), metavar="FILE.html",
+              help="Also write an offline HTML report: descriptions, tables, interactive charts, timelines.")
+@click.option("--plot", "plot", type=click.Path(dir_okay=False), metavar="FILE.png|.svg",
+              help='Also write the charts as a PNG or SVG (needs: pip install "specload[report]").')
 def report_command(records: tuple[str, ...], vs: tuple[str, ...], baseline: str | None, primary: str,
-                   min_effect: float, as_json: bool, as_csv: bool, slo: str | None) -> None:
+                   min_effect: float, as_json: bool, as_csv: bool, slo: str | None, html: str | None,
+                   plot: str | None) -> None:
     """The level table of a recorded run, or a comparison of several.
 
     \b
@@ -211,8 +216,13 @@ def report_command(records: tuple[str, ...], vs: tuple[str, ...], baseline: str 
     specload report A.jsonl B.jsonl [C.jsonl]    B (and C) against A, level by level
     specload report A1.jsonl A2.jsonl --vs B1.jsonl B2.jsonl
                                                  repeats per side: run-to-run variation included
-    Records with the same --label are repeats of one side.
+    specload report RUN.jsonl --html r.html --plot r.png
+                                                 an offline HTML report, the charts as an image
+    Records with the same --label are repeats of one side. RUN can also be a 'vllm bench serve
+    --save-result' JSON or an SGLang 'bench_serving' JSONL file.
     """
+    from specload.record.outputs import OutputError, check_outputs, write_outputs
+
     if as_json and as_csv:
         _usage("give only one of --json and --csv")
     if not (0 <= min_effect < 100):
@@ -225,8 +235,20 @@ def report_command(records: tuple[str, ...], vs: tuple[str, ...], baseline: str 
             spec = parse_slo(slo)
         except SloError as e:
             _usage(str(e))
+    try:
+        check_outputs(html, plot)  # before any work: a missing extra or folder fails at once
+    except OutputError as e:
+        _usage(str(e))
     if len(records) == 1 and not vs and baseline is None:
-        _single_report(records[0], as_json, as_csv, spec)
+        run = _single_report(records[0], as_json, as_csv, spec)
+        if html or plot:
+            from types import SimpleNamespace
+
+            run = run if run is not None else _load(records[0])
+            try:
+                write_outputs([SimpleNamespace(label=run.label, runs=(run,))], None, html=html, plot=plot)
+            except OutputError as e:
+                _usage(str(e))
         return
     if spec is not None:
         _usage("--slo judges one record; give one file")
@@ -237,6 +259,10 @@ def report_command(records: tuple[str, ...], vs: tuple[str, ...], baseline: str 
         _usage(f"all records are runs of '{sides[0].label}': nothing to compare them with "
                "(give the other side with --vs, or label runs with 'specload run --label')")
     c = compare(sides, primary=primary, min_effect=min_effect / 100.0)
+    try:
+        write_outputs(sides, to_json(c) if (html or plot) else None, html=html, plot=plot)
+    except OutputError as e:
+        _usage(str(e))
     if as_json:
         import orjson
 
@@ -260,6 +286,7 @@ def _usage(msg: str) -> None:
 
 
 def _load(path: str):  # noqa: ANN202 - Run, imported lazily
+    import specload.record.peers  # noqa: F401 - other tools' result files read as runs
     from specload.record.runs import RunReadError, load_run
 
     try:
@@ -300,12 +327,18 @@ def _side_label(runs: list) -> str:
     return labels[0] if len(labels) == 1 else "+".join(labels)
 
 
-def _single_report(record: str, as_json: bool, as_csv: bool, spec: SloSpec | None = None) -> None:
+def _single_report(record: str, as_json: bool, as_csv: bool, spec: SloSpec | None = None):  # noqa: ANN202
+    """Print one file's table; returns the run when the file was another tool's (read through the run
+    model), else None."""
     try:
         data = read_record(record)
     except RecordReadError as e:
-        click.echo(f"specload report: {e}", err=True)
-        sys.exit(ExitCode.USAGE)
+        run = _peer_run(record)
+        if run is None:
+            click.echo(f"specload report: {e}", err=True)
+            sys.exit(ExitCode.USAGE)
+        _peer_report(run, as_json, as_csv)
+        return run
     levels, recomputed = summaries_from_record(data)
     if spec is not None:
         from dataclasses import replace
@@ -407,3 +440,48 @@ def search_results(data: RecordData) -> tuple[list[dict], bool]:
             open_search = False
             results.append({k: x for k, x in v.items() if k != "phase"})
     return results, open_search
+
+
+def _seconds(v: object) -> str:
+    """A record's seconds for reading: one decimal (the record keeps µs)."""
+    return f"{v:.1f}" if isinstance(v, (int, float)) else str(v)
+
+
+def _peer_run(path: str):  # noqa: ANN202 - a Run, or None
+    """Another tool's result file as a run, or None when no reader knows the file."""
+    import specload.record.peers  # noqa: F401 - registers the readers
+    from specload.record.runs import RunReadError, load_run
+
+    try:
+        run = load_run(path)
+    except (RunReadError, RecordReadError) as e:
+        if "not a specload record or a result file" in str(e):
+            return None
+        _usage(str(e))
+    return None if run.kind == "specload" else run
+
+
+def _peer_report(run, as_json: bool, as_csv: bool) -> None:  # noqa: ANN001 - a Run
+    from specload.record.outputs import peer_summaries, print_peer_report
+
+    levels = peer_summaries(run)
+    if as_csv:
+        import csv
+
+        rows = [s.as_record() for s in levels]
+        cols = list(rows[0]) if rows else ["level_index", "concurrency"]
+        w = csv.DictWriter(sys.stdout, fieldnames=cols, lineterminator="\n")
+        w.writeheader()
+        for row in rows:
+            row["errors"] = ";".join(f"{k} {n}" for k, n in row["errors"].items())
+            w.writerow({k: "" if v is None else v for k, v in row.items()})
+        return
+    if as_json:
+        import orjson
+
+        extra = {"source": run.source, "tool": run.description.tool, "notes": list(run.notes),
+                 "tool_summary": run.description.config.get("tool_summary")}
+        sys.stdout.write(orjson.dumps(summary_json(levels, extra), option=orjson.OPT_INDENT_2
+                                      | orjson.OPT_SERIALIZE_NUMPY).decode() + "\n")
+        return
+    print_peer_report(run, wide_console())

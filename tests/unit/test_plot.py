@@ -39,7 +39,7 @@ def test_png_and_svg(tmp_path: Path) -> None:
     n = render_plot(runs, png)
     assert n == png.stat().st_size and 30_000 < n < 600_000
     w, h = png_size(png)
-    assert (w, h) == (1650, 946)  # 15 x 8.6 in at 110 dpi
+    assert (w, h) == (1350, 774)  # 15 x 8.6 in at 90 dpi
     svg = tmp_path / "out.svg"
     render_plot(runs, svg)
     text = svg.read_text()

@@ -1,0 +1,98 @@
+"""``specload report ... --html/--plot`` and peer files through the CLI, as a user runs them: real
+records made against the simulator, real subprocesses, the files checked."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.unit.test_peers import PEERS, needs_fixtures
+
+SIM = "--ttft-ms 5 --itl-ms 2 --spec-tokens 0 --seed {seed}"
+
+
+def specload(*args: str, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "specload.cli", *args], capture_output=True, text=True,
+                          timeout=timeout, env=env)
+
+
+@pytest.fixture(scope="module")
+def two_records(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    d = tmp_path_factory.mktemp("records")
+    out = []
+    for label, itl, seed in (("base", 2, 1), ("slower", 3, 2)):
+        rec = d / f"{label}.jsonl"
+        p = specload("run", "-c", "1,4", "-n", "24", "--max-tokens", "24", "--ignore-eos", "--label", label,
+                     "--record", str(rec), "--sim-args", f"--ttft-ms 5 --itl-ms {itl} --spec-tokens 0 --seed {seed}")
+        assert p.returncode == 0, p.stderr[-800:]
+        out.append(rec)
+    return out[0], out[1]
+
+
+def test_html_and_plot_of_a_comparison(two_records: tuple[Path, Path], tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib", reason='matplotlib is the [report] extra: pip install "specload[report]"')
+    base, slower = two_records
+    html, png = tmp_path / "cmp.html", tmp_path / "cmp.png"
+    p = specload("report", str(base), str(slower), "--html", str(html), "--plot", str(png))
+    assert p.returncode == 0, p.stderr[-800:]
+    assert f"wrote {html}" in p.stderr and f"wrote {png}" in p.stderr
+    assert "C=" in p.stdout  # the comparison table is printed as well
+    text = html.read_text()
+    data = json.loads(text.split('<script id="specload-data" type="application/json">', 1)[1].split("</script>", 1)[0])
+    labels = [s["label"] for s in data["series"]]
+    assert labels == ["base", "slower"] and data["baseline"] == "base"
+    # the table carries ratios and verdicts against the baseline
+    assert 'class="verdict ' in text and "×" in text
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 30_000
+
+
+def test_html_of_one_run_with_its_command_masked(tmp_path: Path) -> None:
+    rec = tmp_path / "one.jsonl"
+    env = dict(os.environ, MY_API_KEY="sk-secret-123")
+    p = specload("run", "-c", "2", "-n", "10", "--max-tokens", "16", "--record", str(rec), "--api-key-env",
+                 "MY_API_KEY", "--header", "X-Api-Key: hdr-secret-456", "--sim-args", SIM.format(seed=3), env=env)
+    assert p.returncode == 0, p.stderr[-800:]
+    html = tmp_path / "one.html"
+    p = specload("report", str(rec), "--html", str(html))
+    assert p.returncode == 0, p.stderr[-800:]
+    text = html.read_text()
+    assert "specload run -c 2 -n 10" in text  # the command, as given ...
+    assert "hdr-secret-456" not in text and "sk-secret-123" not in text  # ... with its secrets masked
+    assert "X-Api-Key: ***" in text
+
+
+@needs_fixtures
+def test_vllm_file_as_a_report(tmp_path: Path) -> None:
+    assert PEERS is not None
+    f = PEERS / "vllm-bench-spec-ngram-c4.json"
+    p = specload("report", str(f))
+    assert p.returncode == 0, p.stderr[-800:]
+    assert "vllm bench serve" in p.stdout and "128/128" in p.stdout
+    assert "2493.48 tok/s" in p.stdout  # vLLM's own summary, as it printed it
+    assert "per chunk" in p.stdout  # the note on its ITL
+    html = tmp_path / "vllm.html"
+    p = specload("report", str(PEERS / "specload-spec-ngram-c4.jsonl"), str(f), "--html", str(html))
+    assert p.returncode == 0, p.stderr[-800:]
+    text = html.read_text()
+    assert "vllm bench serve&#x27;s own summary" in text and "role-only chunk" in text
+
+
+def test_bad_outputs_fail_at_once_in_one_line(two_records: tuple[Path, Path], tmp_path: Path) -> None:
+    base, _ = two_records
+    p = specload("report", str(base), "--plot", str(tmp_path / "x.pdf"))
+    assert p.returncode == 2 and p.stderr.strip().endswith("the file must end in .png or .svg")
+    p = specload("report", str(base), "--html", str(tmp_path / "nowhere" / "x.html"))
+    assert p.returncode == 2 and "does not exist" in p.stderr and len(p.stderr.strip().splitlines()) == 1
+    # without matplotlib: the one-line error names the extra
+    (tmp_path / "matplotlib.py").write_text("raise ImportError('not here')\n")
+    env = dict(os.environ, PYTHONPATH=str(tmp_path))
+    p = specload("report", str(base), "--plot", str(tmp_path / "x.png"), env=env)
+    assert p.returncode == 2
+    assert p.stderr.strip() == ('specload report: --plot needs matplotlib, which is not installed: '
+                                'pip install "specload[report]"')
+    assert "Traceback" not in p.stderr
