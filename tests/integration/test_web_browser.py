@@ -44,6 +44,7 @@ def record_lines(path: Path) -> int:
     return sum(1 for _ in path.open()) if path.exists() else 0
 
 
+@pytest.mark.timeout(300)  # every wait is bounded; on a loaded 2-core machine the steps take a while
 async def test_dashboard_in_a_browser(tmp_path: Path) -> None:
     pytest.importorskip("textual_serve", reason='textual-serve is the [web] extra: pip install "specload[web]"')
     chromium = require_chromium()
@@ -55,15 +56,15 @@ async def test_dashboard_in_a_browser(tmp_path: Path) -> None:
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
     )
     try:
-        await until(lambda: listening(port) or server.poll() is not None, timeout=30)
+        await until(lambda: listening(port) or server.poll() is not None, timeout=60)
         assert server.poll() is None, server.communicate(timeout=5)
         url = f"http://127.0.0.1:{port}/"
         async with Chromium.start(chromium) as browser:
             page = await browser.new_page(width=1400, height=900)
             await page.goto(url)
             # textual.js marks the page once the dashboard's first bytes arrive over the websocket
-            await page.wait_for("document.body.classList.contains('-first-byte')", timeout=30)
-            await until(lambda: '"type":"request"' in (rec.read_text() if rec.exists() else ""), timeout=30)
+            await page.wait_for("document.body.classList.contains('-first-byte')", timeout=60)
+            await until(lambda: '"type":"request"' in (rec.read_text() if rec.exists() else ""), timeout=60)
             await page.screenshot(shots_dir(tmp_path) / "web-dashboard.png", full_page=False)
             assert len(page.websockets) == 1 and page.websockets[0].startswith(f"ws://127.0.0.1:{port}/ws?")
             assert page.ws_frames_received > 10
@@ -73,12 +74,12 @@ async def test_dashboard_in_a_browser(tmp_path: Path) -> None:
             # a second viewer is turned away: its socket gets the note and closes
             second = await browser.new_page(width=1000, height=600)
             await second.goto(url)
-            await second.wait_for("document.body.classList.contains('-closed')", timeout=20)
+            await second.wait_for("document.body.classList.contains('-closed')", timeout=60)
             assert second.ws_frames_received == 1
 
             # closing the first page quits the dashboard as 'q' does: the record gets its end line
             await browser.send("Target.closeTarget", {"targetId": page.target_id})
-            await until(lambda: '"type":"end"' in rec.read_text(), timeout=30)
+            await until(lambda: '"type":"end"' in rec.read_text(), timeout=60)
         data = read_record(str(rec))
         assert data.end is not None and data.end["reason"] == "interrupted"
         assert data.requests and data.run is not None and data.run["target"].startswith("http://127.0.0.1:")
