@@ -3,7 +3,9 @@ suffix is one line naming what to do."""
 
 from __future__ import annotations
 
+import importlib.util
 import struct
+import subprocess
 import sys
 from pathlib import Path
 
@@ -26,6 +28,20 @@ def run(label: str, factor: float, intervals: bool = True) -> ReportSeries:
     return ReportSeries(label, levels)
 
 
+def plot_in_child(path: Path, *labels_factors: tuple[str, float, bool]) -> int:
+    """``render_plot`` in a child process: matplotlib adds ~80 MB to whatever process imports it, and
+    the suite's process is the parent of other tests' subprocesses (whose peak memory some measure)."""
+    code = (
+        "import sys; from pathlib import Path; from tests.unit.test_plot import run; "
+        "from specload.record.plot import render_plot; "
+        f"print(render_plot([run(l, f, i) for l, f, i in {list(labels_factors)!r}], Path({str(path)!r})))"
+    )
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       cwd=Path(__file__).resolve().parents[2])
+    assert p.returncode == 0, p.stderr[-800:]
+    return int(p.stdout.strip())
+
+
 def png_size(path: Path) -> tuple[int, int]:
     data = path.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
@@ -33,15 +49,16 @@ def png_size(path: Path) -> tuple[int, int]:
 
 
 def test_png_and_svg(tmp_path: Path) -> None:
-    pytest.importorskip("matplotlib", reason='matplotlib is the [report] extra: pip install "specload[report]"')
-    runs = [run("baseline", 1.0), run("eagle3", 0.9), run("no intervals", 1.1, intervals=False)]
+    if importlib.util.find_spec("matplotlib") is None:  # not imported here: it would grow this process
+        pytest.skip('matplotlib is the [report] extra: pip install "specload[report]"')
+    runs = (("baseline", 1.0, True), ("eagle3", 0.9, True), ("no intervals", 1.1, False))
     png = tmp_path / "out.png"
-    n = render_plot(runs, png)
+    n = plot_in_child(png, *runs)
     assert n == png.stat().st_size and 30_000 < n < 600_000
     w, h = png_size(png)
     assert (w, h) == (1350, 774)  # 15 x 8.6 in at 90 dpi
     svg = tmp_path / "out.svg"
-    render_plot(runs, svg)
+    plot_in_child(svg, *runs)
     text = svg.read_text()
     assert text.lstrip().startswith("<?xml") and "</svg>" in text and 20_000 < len(text) < 2_000_000
     # the runs' names are in the figure (SVG keeps text as glyph paths, so look for the legend ids)
@@ -49,10 +66,11 @@ def test_png_and_svg(tmp_path: Path) -> None:
 
 
 def test_same_runs_same_svg(tmp_path: Path) -> None:
-    pytest.importorskip("matplotlib", reason='matplotlib is the [report] extra: pip install "specload[report]"')
+    if importlib.util.find_spec("matplotlib") is None:  # not imported here: it would grow this process
+        pytest.skip('matplotlib is the [report] extra: pip install "specload[report]"')
     a, b = tmp_path / "a.svg", tmp_path / "b.svg"
-    render_plot([run("x", 1.0)], a)
-    render_plot([run("x", 1.0)], b)
+    plot_in_child(a, ("x", 1.0, True))
+    plot_in_child(b, ("x", 1.0, True))
     assert a.read_bytes() == b.read_bytes()  # no timestamp: a plot under docs/ diffs cleanly
 
 
