@@ -234,7 +234,12 @@ def chart_title(sv: SearchView | None) -> str:
     r = sv.result
     if r is None:
         lo, hi = sv.bracket
-        return f"search: {sv.phase} {v(lo)}..{v(hi)}" if hi is not None else f"search: {sv.phase} from {v(lo)}"
+        if hi is not None:
+            return f"search: {sv.phase} {v(lo)}..{v(hi)}"
+        if lo is not None:
+            return f"search: {sv.phase} from {v(lo)}"
+        now = sv.current.value if sv.current is not None else None
+        return f"search: probing {v(now)}"
     if r.best is None:
         return "search: crashed, no best point" if r.reason == "crashed" else f"search: {r.reason}, no best point"
     knee = f" · knee {v(r.knee.value)}" if r.knee.reached else ""
