@@ -342,6 +342,7 @@ class CapacityPart:
         self._on_event = on_event or (lambda v: None)
         self.collector = LevelCollector(spec, t0_ns=t0_ns, open_loop=open_loop)
         self.driver: SearchDriver | None = None
+        self._drivers: list[SearchDriver] = []  # every search of the run
         self.results: list[SearchResult] = []  # every search of the run, in order
 
     def on_record(self, rec: RequestRecord) -> None:
@@ -364,6 +365,7 @@ class CapacityPart:
             on_event=self._search_event,
             seed=self.seed,
         )
+        self._drivers.append(self.driver)
         return self.driver
 
     def _search_event(self, value: dict) -> None:
@@ -382,10 +384,16 @@ class CapacityPart:
         """The summary with its goodput (unchanged without objectives)."""
         if self.spec is None:
             return summary
-        cols = self.collector.get(summary.level_index)
+        idx = summary.level_index
+        cols = self.collector.get(idx)
         if cols is None or not len(cols):
             return summary
-        ev = await off_loop(evaluate_level, cols.freeze(), seed=self.seed)
+        frozen = cols.freeze()
+        if not any(idx in d.probe_levels() for d in self._drivers):
+            # a level of the ramp is done with once judged (a search's probes stay: it reads them
+            # again); a long TUI session keeps one level's columns, not every request of the run
+            self.collector.drop(idx)
+        ev = await off_loop(evaluate_level, frozen, seed=self.seed)
         return replace(summary, goodput=ev.goodput)
 
     def stop_search(self, reason: str = "stopped") -> SearchResult | None:

@@ -381,6 +381,11 @@ class LevelCollector:
     def get(self, index: int) -> LevelRequestColumns | None:
         return self._levels.get(index)
 
+    def drop(self, index: int) -> None:
+        """Forget a level whose summary is done (a summary is released only once all the level's
+        requests have ended, so none of its requests comes after)."""
+        self._levels.pop(index, None)
+
 
 def goodput_from_lines(spec: SloSpec, requests: list[dict], *, open_loop: bool = False,
                        seed: int = 0) -> dict[int, LevelGoodput]:

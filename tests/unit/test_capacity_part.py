@@ -1,0 +1,43 @@
+"""The capacity part of a session: goodput attached to level summaries, memory let go of."""
+
+from __future__ import annotations
+
+import asyncio
+
+from specload.engine.capacity import CapacityPart
+from specload.engine.search import SearchSettings
+from specload.stats.levels import LevelColumns
+from specload.stats.slo import parse_slo
+from tests.unit.test_goodput import closed_loop
+
+
+def test_a_ramp_level_gets_its_goodput_and_its_columns_are_let_go() -> None:
+    part = CapacityPart(parse_slo("ttft_p90<=150ms"))
+    cols = LevelColumns(0, 2)
+    for rec in closed_loop(2, 60, lambda i: 100.0):
+        part.on_record(rec)
+        cols.add(rec)
+    summary = asyncio.run(part.finish_level(cols.summary()))
+    assert summary.goodput is not None and summary.goodput.verdict == "met"
+    assert part.collector.get(0) is None  # judged: its requests are no longer kept
+
+
+def test_a_probes_columns_stay_for_the_search() -> None:
+    part = CapacityPart(parse_slo("ttft_p90<=150ms"))
+    driver = part.new_search(SearchSettings())
+    spec = asyncio.run(driver.next_level(0))
+    assert spec is not None and spec.concurrency == 1
+    cols = LevelColumns(0, 1)
+    for rec in closed_loop(1, 20, lambda i: 100.0):
+        part.on_record(rec)
+        cols.add(rec)
+    summary = asyncio.run(part.finish_level(cols.summary()))
+    assert summary.goodput is not None
+    assert part.collector.get(0) is not None and len(part.collector.get(0)) == 20
+
+
+def test_without_objectives_only_a_searchs_probes_are_kept() -> None:
+    part = CapacityPart(None, collect_all=False)
+    for rec in closed_loop(2, 10, lambda i: 100.0):
+        part.on_record(rec)
+    assert part.collector.get(0) is None
