@@ -136,6 +136,7 @@ class CrashScreen(Modal[None]):
     CrashScreen Horizontal { height: 1fr; }
     CrashScreen OptionList { width: 40; max-width: 40%; height: 1fr; }
     CrashScreen VerticalScroll { width: 1fr; height: 1fr; background: $surface; }
+    CrashScreen #crash-head { width: 1fr; height: auto; margin-bottom: 1; }
     CrashScreen #crash-excerpt { width: auto; }
     CrashScreen .modal-hint { margin: 0; }
     """
@@ -148,7 +149,8 @@ class CrashScreen(Modal[None]):
 
     def compose(self) -> ComposeResult:
         with Vertical():
-            yield Label(f"✖ Server crashes ({len(self.crashes)} signatures)", classes="modal-title")
+            n = len(self.crashes)
+            yield Label(f"✖ Server crashes ({n} root cause{'s' if n != 1 else ''})", classes="modal-title")
             with Horizontal():
                 yield OptionList(
                     *[
@@ -157,6 +159,8 @@ class CrashScreen(Modal[None]):
                     ]
                 )
                 with VerticalScroll():
+                    # the head wraps (the whole message, at any width); the excerpt keeps its lines
+                    yield Static("", id="crash-head", markup=False)
                     yield Static("", id="crash-excerpt", markup=False)
             yield Label("↑/↓: choose · escape: close", classes="modal-hint")
 
@@ -173,5 +177,11 @@ class CrashScreen(Modal[None]):
         c = self.crashes[i]
         where = f"\nat {c.innermost_frame}" if c.innermost_frame else ""
         procs = f"\nprocesses: {', '.join(c.processes)}" if c.processes else ""
-        head = f"{c.exception_type}: {c.message}{where}{procs}\nseen {c.count}× · signature {c.signature}\n\n"
-        self.query_one("#crash-excerpt", Static).update(head + c.excerpt)
+        first = clock((c.first_seen_ns - self.t0_ns) / 1e9)
+        times = f"{c.count} failure{'s' if c.count != 1 else ''}"
+        head = f"{c.exception_type}: {c.message}{where}{procs}\n{times} · first seen +{first} · signature {c.signature}"
+        for x in c.consequences:
+            on = f" on {', '.join(x.processes)}" if x.processes else ""
+            head += f"\nthen {x.exception_type}: {x.message}{on}" + (f" (×{x.count})" if x.count > 1 else "")
+        self.query_one("#crash-head", Static).update(head)
+        self.query_one("#crash-excerpt", Static).update(c.excerpt)

@@ -3,8 +3,12 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
+import pytest
+
+from specload.records import CrashConsequence
 from specload.ui.app import create_app
 from specload.ui.messages import CrashReported, MessageListener
 from specload.ui.screens import CrashScreen, parse_concurrency
@@ -92,12 +96,13 @@ async def test_new_crash_alerts_and_opens_its_excerpt() -> None:
         assert any("SERVER CRASH" in (n.title or "") for n in app._notifications)
         # at 80x24 the crashes panel is brought to the front
         assert app.query_one("Dashboard").shown_panel == "crashes"
-        assert table.get_row(CRASH.signature)[0] == "✖ AttributeError"
-        assert table.get_row(CRASH.signature)[4] == "+01:35"  # first seen, relative to the run's start
+        assert table.get_row(CRASH.signature)[:3] == ["✖ AttributeError", "3", "TP0, TP1"]
         await pilot.press("e")
         await wait_for(pilot, lambda: isinstance(app.screen, CrashScreen), "the crash excerpt")
         excerpt = str(app.screen.query_one("#crash-excerpt").render())
         assert "Traceback" in excerpt and "draft_tokens" in excerpt
+        head = str(app.screen.query_one("#crash-head").render())
+        assert "first seen +01:35" in head  # relative to the run's start
         await pilot.press("escape")
         await wait_for(pilot, lambda: not isinstance(app.screen, CrashScreen), "the excerpt to close")
 
@@ -140,3 +145,49 @@ def test_parse_concurrency_and_messages() -> None:
     posted: list[object] = []
     MessageListener(posted.append).crash(CRASH)
     assert isinstance(posted[0], CrashReported) and posted[0].crash is CRASH
+
+
+LONG = replace(
+    CRASH,
+    signature="e5f6",
+    exception_type="torch.OutOfMemoryError",
+    message="CUDA out of memory. Tried to allocate 1.25 GiB. GPU 0 has a total capacity of 79.15 GiB of which "
+    "1.02 GiB is free. Including non-PyTorch memory, this process has 78.1 GiB memory in use.",
+    processes=("TP0", "TP1", "TP2", "TP3", "TP4", "TP5", "TP6", "TP7"),
+    count=2,
+    consequences=(CrashConsequence("9", "server_fatal", "Received sigquit from a child process.", (), 1),),
+)
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 40), (160, 48)])
+async def test_crash_panel_shows_type_message_count_and_ranks_at_every_size(size: tuple[int, int]) -> None:
+    source = mid_run_source(with_crash=False)
+    app = create_app(source=source)
+    async with app.run_test(size=size) as pilot:
+        await pilot.pause()
+        frame = source.frame()
+        source.set_frame(replace(frame, stats=replace(frame.stats, crashes=(CRASH, LONG))))
+        app.post_message(CrashReported(CRASH))
+        app.post_message(CrashReported(LONG))
+        table = app.query_one(CrashTable)
+        await wait_for(pilot, lambda: table.row_count == 2, "the crash rows")
+        app.query_one("Dashboard").show_panel("crashes")
+        pieces = ("AttributeError", "TP0, TP1", "draft_tokens", "OutOfMemory", "(8)", "then server_")
+
+        def shown() -> str:
+            return "\n".join(str(table.render_line(y).text) for y in range(table.region.height))
+
+        try:
+            await wait_for(pilot, lambda: all(p in shown() for p in pieces), f"type, count, ranks, message at {size}")
+        except AssertionError:
+            raise AssertionError(f"{size}:\n{shown()}") from None
+        assert table.region.width >= 40
+        # the long message wraps over the row's lines instead of running off the panel
+        row = table.get_row(LONG.signature)
+        assert row[1] == "2" and row[3].count("\n") >= 1 and row[3].replace("\n", " ").startswith("CUDA out of memory.")
+        assert all(len(line) <= table.columns["message"].width for line in row[3].split("\n"))
+        await pilot.press("e")
+        await wait_for(pilot, lambda: isinstance(app.screen, CrashScreen), "the crash excerpt")
+        head = str(app.screen.query_one("#crash-head").render())
+        # the whole message, wrapped, and what followed the cause
+        assert "78.1 GiB memory in use." in head.replace("\n", " ") and "then server_fatal" in head
