@@ -6,7 +6,9 @@ is known only when the next line or a pause comes). Every line is masked for sec
 log its own arguments, API key included: vLLM does), kept in a bounded tail for the screen
 (``lines``, numbered so a reader can ask for what is new), fed to ``--expect-log``, to the line
 observers (the supervisor looks for the simulator's URL), to the crash detector and to the
-server-stats parser. Crashes and stats samples leave through the callbacks given.
+server-stats parser, whose samples are taken at most once per ``--metrics-interval`` for each kind of
+stats line (a log flood of stats lines does not write a record line per line). Crashes and stats samples
+leave through the callbacks given.
 
 At the end of a run, ``drain`` gives the sources a last read (the final requests' log lines, a crash
 printed at the very end) before ``stop`` cancels the readers, and ``finish`` flushes the detector.
@@ -56,6 +58,7 @@ class LogWatch:
         self._sources: list[LogSource] = []
         self._launched: LogSource | None = None
         self._tasks: list[asyncio.Task] = []
+        self._next_stats_ns: dict[tuple, int] = {}  # per kind of stats line: next one taken (see _read)
 
     def start(self, tg: asyncio.TaskGroup, launched: LogSource | None = None) -> None:
         """Open the configured sources (and the launched server's output) and read them in ``tg``."""
@@ -79,6 +82,7 @@ class LogWatch:
         from specload.watch.server_stats import parse_stats_line
 
         detector, book, clock, scrub = self._detector, self._book, self.clock, self.scrub
+        stats_every_ns = int(self.cfg.metrics_interval_s * 1e9)
         async for line in source.lines():
             t = clock.now_ns()
             if scrub:
@@ -93,7 +97,14 @@ class LogWatch:
                 self._crash(book.add(entry, t))
             sample = parse_stats_line(line, t)
             if sample is not None:
-                self._on_server(sample)
+                # Sampled at the scrape interval, per kind of stats line (vLLM prints its throughput and
+                # its SpecDecoding line together): a server logging stats in a tight loop (a flood) must
+                # not write a record line for every line
+                kind = (sample.source, sample.gen_tok_s is None, sample.accept_len is None,
+                        sample.accept_rate is None, sample.running is None)
+                if t >= self._next_stats_ns.get(kind, 0):
+                    self._next_stats_ns[kind] = t + stats_every_ns
+                    self._on_server(sample)
 
     async def _poll(self) -> None:
         while True:

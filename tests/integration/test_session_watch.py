@@ -228,3 +228,19 @@ async def test_a_crash_line_printed_in_a_loop_is_one_record_line(sim, tmp_path) 
     assert session.log_seq == 20_000  # every line was read during the 3 s level
     crashes = read_record(str(rec)).crashes
     assert [(c["exception_type"], c["count"]) for c in crashes] == [("SIGSEGV", 1)]
+
+
+async def test_a_flood_of_stats_lines_is_sampled_at_the_scrape_interval(sim, tmp_path) -> None:
+    # 50,000 SGLang stats lines at once: one record line per --metrics-interval, not one per line
+    # (100,017 server lines in 10 s before)
+    server = await sim(ttft_ms=5, itl_ms=5, spec_tokens=0)
+    rec = tmp_path / "run.jsonl"
+    line = ("[2025-01-01 00:00:00 TP0] Decode batch. #running-req: 32, #token: 7275, token usage: 0.03, "
+            "accept len: 2.62, gen throughput (token/s): 968.31, #queue-req: 0")
+    session = Session(cfg(server.url, rec, levels=(1,), duration=2, watch=WatchConfig(
+        server_log_cmd=f"yes '{line}' | head -n 50000; sleep 30", metrics_url="off", metrics_interval_s=0.5)))
+    result = await asyncio.wait_for(session.run(), 40)
+    assert result.reason == "completed"
+    assert session.logs.seq == 50_000  # every line was read
+    servers = [s for s in read_record(str(rec)).servers if s["source"] == "log:sglang"]
+    assert 1 <= len(servers) <= 10
