@@ -6,9 +6,10 @@ is known only when the next line or a pause comes). Every line is masked for sec
 log its own arguments, API key included: vLLM does), kept in a bounded tail for the screen
 (``lines``, numbered so a reader can ask for what is new), fed to ``--expect-log``, to the line
 observers (the supervisor looks for the simulator's URL), to the crash detector and to the
-server-stats parser, whose samples are taken at most once per ``--metrics-interval`` for each kind of
-stats line (a log flood of stats lines does not write a record line per line). Crashes and stats samples
-leave through the callbacks given.
+server-stats parser, whose samples of the server's periodic stats lines are taken at most once per
+``--metrics-interval`` for each kind of stats line (a log flood of stats lines does not write a record
+line per line; per-request lines are all kept). Crashes and stats samples leave through the callbacks
+given.
 
 At the end of a run, ``drain`` gives the sources a last read (the final requests' log lines, a crash
 printed at the very end) before ``stop`` cancels the readers, and ``finish`` flushes the detector.
@@ -99,10 +100,14 @@ class LogWatch:
             if sample is not None:
                 # Sampled at the scrape interval, per kind of stats line (vLLM prints its throughput and
                 # its SpecDecoding line together): a server logging stats in a tight loop (a flood) must
-                # not write a record line for every line
+                # not write a record line for every line. Per-request lines (llama.cpp's eval and draft
+                # acceptance of one slot) are all kept: one per request, so bounded by the load, and
+                # their sums are the server's own counts (a sampled subset would undercount acceptance)
                 kind = (sample.source, sample.gen_tok_s is None, sample.accept_len is None,
                         sample.accept_rate is None, sample.running is None)
-                if t >= self._next_stats_ns.get(kind, 0):
+                if sample.extra.get("scope") == "request":
+                    self._on_server(sample)
+                elif t >= self._next_stats_ns.get(kind, 0):
                     self._next_stats_ns[kind] = t + stats_every_ns
                     self._on_server(sample)
 
