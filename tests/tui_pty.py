@@ -65,6 +65,18 @@ class TuiInPty:
         return [c.pid for c in psutil.Process(self.proc.pid).children(recursive=True)
                 if "specload.sim" in " ".join(c.cmdline())]
 
+    def send(self, data: bytes) -> None:
+        """Bytes typed at the terminal, in one write: the app reads them together, as over ssh."""
+        os.write(self.master, data)
+
+    def wait_for_line(self, record: Path, needle: bytes, what: str, timeout: float = 30) -> None:
+        """Until ``needle`` is in the record (its event lines are written at once)."""
+        deadline = time.monotonic() + timeout
+        while needle not in record.read_bytes():
+            assert self.proc.poll() is None, f"the TUI exited early with {self.proc.returncode}"
+            assert time.monotonic() < deadline, f"timed out after {timeout:g} s waiting for {what}"
+            time.sleep(0.05)
+
     def close_terminal(self) -> None:
         self._stop.set()
         os.close(self.master)  # the kernel sends SIGHUP to the session

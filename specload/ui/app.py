@@ -24,7 +24,7 @@ import signal
 from collections.abc import Callable
 from pathlib import Path
 
-from textual import messages
+from textual import events, messages
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.reactive import var
@@ -39,6 +39,7 @@ from specload.record.live import LiveView
 from specload.session import SessionResult
 from specload.session.source import Frame, RunControl, RunSource, SessionSource
 from specload.stats.live import StatsSnapshot
+from specload.ui.keys import open_modal, take_key
 from specload.ui.layout import Dashboard, DetailGrid, PanelTabs, TopRow
 from specload.ui.messages import (
     ClientLoadReported,
@@ -72,26 +73,35 @@ KEY_SETTLE_S = 0.4
 class SpecloadApp(App[int]):
     TITLE = "specload"
     CSS_PATH = "dashboard.tcss"
+    # Priority bindings: the app handles them in its own queue, in arrival order, before anything is
+    # forwarded (keys.py); check_action enables them on the dashboard only, so a dialog gets its keys
     BINDINGS = [
-        Binding("q", "quit_run", "Quit"),
-        Binding("space", "pause", "Pause"),
+        Binding("q", "quit_run", "Quit", priority=True),
+        # a load tester quits on ctrl+c (as q does: the record closed), in a dialog too
+        Binding("ctrl+c", "interrupt", "Quit", show=False, priority=True),
+        Binding("space", "pause", "Pause", priority=True),
         # the footer has 80 columns at worst: one entry per pair of keys, the partner hidden
-        Binding("up,plus", "conc(1)", "C±1", key_display="↑↓"),
-        Binding("down,minus", "conc(-1)", "C-1", show=False),
-        Binding("right_square_bracket", "scale(2.0)", "×2/½", key_display="]["),
-        Binding("left_square_bracket", "scale(0.5)", "½", show=False),
-        Binding("c", "set_concurrency", "Set"),
-        Binding("n", "next_level", "Next"),
-        Binding("h", "hold", "Hold"),
-        Binding("m", "marker", "Mark"),
-        Binding("e", "crashes", "Crashes", show=False),
+        Binding("up,plus", "conc(1)", "C±1", key_display="↑↓", priority=True),
+        Binding("down,minus", "conc(-1)", "C-1", show=False, priority=True),
+        Binding("right_square_bracket", "scale(2.0)", "×2/½", key_display="][", priority=True),
+        Binding("left_square_bracket", "scale(0.5)", "½", show=False, priority=True),
+        Binding("c", "set_concurrency", "Set", priority=True),
+        Binding("n", "next_level", "Next", priority=True),
+        Binding("h", "hold", "Hold", priority=True),
+        Binding("m", "marker", "Mark", priority=True),
+        Binding("e", "crashes", "Crashes", show=False, priority=True),
         # the capacity search: f starts it (or stops one running), b holds the load at its best point
-        Binding("f", "find_max", "Find max", show=False),
-        Binding("b", "hold_best", "Best", show=False),
-        Binding("question_mark", "help", "Keys", key_display="?"),
-        Binding("right", "panel(1)", "Panel", show=False),
-        Binding("left", "panel(-1)", "Panel", show=False),
+        Binding("f", "find_max", "Find max", show=False, priority=True),
+        Binding("b", "hold_best", "Best", show=False, priority=True),
+        Binding("question_mark", "help", "Keys", key_display="?", priority=True),
+        Binding("right", "panel(1)", "Panel", show=False, priority=True),
+        Binding("left", "panel(-1)", "Panel", show=False, priority=True),
     ]
+    # the actions of those keys that belong to the dashboard (ctrl+c's interrupt works everywhere)
+    DASHBOARD_ACTIONS = frozenset(
+        {"quit_run", "pause", "conc", "scale", "set_concurrency", "next_level", "hold", "marker", "crashes",
+         "find_max", "hold_best", "help", "panel"}
+    )
 
     snapshot: var[StatsSnapshot | None] = var(None)
     runner_state: var[RunnerState | None] = var(None)
@@ -316,6 +326,19 @@ class SpecloadApp(App[int]):
             return ExitCode.CRASHED if crashed else ExitCode.OK
         return r.exit_code if r.exit_code != ExitCode.INTERRUPTED else ExitCode.OK
 
+    # ------------------------------------------------------------------ keys
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        # the dashboard's keys only while it is shown: in a dialog, 'q' and 'c' are text and arrows
+        # move the cursor
+        return not (action in self.DASHBOARD_ACTIONS and len(self.screen_stack) > 1)
+
+    async def on_event(self, event: events.Event) -> None:
+        # our dialogs take their keys here, in the app's queue, in order (keys.py)
+        if await take_key(self, event):
+            return
+        await super().on_event(event)
+
     # ------------------------------------------------------------------ controls
 
     def _steerable(self) -> RunnerState | None:
@@ -364,7 +387,7 @@ class SpecloadApp(App[int]):
         if n is not None and self._steerable() is not None:
             self._steer(lambda c: c.set_target(n))
 
-    def action_set_concurrency(self) -> None:
+    async def action_set_concurrency(self) -> None:
         if (rs := self._steerable()) is None:
             return
 
@@ -375,7 +398,7 @@ class SpecloadApp(App[int]):
                 self._steer(lambda c: c.set_target(n))
                 self.notify(f"concurrency → {n} (held)", timeout=3)
 
-        self.push_screen(ConcurrencyScreen(self._wanted(rs)), apply)
+        await open_modal(self, ConcurrencyScreen(self._wanted(rs)), apply)
 
     def action_pause(self) -> None:
         if self._steerable() is not None:
@@ -390,7 +413,7 @@ class SpecloadApp(App[int]):
             self._steer(lambda c: c.toggle_hold())
             self.notify("ramp resumed" if rs.held else "holding this level", timeout=3)
 
-    def action_marker(self) -> None:
+    async def action_marker(self) -> None:
         if self._steerable() is None:
             return
 
@@ -398,17 +421,17 @@ class SpecloadApp(App[int]):
             if note is not None and self.control is not None and self.result is None:
                 self.control.marker(note)
 
-        self.push_screen(MarkerScreen(), apply)
+        await open_modal(self, MarkerScreen(), apply)
 
-    def action_crashes(self) -> None:
+    async def action_crashes(self) -> None:
         crashes = list(self.frame.stats.crashes)
         if not crashes:
             self.notify("no server crash seen", timeout=3)
             return
-        self.push_screen(CrashScreen(crashes, self.frame.info.t0_ns))
+        await open_modal(self, CrashScreen(crashes, self.frame.info.t0_ns))
 
-    def action_help(self) -> None:
-        self.push_screen(HelpScreen())
+    async def action_help(self) -> None:
+        await open_modal(self, HelpScreen())
 
     def action_find_max(self) -> None:
         """Start the capacity search from the current concurrency, or stop the one running."""
@@ -436,11 +459,11 @@ class SpecloadApp(App[int]):
     def action_panel(self, delta: int) -> None:
         self.query_one(Dashboard).step_panel(delta)
 
-    def on_click(self, event) -> None:  # noqa: ANN001 - any click
+    async def on_click(self, event) -> None:  # noqa: ANN001 - any click
         # clicking the crash table opens the excerpts (the table never takes focus)
         widget = getattr(event, "widget", None)
         if isinstance(widget, CrashTable) and self.frame.stats.crashes:
-            self.action_crashes()
+            await self.action_crashes()
 
     async def action_quit(self) -> None:
         self.action_quit_run()
@@ -454,6 +477,10 @@ class SpecloadApp(App[int]):
         if self.session is not None and self.result is None and not self._quitting:
             message.prevent_default()
             self.action_quit_run()
+
+    def action_interrupt(self) -> None:
+        """ctrl+c: what q does, from any screen (a load tester is expected to stop on ctrl+c)."""
+        self.action_quit_run()
 
     def action_quit_run(self) -> None:
         """Quit cleanly: stop sending, record in-flight requests as cancelled, close the record, exit."""

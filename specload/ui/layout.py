@@ -76,6 +76,11 @@ class Dashboard(Container):
         self.show_panel(DETAIL_PANELS[(i + delta) % len(DETAIL_PANELS)])
 
     def on_tabs_tab_activated(self, event: Tabs.TabActivated) -> None:
-        if event.tab is not None and event.tab.id:
-            self.show_panel(event.tab.id.removeprefix("tab-"))
+        # The strip's ``active`` is the truth; a TabActivated is news about it that may be stale. Two
+        # tab keys in one read set ``active`` twice before the first message is handled: acting on the
+        # stale one set it back, which queued another, and the two reset each other forever (100 % CPU).
+        # A click sets ``active`` too, so a current message is the user's choice.
+        if event.tab is None or not event.tab.id or event.tab.id != self.query_one(PanelTabs).active:
+            return
+        self.show_panel(event.tab.id.removeprefix("tab-"))
 

@@ -19,13 +19,14 @@ from textual.widgets.option_list import Option
 from specload.engine.runner import MAX_CONCURRENCY
 from specload.formatting import clock
 from specload.records import CrashEvent
+from specload.ui.keys import KeyTaker
 
 T = TypeVar("T")
 
 
-class Modal(ModalScreen[T]):
+class Modal(KeyTaker, ModalScreen[T]):
     """The dialogs' common look and behaviour: centred on a dimmed dashboard, a titled box, escape
-    cancels (answers None)."""
+    cancels (answers None). They take their keys from the app's queue, in order (``ui/keys.py``)."""
 
     DEFAULT_CSS = """
     Modal { align: center middle; background: $background 60%; }
@@ -70,9 +71,12 @@ class ConcurrencyScreen(Modal[int | None]):
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         event.stop()
-        n = parse_concurrency(event.value)
+        self.submit(event.value)
+
+    def submit(self, value: str) -> None:
+        n = parse_concurrency(value)
         if n is None:
-            msg = f"{event.value.strip()!r} is not a concurrency: type a whole number from 1 to {MAX_CONCURRENCY}"
+            msg = f"{value.strip()!r} is not a concurrency: type a whole number from 1 to {MAX_CONCURRENCY}"
             self.query_one("#conc-error", Label).update(msg)
             self.notify(msg, severity="warning", title="concurrency")
             return
@@ -87,7 +91,10 @@ class MarkerScreen(Modal[str | None]):
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         event.stop()
-        self.dismiss(event.value.strip())  # an empty note is a valid marker
+        self.submit(event.value)
+
+    def submit(self, value: str) -> None:
+        self.dismiss(value.strip())  # an empty note is a valid marker
 
 
 KEYS_HELP = (

@@ -41,3 +41,18 @@ def screen_text(app) -> str:  # noqa: ANN001 - a running App
                       color_system="truecolor", record=True, legacy_windows=False, safe_box=False)
     console.print(app.screen._compositor.render_update(full=True, screen_stack=app._background_screens))
     return console.export_text()
+
+
+def burst(app, *keys: str) -> None:  # noqa: ANN001 - a running App
+    """Keys as one read of the terminal delivers them: all posted at once, none handled in between
+    (``pilot.press`` waits for the app to be idle after every key, which hides races between keys).
+    Names as ``pilot.press`` takes them; a single character stands for itself."""
+    from textual import events
+    from textual.keys import _character_to_key
+
+    for key in keys:
+        char = key if len(key) == 1 else {"space": " ", "enter": "\r"}.get(key)
+        name = _character_to_key(key) if len(key) == 1 and not key.isalnum() else key
+        event = events.Key(name, char)
+        event.set_sender(app)
+        app._driver.send_message(event)
