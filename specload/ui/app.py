@@ -51,6 +51,7 @@ from specload.ui.messages import (
 )
 from specload.ui.screens import ConcurrencyScreen, CrashScreen, HelpScreen, MarkerScreen
 from specload.ui.themes import DEFAULT_THEME, FALLBACK_DARK, VARIABLE_DEFAULTS, load_themes
+from specload.ui.watchdog import QuitWatchdog
 from specload.ui.widgets.crashes import CrashTable
 from specload.ui.widgets.header import RunHeader
 from specload.ui.widgets.levels import KneeChart, LevelTable
@@ -64,6 +65,10 @@ REFRESH_S = 0.25  # the sampling period: 4 Hz is smooth for people and negligibl
 # re-runs the whole screen's layout, the most expensive thing the UI does (measured with cProfile).
 LOG_EVERY = 4
 QUIT_GRACE_S = 20.0  # after 'q', leave even if the session's teardown hangs
+# after a quit request, the process ends this long after the launched server's stop grace, whatever
+# blocks it (watchdog.py): the run's teardown takes a few seconds beyond that grace at most
+QUIT_DEADLINE_S = 15.0
+STOP_GRACE_S = 10.0  # the server's stop grace when the source does not say (an engine of its own)
 # Concurrency keys pressed within this many seconds of each other make one change (one manual
 # level): three quick presses of up go from C=4 to C=7, not through table rows of C=5 and C=6 with
 # a request or two each. The panel shows the pending value at once.
@@ -135,6 +140,8 @@ class SpecloadApp(App[int]):
         self._settle_timer = None
         self._saturated_levels: set[tuple[int, bool]] = set()  # (level, starved) already announced
         self._startup_notices: list[tuple[str, str]] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.watchdog = QuitWatchdog(server_pid=self._launched_pid, exit_code=lambda: self.exit_code)
         self._register_themes(theme, theme_dirs)
 
     # ------------------------------------------------------------------ themes
@@ -189,19 +196,17 @@ class SpecloadApp(App[int]):
         self.sample()
         self.set_interval(self.refresh_s, self.sample)
         if self.control is not None:
-            loop = asyncio.get_running_loop()
-            try:
-                # SIGINT and SIGTERM quit as 'q' does (record closed, in-flight requests recorded as
-                # cancelled, the launched server stopped), with exit status 128 + the signal. Caught
-                # before the session starts, so no signal can leave a server without its stop.
-                for sig in (signal.SIGINT, signal.SIGTERM):
-                    loop.add_signal_handler(sig, self._signalled, sig)
-                # the terminal went away (ssh dropped, tmux killed): quit as 'q' does, so the
-                # launched server (in a session of its own, out of the hangup's reach) is stopped
-                # and the record closed
-                loop.add_signal_handler(signal.SIGHUP, self._hang_up)
-            except (NotImplementedError, RuntimeError, ValueError):
-                pass
+            self._loop = asyncio.get_running_loop()
+            # SIGINT and SIGTERM quit as 'q' does (record closed, in-flight requests recorded as
+            # cancelled, the launched server stopped), with exit status 128 + the signal; SIGHUP (the
+            # terminal went away: ssh dropped, tmux killed) too. Caught before the session starts, so no
+            # signal can leave a server without its stop. Python-level handlers, not the loop's: they
+            # run even when something blocks the loop, and they arm the watchdog before anything else.
+            for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+                try:
+                    signal.signal(sig, self._on_signal)
+                except (ValueError, OSError):  # not the main thread (an embedding), or no such signal
+                    pass
             self.run_worker(self._run_source(), name="session", exit_on_error=False)
 
     async def _run_source(self) -> None:
@@ -274,24 +279,54 @@ class SpecloadApp(App[int]):
         self.notify(load.warning(msg.level).split(" ", 2)[-1],
                     title="⚠ client starved" if load.starved else "⚠ client saturated", severity="warning", timeout=8)
 
+    def _on_signal(self, sig: int, _frame: object) -> None:
+        """A signal handler (main thread, between any two bytecodes): arm the watchdog, then quit from
+        the loop."""
+        self._arm_watchdog(signal.Signals(sig).name)
+        self._call_in_loop(self._hang_up if sig == signal.SIGHUP else self._signalled, sig)
+
+    def on_terminal_lost(self, why: str) -> None:
+        """From the terminal driver, in whatever thread saw it (terminal.py): quit as for SIGHUP."""
+        self._arm_watchdog(why)
+        self._call_in_loop(self._hang_up, signal.SIGHUP)
+
+    def _call_in_loop(self, fn: Callable[[int], None], sig: int) -> None:
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            try:
+                loop.call_soon_threadsafe(fn, sig)
+            except RuntimeError:  # the loop closed meanwhile: the watchdog ends the process
+                pass
+
+    def _arm_watchdog(self, why: str) -> None:
+        """The process ends at the deadline whatever blocks it (watchdog.py); the run's own teardown
+        needs at most the launched server's stop grace and a few seconds."""
+        if self.control is not None:
+            session = getattr(self.source, "session", None)
+            grace = session.cfg.watch.stop_grace_s if session is not None else STOP_GRACE_S
+            self.watchdog.arm(grace + QUIT_DEADLINE_S, why)
+
+    def _launched_pid(self) -> int | None:
+        session = getattr(self.source, "session", None)
+        launched = session.supervisor.launched if session is not None else None
+        return launched.pid if launched is not None else None
+
     def _signalled(self, sig: int) -> None:
         """SIGINT/SIGTERM: what 'q' does; a second one while quitting changes nothing (the grace
-        timer still ends the app if the teardown hangs)."""
+        timer and the watchdog still end the app if the teardown hangs)."""
         if self._signal is None:
             self._signal = sig
         self.action_quit_run()
 
-    def _hang_up(self) -> None:
-        """SIGHUP: the terminal is gone. Quit as 'q' does, then leave without restoring the terminal:
-        Textual's shutdown waits on its input thread, which spins on the dead tty and never ends."""
+    def _hang_up(self, sig: int = signal.SIGHUP) -> None:
+        """SIGHUP or the terminal gone: quit as 'q' does, then leave without restoring the terminal
+        (there is nothing to restore; the watchdog ends the process if anything hangs)."""
         self._hung_up = True
         if self._signal is None:
-            self._signal = signal.SIGHUP
-        if self.control is None or self.result is not None:
+            self._signal = sig
+        if self.control is None or self.result is not None or self._run_done:
             os._exit(self.exit_code)
         self.action_quit_run()
-        # the session's teardown stops a launched server within its grace period; never hang
-        self.set_timer(QUIT_GRACE_S, lambda: os._exit(self.exit_code))
 
     def on_session_ended(self, msg: SessionEnded) -> None:
         result = self.result = msg.result
@@ -326,7 +361,17 @@ class SpecloadApp(App[int]):
             return ExitCode.CRASHED if crashed else ExitCode.OK
         return r.exit_code if r.exit_code != ExitCode.INTERRUPTED else ExitCode.OK
 
-    # ------------------------------------------------------------------ keys
+    # ------------------------------------------------------------------ keys and terminal
+
+    def get_driver_class(self):  # noqa: ANN201 - Textual's signature
+        cls = super().get_driver_class()
+        try:
+            from textual.drivers.linux_driver import LinuxDriver
+
+            from specload.ui.terminal import GuardedDriver
+        except ImportError:  # no termios (Windows)
+            return cls
+        return GuardedDriver if cls is LinuxDriver else cls
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         # the dashboard's keys only while it is shown: in a dialog, 'q' and 'c' are text and arrows
@@ -490,6 +535,7 @@ class SpecloadApp(App[int]):
         if self._quitting:
             return
         self._quitting = True
+        self._arm_watchdog("q")
         self._cancel_settle()
         self.pending_target = None
         self.notify("quitting: cancelling in-flight requests and closing the record", timeout=5)
