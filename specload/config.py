@@ -160,6 +160,30 @@ def _patterns_check(patterns: tuple[str, ...]) -> str | None:
     return None
 
 
+def parse_lengths(text: str, flag: str = "length") -> int | str:
+    """``--prompt-tokens``/``--max-tokens``: N (an int) or a distribution spec (``128:32``, ``64,128``;
+    kept as its text, parsed where it is drawn: ``engine.prompts.Lengths``)."""
+    from specload.engine.prompts import Lengths
+
+    try:
+        lengths = Lengths.parse(text, flag)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    return lengths.values[0] if lengths.fixed else lengths.spec
+
+
+def _lengths_check(v: int | str, most: int = 1_000_000_000) -> str | None:
+    from specload.engine.prompts import Lengths
+
+    try:
+        high = Lengths.parse(v).high
+    except ValueError:
+        return "expects N, MEAN:SPREAD (uniform, spread < mean) or a list A,B,C of positive integers"
+    if high > most:
+        return f"must be at most {most:,}, not {high:,}"
+    return None
+
+
 def _levels_check(levels: tuple[int, ...]) -> str | None:
     if not levels:
         return "needs at least one level"
@@ -256,13 +280,25 @@ class LoadConfig:
 class RequestConfig:
     """What every request asks for, and where its prompts come from."""
 
-    # the synthetic prompt is built in the event loop: a million tokens is already 40 ms of it
-    prompt_tokens: int = option(128, "--prompt-tokens", check=at_least(1), most=1_000_000,
-                                help="Length of synthetic prompts (approximate).")
+    # N (int) or a distribution's spec (str); what the server counts, measured before the load
+    prompt_tokens: int | str = option(128, "--prompt-tokens", parse=lambda t: parse_lengths(t, "--prompt-tokens"),
+                                      # the synthetic prompt is built in the event loop: a million tokens
+                                      # is already 40 ms of it
+                                      check=lambda v: _lengths_check(v, 1_000_000), most=1_000_000,
+                                      help="Length of synthetic prompts in the server's own tokens (measured "
+                                           "before the load): N, MEAN:SPREAD (uniform) or a list A,B,C "
+                                           "(drawn per request with --seed).")
+    shared_prefix_tokens: int = option(0, "--shared-prefix-tokens", check=not_negative,
+                                       help="Synthetic prompts all start with the same N tokens (to measure "
+                                            "prefix caching); by default every prompt starts differently.")
     prompt: str | None = option(None, "--prompt", help="Send this prompt text.")
     prompt_file: str | None = option(None, "--prompt-file", path=True, help="Send the text of this file.")
     dataset: str | None = option(None, "--dataset", path=True, help="JSONL file of prompts.")
-    max_tokens: int = option(256, "--max-tokens", check=at_least(1), help="max_tokens of each request.")
+    # the fixed value, or a distribution's mean when max_tokens_dist is set (from "--max-tokens 256:64")
+    max_tokens: int = option(256, "--max-tokens", parse=lambda t: parse_lengths(t, "--max-tokens"),
+                             help="max_tokens of each request: N, MEAN:SPREAD (uniform) or a list A,B,C "
+                                  "(drawn per request with --seed).")
+    max_tokens_dist: str | None = None  # a distribution spec drawn per request (seeded), or None
     ignore_eos: bool = option(False, "--ignore-eos", help="Ask the server to ignore EOS (fixed output length).")
     # None: on for the built-in simulator (it supports it, as vLLM does, so the demo's live counts are
     # exact from the first chunk), off for a server that might reject the field; RunConfig decides
@@ -276,7 +312,23 @@ class RequestConfig:
                                                      help="JSON object merged into every request body.")
 
     def __post_init__(self) -> None:
+        from specload.engine.prompts import Lengths
+
+        if isinstance(self.max_tokens, str):  # a distribution: requests draw it, the field holds its mean
+            dist = Lengths.parse(self.max_tokens)
+            set_field(self, "max_tokens_dist", dist.spec)
+            set_field(self, "max_tokens", round(dist.mean))
+        if self.max_tokens_dist is not None:
+            dist = Lengths.parse(self.max_tokens_dist)
+            if dist.fixed:
+                set_field(self, "max_tokens", dist.values[0])
+                set_field(self, "max_tokens_dist", None)
         check_fields(self)
+        if not isinstance(self.max_tokens, int) or self.max_tokens < 1:
+            raise ConfigError("--max-tokens must be at least 1")
+        if self.shared_prefix_tokens and self.shared_prefix_tokens >= Lengths.parse(self.prompt_tokens).low:
+            raise ConfigError(f"--shared-prefix-tokens must be below the shortest prompt "
+                              f"({Lengths.parse(self.prompt_tokens).low} tokens)")
         if sum(1 for v in (self.prompt, self.prompt_file, self.dataset) if v) > 1:
             raise ConfigError("give only one of --prompt, --prompt-file, --dataset")
         from specload.engine.api import check_body, json_problem
@@ -286,6 +338,8 @@ class RequestConfig:
             raise ConfigError(f"--extra-body: {problem}")
         if problem := check_body(self, None):
             raise ConfigError(f"--max-tokens {self.max_tokens}: {problem}")
+        if self.max_tokens_dist and (problem := json_problem({"max_tokens": Lengths.parse(self.max_tokens_dist).high})):
+            raise ConfigError(f"--max-tokens {self.max_tokens_dist}: {problem}")
 
 
 @dataclass(frozen=True, slots=True)

@@ -61,24 +61,57 @@ def _f(v: float | None, fmt: str = "{:.1f}") -> str:
 
 
 def level_line(s: LevelSummary) -> str:
-    """One line per finished level, in the format of the per-level script users already know."""
+    """One line per finished level, in the format of the per-level script users already know; the
+    figures that script did not have follow its last field, so its readers keep working."""
     line = (
         f"C={s.concurrency:>3} | {s.requests} requests | throughput: {s.throughput_tok_s:>7.1f} tok/s | "
         f"per-req: {s.per_request_tok_s:>7.1f} tok/s | latency avg/p50/p99: "
         f"{_f(s.e2e_s_avg, '{:>6.1f}')}/{_f(s.e2e_s_p50, '{:>6.1f}')}/{_f(s.e2e_s_p99, '{:>6.1f}')}s | "
-        f"ok: {s.ok}/{s.requests}"
+        f"ok: {s.ok}/{s.requests} | req/s: {s.req_s:.2f}"
     )
     if s.rate is not None:
         line = f"rate={s.rate:g}/s " + line
     g = s.goodput
     if g is not None:
         line += f" | SLO {g.verdict}: good {goodput_share(g)} %, goodput {_f(g.tok_s.value if g.tok_s else None)} tok/s"
+    if s.itl_ms_p50 is not None or s.gap_ms_p50 is not None:
+        line += f" | ITL/gap p50: {_f(s.itl_ms_p50, '{:.2f}')}/{_f(s.gap_ms_p50, '{:.2f}')} ms"
+    if s.accept_len is not None or s.accept_rate is not None:
+        line += f" | accept len/rate: {accept_cell(s)}"
+    if s.server_gen_tok_s is not None:
+        line += f" | server: {s.server_gen_tok_s:.1f} tok/s"
+    if s.prompt_tokens_avg is not None:
+        line += f" | prompt: {prompt_cell(s)} tok"
     j = s.judged
     if j is not None:
         line += f" | {j.metric} +-{_f(j.half_width_pct)}%" + (f" ({j.done})" if j.done else "")
         if j.baseline is not None:
             line += f" | vs baseline {ratio_interval(j)} {verdict_text(j.verdict)}"
     return line
+
+
+def accept_cell(s: LevelSummary, dash: str = ASCII_DASH) -> str:
+    """Speculative acceptance: length (tokens per verify step) / rate (accepted of drafted)."""
+    if s.accept_len is None and s.accept_rate is None:
+        return dash
+    rate = dash if s.accept_rate is None else f"{100 * s.accept_rate:.0f}%"
+    return f"{num(s.accept_len, '{:.2f}', dash)}/{rate}"
+
+
+def prompt_cell(s: LevelSummary, dash: str = ASCII_DASH) -> str:
+    """Prompt tokens as the server counted them (mean), and what was asked when prompts are synthetic."""
+    if s.prompt_tokens_avg is None:
+        return dash
+    got = f"{s.prompt_tokens_avg:.0f}"
+    if s.prompt_tokens_requested_avg is None:
+        return got
+    return f"{got}/{s.prompt_tokens_requested_avg:.0f}"
+
+
+def _avg_std(avg: float | None, std: float | None, fmt: str, dash: str) -> str:
+    if avg is None:
+        return dash
+    return fmt.format(avg) + ("" if std is None else "±" + fmt.format(std))
 
 
 VERDICT_WORDS = {"better": "▲ better", "worse": "▼ worse", "no_difference": "= no difference",
@@ -129,18 +162,40 @@ def level_cells(s: LevelSummary, dash: str = "-") -> dict[str, str]:
     def f(v: float | None, fmt: str = "{:.1f}") -> str:
         return dash if v is None else fmt.format(v)
 
+    def dist(avg: float | None, std: float | None, p50: float | None, p99: float | None, fmt: str) -> str:
+        return f"{_avg_std(avg, std, fmt, dash)} {f(p50, fmt)}/{f(p99, fmt)}"
+
     cells = {
         "C": str(s.concurrency),
         "tok/s": f"{s.throughput_tok_s:.1f}",
+        "peak tok/s": f(s.peak_tok_s),
+        "srv tok/s": f(s.server_gen_tok_s),
+        "req/s": f"{s.req_s:.2f}",
         "req tok/s": f"{s.per_request_tok_s:.1f}",
+        "peak C": dash if s.peak_concurrency is None else str(s.peak_concurrency),
         "TTFT p50/p99 ms": f"{f(s.ttft_ms_p50)}/{f(s.ttft_ms_p99)}",
         "TPOT ms": f(s.tpot_ms_p50, "{:.2f}"),
+        "ITL/gap ms": f"{f(s.itl_ms_p50, '{:.2f}')}/{f(s.gap_ms_p50, '{:.2f}')}",
+        "accept": accept_cell(s, dash),
         "latency avg/p50/p99 s": f"{f(s.e2e_s_avg, '{:.2f}')}/{f(s.e2e_s_p50, '{:.2f}')}/{f(s.e2e_s_p99, '{:.2f}')}",
+        "prompt tok": prompt_cell(s, dash),
         "tokens": f"{s.output_tokens}{'~' if s.tokens_estimated else ''}",
         "wall s": f"{s.wall_s:.1f}",
         "ok": f"{s.ok}/{s.requests}",
         "errors": ", ".join(f"{k} {n}" for k, n in s.errors) if s.errors else dash,
         "rate": dash if s.rate is None else f"{s.rate:g}",
+        # --wide: every figure, means with their standard deviations
+        "TTFT avg±sd p50/p99 ms": dist(s.ttft_ms_avg, s.ttft_ms_std, s.ttft_ms_p50, s.ttft_ms_p99, "{:.1f}"),
+        "TPOT avg±sd p50/p99 ms": dist(s.tpot_ms_avg, s.tpot_ms_std, s.tpot_ms_p50, s.tpot_ms_p99, "{:.2f}"),
+        "ITL/token avg±sd p50/p99 ms": dist(s.itl_ms_avg, s.itl_ms_std, s.itl_ms_p50, s.itl_ms_p99, "{:.2f}"),
+        "gap/chunk avg±sd p50/p99 ms": dist(s.gap_ms_avg, s.gap_ms_std, s.gap_ms_p50, s.gap_ms_p99, "{:.2f}"),
+        "E2E avg±sd p50/p99 s": dist(s.e2e_s_avg, s.e2e_s_std, s.e2e_s_p50, s.e2e_s_p99, "{:.2f}"),
+        "accept per pos": dash if not s.accept_per_pos else " ".join(f"{v:.2f}" for v in s.accept_per_pos),
+        "input tok": dash if s.input_tokens is None else str(s.input_tokens),
+        "prompt avg/p50/p99": f"{f(s.prompt_tokens_avg, '{:.0f}')}/{f(s.prompt_tokens_p50, '{:.0f}')}/"
+                              f"{f(s.prompt_tokens_p99, '{:.0f}')}",
+        "asked": f(s.prompt_tokens_requested_avg, "{:.0f}"),
+        "cached": f(s.prompt_tokens_cached_avg, "{:.0f}"),
     }
     g = s.goodput
     j = s.judged
@@ -159,8 +214,18 @@ def level_cells(s: LevelSummary, dash: str = "-") -> dict[str, str]:
     return cells
 
 
+# The table everyone sees (headless, report, TUI): readable at 160 columns. ITL/gap: per-token ITL
+# (a chunk of k tokens counts gap / k) and the per-chunk gap (what vLLM's and SGLang's clients call
+# ITL), p50 of each; accept: speculative acceptance length / rate; prompt tok: the server's count /
+# the length asked for. Everything else is in --json, the record and `report --wide`.
 TABLE_COLUMNS = (
-    "C", "tok/s", "req tok/s", "TTFT p50/p99 ms", "TPOT ms", "latency avg/p50/p99 s", "tokens", "wall s", "ok",
+    "C", "tok/s", "srv tok/s", "req/s", "TTFT p50/p99 ms", "TPOT ms", "ITL/gap ms", "accept",
+    "latency avg/p50/p99 s", "prompt tok", "ok", "errors",
+)
+WIDE_COLUMNS = (
+    "C", "tok/s", "peak tok/s", "srv tok/s", "req/s", "req tok/s", "peak C", "TTFT avg±sd p50/p99 ms",
+    "TPOT avg±sd p50/p99 ms", "ITL/token avg±sd p50/p99 ms", "gap/chunk avg±sd p50/p99 ms", "E2E avg±sd p50/p99 s",
+    "accept", "accept per pos", "input tok", "prompt avg/p50/p99", "asked", "cached", "tokens", "wall s", "ok",
     "errors",
 )
 
@@ -170,9 +235,10 @@ JUDGED_COLUMNS = ("±CI %",)
 BASELINE_COLUMNS = ("baseline", "vs baseline", "verdict")
 
 
-def table_columns(levels: list[LevelSummary]) -> tuple[str, ...]:
-    """The table's columns: a rate column when a level ran open loop, goodput columns with --slo."""
-    cols: tuple[str, ...] = TABLE_COLUMNS
+def table_columns(levels: list[LevelSummary], *, wide: bool = False) -> tuple[str, ...]:
+    """The table's columns: a rate column when a level ran open loop, goodput columns with --slo;
+    ``wide``: every figure (``report --wide``)."""
+    cols: tuple[str, ...] = WIDE_COLUMNS if wide else TABLE_COLUMNS
     if any(s.rate is not None for s in levels):
         cols = ("rate", *cols)
     if any(s.goodput is not None for s in levels):

@@ -61,6 +61,9 @@ class RequestRecord:
     # than the client keeps in detail (MAX_CHUNK_DETAIL): ``chunks``, TTFT and E2E stay exact, ITL
     # comes from the chunks kept. An endless stream must not grow memory for the request's life.
     chunk_detail_capped: bool = False
+    prompt_tokens_requested: int | None = None  # synthetic prompts: the length asked for (server's count)
+    max_tokens: int | None = None  # when drawn per request (an output-length distribution)
+    prompt_tokens_cached: int | None = None  # of prompt_tokens, served by the server's prefix cache
 
     @property
     def ok(self) -> bool:

@@ -162,6 +162,7 @@ class ChunkReader:
         "tokens",
         "completion_tokens",
         "prompt_tokens",
+        "cached_tokens",
         "finish_reason",
         "spec_verify_ct",
         "timings",
@@ -176,6 +177,7 @@ class ChunkReader:
         self.tokens: int | None = None
         self.completion_tokens: int | None = None
         self.prompt_tokens: int | None = None
+        self.cached_tokens: int | None = None
         self.finish_reason: str | None = None
         self.spec_verify_ct: int | None = None
         self.timings: dict | None = None
@@ -235,6 +237,11 @@ class ChunkReader:
         pt = token_count(d.get("prompt_tokens"), where + ".prompt_tokens")
         if pt is not None:
             self.prompt_tokens = pt
+            # prompt tokens a prefix cache served: OpenAI/vLLM/llama.cpp usage details, SGLang meta_info
+            details = d.get("prompt_tokens_details")
+            cached = details.get("cached_tokens") if isinstance(details, dict) else d.get("cached_tokens")
+            if cached is not None:
+                self.cached_tokens = token_count(cached, where + ".cached_tokens")
 
     def _read_generate(self, obj: dict) -> None:
         # SGLang streams the whole text so far in every event, with cumulative meta_info.

@@ -25,6 +25,7 @@ from specload.config import RequestConfig, TargetConfig
 from specload.engine.api import (
     CHAT,
     COMPLETIONS,
+    GENERATE,
     PATHS,
     ChunkReader,
     MalformedChunk,
@@ -182,10 +183,18 @@ class StreamingClient:
         return None
 
     async def send(
-        self, prompt: str, *, request_id: int = 0, level: int = 0, level_index: int = 0, warmup: bool = False
+        self, prompt: str, *, request_id: int = 0, level: int = 0, level_index: int = 0, warmup: bool = False,
+        max_tokens: int | None = None, prompt_tokens_requested: int | None = None,
     ) -> RequestRecord:
         assert self._session is not None, "StreamingClient.start() not called"
-        payload = orjson.dumps(build_body(self.flavour, prompt, self.request, self.model))
+        body = build_body(self.flavour, prompt, self.request, self.model)
+        if max_tokens is not None:  # drawn for this request (an output-length distribution)
+            if self.flavour == GENERATE:
+                body["sampling_params"]["max_new_tokens"] = max_tokens
+            else:
+                body["max_tokens"] = max_tokens
+        payload = orjson.dumps(body)
+        asked = (prompt_tokens_requested, max_tokens)
         clock_ns = self._clock.now_ns
         on_tokens = self.on_tokens
         offsets: list[int] = []
@@ -358,7 +367,7 @@ class StreamingClient:
                 self._inflight.pop(key, None)
                 return self._finish_record(request_id, level, level_index, warmup, start, now, offsets, ktoks,
                                            per_chunk_known, reader, retries, status, error, streamed,
-                                           extra_chunks, extra_tokens, last_offset)
+                                           extra_chunks, extra_tokens, last_offset, asked)
             if why is not None and silent_s >= 1.0:
                 # stopped by specload for a reason of the server's (down, crashed) while the stream had
                 # been silent: a stall (a SIGSTOPped server), not a request specload chose to drop
@@ -368,7 +377,7 @@ class StreamingClient:
             self._inflight.pop(key, None)
             rec = self._finish_record(request_id, level, level_index, warmup, start, now, offsets, ktoks,
                                       per_chunk_known, reader, retries, status, err, streamed,
-                                      extra_chunks, extra_tokens, last_offset)
+                                      extra_chunks, extra_tokens, last_offset, asked)
             self.on_cancelled(rec)
             raise
         except _FreshReset as e:
@@ -403,16 +412,16 @@ class StreamingClient:
         self._inflight.pop(key, None)
         return self._finish_record(request_id, level, level_index, warmup, start, end, offsets, ktoks,
                                    per_chunk_known, reader, retries, status, error, streamed,
-                                   extra_chunks, extra_tokens, last_offset)
+                                   extra_chunks, extra_tokens, last_offset, asked)
 
     def _finish_record(
         self, request_id: int, level: int, level_index: int, warmup: bool, start: int, end: int,
         offsets: list[int], ktoks: list[int], per_chunk_known: bool, reader: ChunkReader, retries: int,
         status: int | None, error: tuple[ErrorKind, str] | None, streamed: float, extra_chunks: int,
-        extra_tokens: int, last_offset: int,
+        extra_tokens: int, last_offset: int, asked: tuple[int | None, int | None] = (None, None),
     ) -> RequestRecord:
         rec = self._record(request_id, level, level_index, warmup, start, end, offsets, ktoks, per_chunk_known,
-                           reader, retries, status, error, streamed, extra_chunks, extra_tokens)
+                           reader, retries, status, error, streamed, extra_chunks, extra_tokens, asked)
         if not extra_chunks:
             return rec
         import dataclasses
@@ -437,6 +446,7 @@ class StreamingClient:
         streamed: float,
         extra_chunks: int = 0,
         extra_tokens: int = 0,
+        asked: tuple[int | None, int | None] = (None, None),
     ) -> RequestRecord:
         kept = len(offsets)
         chunks = kept + extra_chunks  # every text chunk that came, also those past the detail kept
@@ -476,6 +486,9 @@ class StreamingClient:
             spec_verify_ct=reader.spec_verify_ct,
             server_timings=reader.timings,
             finish_reason=reader.finish_reason,
+            prompt_tokens_requested=asked[0],
+            max_tokens=asked[1],
+            prompt_tokens_cached=reader.cached_tokens,
         )
 
 

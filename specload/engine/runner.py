@@ -28,7 +28,7 @@ from typing import Protocol
 from specload.clock import SYSTEM_CLOCK, Clock
 from specload.engine.client import StreamingClient
 from specload.engine.load import Arrivals, LevelSpec, LoadPlan
-from specload.engine.prompts import PromptSource
+from specload.engine.prompts import Prompt, PromptSource
 from specload.records import ErrorKind, RequestRecord, RunEvent
 from specload.stats.levels import LevelBook, LevelSummary
 
@@ -488,9 +488,10 @@ class Runner:
         task.add_done_callback(self._tasks.discard)
         task.add_done_callback(functools.partial(self._task_done, rid))
 
-    async def _one(self, prompt: str, rid: int, level_index: int, concurrency: int, warmup: bool) -> None:
+    async def _one(self, prompt: Prompt, rid: int, level_index: int, concurrency: int, warmup: bool) -> None:
         rec = await self.client.send(
-            prompt, request_id=rid, level=concurrency, level_index=level_index, warmup=warmup
+            prompt.text, request_id=rid, level=concurrency, level_index=level_index, warmup=warmup,
+            max_tokens=prompt.max_tokens, prompt_tokens_requested=prompt.tokens_requested,
         )
         self._finished(rec)
 

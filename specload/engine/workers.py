@@ -299,7 +299,8 @@ class WorkerPoolClient:
                     w.proc.kill()
 
     async def send(
-        self, prompt: str, *, request_id: int = 0, level: int = 0, level_index: int = 0, warmup: bool = False
+        self, prompt: str, *, request_id: int = 0, level: int = 0, level_index: int = 0, warmup: bool = False,
+        max_tokens: int | None = None, prompt_tokens_requested: int | None = None,
     ) -> RequestRecord:
         start = time.perf_counter_ns()
         if not self._alive:
@@ -310,7 +311,7 @@ class WorkerPoolClient:
         w.in_flight += 1
         try:
             w.write({"op": "send", "id": request_id, "prompt": prompt, "level": level, "level_index": level_index,
-                     "warmup": warmup})
+                     "warmup": warmup, "max_tokens": max_tokens, "ptr": prompt_tokens_requested})
         except (ConnectionError, RuntimeError):
             pass  # its pipe is closing: the reader reports the worker lost and fails this request
         try:
@@ -397,6 +398,7 @@ async def _worker_main() -> None:
 
     async def one(msg: dict) -> None:
         rec = await client.send(msg["prompt"], request_id=msg["id"], level=msg["level"],
+                                max_tokens=msg.get("max_tokens"), prompt_tokens_requested=msg.get("ptr"),
                                 level_index=msg["level_index"], warmup=msg["warmup"])
         emit(record_to_wire(rec))
 

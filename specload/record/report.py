@@ -18,14 +18,16 @@ from rich.text import Text
 from specload.exitcode import ExitCode
 from specload.formatting import level_cells, pct_interval, seconds, table_columns
 from specload.record.reader import RecordData, RecordReadError, read_record
+from specload.records import ServerSample
 from specload.stats.level_metrics import DEFAULT_PRIMARY, METRICS
 from specload.stats.levels import LevelColumns, LevelSummary
 from specload.stats.slo import SloSpec
+from specload.stats.server_levels import ServerLevels
 
 
-def level_table(levels: list[LevelSummary], title: str | None = None) -> Table:
+def level_table(levels: list[LevelSummary], title: str | None = None, *, wide: bool = False) -> Table:
     t = Table(title=title, header_style="bold", show_edge=False, pad_edge=False)
-    columns = table_columns(levels)
+    columns = table_columns(levels, wide=wide)
     for name in columns:
         t.add_column(name, justify="left" if name in ("errors", "SLO") else "right", no_wrap=name != "errors")
     for s in levels:
@@ -116,11 +118,11 @@ def search_lines(r: dict) -> list[str]:
     return out
 
 
-def wide_console() -> Console:
-    """A console for tables: the terminal's width, or 160 columns when piped (no squeezed cells)."""
+def wide_console(width: int = 160) -> Console:
+    """A console for tables: the terminal's width, or ``width`` columns when piped (no squeezed cells)."""
     import sys as _sys
 
-    return Console() if _sys.stdout.isatty() else Console(width=160)
+    return Console() if _sys.stdout.isatty() else Console(width=width)
 
 
 def summaries_from_record(data: RecordData) -> tuple[list[LevelSummary], bool]:
@@ -150,11 +152,30 @@ def summaries_from_record(data: RecordData) -> tuple[list[LevelSummary], bool]:
             e2e_ns=None if e2e is None else e2e * 1e6,
             tpot_ns=None if tpot is None else tpot * 1e6,
             itl_ns=None if itl is None else [itl * 1e6],
+            prompt_tokens=r.get("prompt_tokens"),
+            prompt_tokens_requested=r.get("prompt_tokens_requested"),
+            prompt_tokens_cached=r.get("prompt_tokens_cached"),
         )
     merged = dict(have)
+    server = _server_levels(data) if cols else None
     for idx, c in cols.items():
-        merged[idx] = c.summary()
+        s = c.summary()
+        if server is not None and s.span_ns is not None:
+            s = s.with_server(server.figures(*s.span_ns))
+        merged[idx] = s
     return [merged[k] for k in sorted(merged, key=lambda k: -1 if k is None else k)], bool(cols)
+
+
+def _server_levels(data: RecordData) -> ServerLevels:
+    """The record's server lines, for the server's figures of recomputed levels (times in ns of the
+    record's own clock: seconds since the run started, as the request lines' are read)."""
+    book = ServerLevels()
+    for d in data.servers:
+        fields = {k: d.get(k) for k in ("running", "queued", "gen_tok_s", "prompt_tok_s", "accept_len", "accept_rate",
+                                         "token_usage")}
+        book.add(ServerSample(t_ns=int(d.get("t_s", 0) * 1e9), source=d.get("source", "?"),
+                              extra=d.get("extra") or {}, **fields))
+    return book
 
 
 def summary_json(levels: list[LevelSummary], extra: dict | None = None) -> dict:
@@ -204,15 +225,17 @@ class _ReportCommand(click.Command):
                                              "as a run with --slo would have (see README, Capacity).")
 @click.option("--html", "html", type=click.Path(dir_okay=False), metavar="FILE.html",
               help="Also write an offline HTML report: descriptions, tables, interactive charts, timelines.")
+@click.option("--wide", is_flag=True, help="One record: every level figure (means with standard deviations, "
+              "peaks, per-chunk gaps, per-position acceptance, prompt lengths).")
 @click.option("--plot", "plot", type=click.Path(dir_okay=False), metavar="FILE.png|.svg",
               help='Also write the charts as a PNG or SVG (needs: pip install "specload[report]").')
 def report_command(records: tuple[str, ...], vs: tuple[str, ...], baseline: str | None, primary: str,
                    min_effect: float, as_json: bool, as_csv: bool, slo: str | None, html: str | None,
-                   plot: str | None) -> None:
+                   plot: str | None, wide: bool) -> None:
     """The level table of a recorded run, or a comparison of several.
 
     \b
-    specload report RUN.jsonl                    the level table
+    specload report RUN.jsonl [--wide]           the level table (--wide: every figure)
     specload report A.jsonl B.jsonl [C.jsonl]    B (and C) against A, level by level
     specload report A1.jsonl A2.jsonl --vs B1.jsonl B2.jsonl
                                                  repeats per side: run-to-run variation included
@@ -240,7 +263,7 @@ def report_command(records: tuple[str, ...], vs: tuple[str, ...], baseline: str 
     except OutputError as e:
         _usage(str(e))
     if len(records) == 1 and not vs and baseline is None:
-        run = _single_report(records[0], as_json, as_csv, spec)
+        run = _single_report(records[0], as_json, as_csv, spec, wide)
         if html or plot:
             from types import SimpleNamespace
 
@@ -327,7 +350,8 @@ def _side_label(runs: list) -> str:
     return labels[0] if len(labels) == 1 else "+".join(labels)
 
 
-def _single_report(record: str, as_json: bool, as_csv: bool, spec: SloSpec | None = None):  # noqa: ANN202
+def _single_report(record: str, as_json: bool, as_csv: bool, spec: SloSpec | None = None,
+                   wide: bool = False):  # noqa: ANN202
     """Print one file's table; returns the run when the file was another tool's (read through the run
     model), else None."""
     try:
@@ -380,7 +404,7 @@ def _single_report(record: str, as_json: bool, as_csv: bool, spec: SloSpec | Non
             extra["search_unfinished"] = unfinished
         sys.stdout.write(orjson.dumps(summary_json(levels, extra), option=orjson.OPT_INDENT_2).decode() + "\n")
         return
-    console = wide_console()
+    console = wide_console(320 if wide else 160)
     run = data.run or {}
     console.print(f"[bold]specload record[/] {escape(record)}")
     console.print(
@@ -388,7 +412,7 @@ def _single_report(record: str, as_json: bool, as_csv: bool, spec: SloSpec | Non
         f"started {run.get('started_at', '?')}",
         markup=False,
     )
-    console.print(level_table(levels))
+    console.print(level_table(levels, wide=wide))
     if spec is not None:
         console.print(f"goodput judged against --slo {spec.text()} (from the request lines)", highlight=False)
     if recomputed:

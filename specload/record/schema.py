@@ -61,6 +61,12 @@ def request_line(rec: RequestRecord, t0_ns: int, *, with_chunks: bool = False) -
         else {"kind": rec.error_kind.value if rec.error_kind else "error", "detail": rec.error_detail,
               "status": rec.http_status},
     }
+    if rec.prompt_tokens_requested is not None:
+        d["prompt_tokens_requested"] = rec.prompt_tokens_requested
+    if rec.max_tokens is not None:
+        d["max_tokens"] = rec.max_tokens
+    if rec.prompt_tokens_cached is not None:
+        d["prompt_tokens_cached"] = rec.prompt_tokens_cached
     if rec.spec_verify_ct is not None:
         d["spec_verify_ct"] = rec.spec_verify_ct
     if rec.server_timings is not None:

@@ -27,7 +27,7 @@ from specload.clock import SYSTEM_CLOCK, Clock
 from specload.config import RunConfig
 from specload.engine.capacity import SearchView
 from specload.engine.probe import TargetError, discover
-from specload.engine.prompts import PromptError, PromptSource
+from specload.engine.prompts import Lengths, PromptError, PromptSource
 from specload.engine.runner import Runner, RunnerState
 from specload.engine.search import SearchResult
 from specload.exitcode import ExitCode
@@ -103,7 +103,8 @@ class Session:
         self.watch: ServerWatch | None = None
         self.judge: LiveJudge | None = None  # --baseline, --target-ci, --until-decided
         self._starting: asyncio.Future | None = None
-        self._background: list[asyncio.Task] = []  # the record's flush loop, the launched server's exit watch
+        self._background: list[asyncio.Task] = []
+        self._prompts: PromptSource | None = None  # the record's flush loop, the launched server's exit watch
 
     # ------------------------------------------------------------------ what front ends read and do
 
@@ -233,8 +234,13 @@ class Session:
                 fan.event(RunEvent(self.clock.now_ns(), "probe", {"requests": probes}))
         self.listener.target_found(url, self.model, self.api)
         r = cfg.request
-        prompts = PromptSource.from_options(prompt=r.prompt, prompt_file=r.prompt_file, dataset=r.dataset,
-                                            prompt_tokens=r.prompt_tokens, seed=cfg.seed)
+        prompts = PromptSource.from_options(
+            prompt=r.prompt, prompt_file=r.prompt_file, dataset=r.dataset, prompt_tokens=Lengths.parse(r.prompt_tokens),
+            output_lengths=Lengths.parse(r.max_tokens_dist) if r.max_tokens_dist else None,
+            shared_prefix_tokens=r.shared_prefix_tokens, seed=cfg.seed)
+        if prompts.synthetic:
+            await self._calibrate_prompts(prompts, url, headers)
+        self._prompts = prompts
         self.client = client = _client(cfg, url, self.api, self.model, headers, self.clock, self.stats, self.scrub)
         if hasattr(client, "on_worker_lost"):
             client.on_worker_lost = self.policy.worker_lost
@@ -258,6 +264,22 @@ class Session:
         await self.watch.start(tg)
         return self.runner
 
+    async def _calibrate_prompts(self, prompts: PromptSource, url: str, headers: dict[str, str]) -> None:
+        """Size synthetic prompts in the server's own tokens (engine/calibrate.py); the requests this
+        sends reach the server's counters, so they are recorded, as the API probe's are."""
+        from specload.engine.calibrate import calibrate
+
+        assert self.api is not None
+        sent: list[dict] = []
+        model = await calibrate(url, self.api, self.model, headers=headers, sent=sent, seed=self.cfg.seed)
+        prompts.set_model(model)
+        self.fan.event(RunEvent(self.clock.now_ns(), "calibration", {"prompts": model.describe(), "requests": sent}))
+        if model.method == "guess":
+            self.fan.notice(f"prompt lengths: {model.detail}")
+        else:
+            self.fan.notice(f"prompt lengths in the server's tokens: {model.per_word:.2f} tokens a word, "
+                            f"{model.overhead:.0f} added by the server ({model.detail})")
+
     async def _teardown(self) -> None:
         """The order matters: requests recorded as cancelled first; the last /metrics and log lines
         read while the server still runs; the watchers stopped before the detector is flushed (its
@@ -266,7 +288,7 @@ class Session:
             await self.runner.cancel_and_wait()
         if self.capacity is not None:
             self.capacity.run_ended(self.policy.end_reason or "stopped")
-        if self.fan.level_chain is not None:  # the last levels' goodput, before the record closes
+        if self.fan.level_chain is not None:  # the last levels' goodput and server figures, before the record closes
             await asyncio.gather(self.fan.level_chain, return_exceptions=True)
         if self.watch is not None and self.phase == "running":
             await self.watch.final_scrape()
@@ -302,6 +324,8 @@ class Session:
     def _header(self) -> dict:
         header = self.cfg.describe()
         header.update({"target": self.url, "model": self.model, "api": self.api, "builtin_sim": self.supervisor.builtin})
+        if self._prompts is not None:
+            header["prompts"] = self._prompts.describe()
         # how the times of requests measured by other processes or machines sit on this timeline
         header["timeline"] = getattr(self.client, "timeline", None) or {
             "clock": "CLOCK_MONOTONIC of this machine" + (", shared by the worker processes" if self.cfg.workers > 1 else ""),

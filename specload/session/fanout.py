@@ -22,8 +22,12 @@ from specload.session.policy import RunPolicy
 from specload.stats.client_load import ClientLoad
 from specload.stats.levels import LevelSummary
 from specload.stats.live import LiveStats
+from specload.stats.server_levels import ServerLevels
 from specload.watch.command import ProcessExit
 from specload.watch.serverwatch import ServerWatch
+
+# requested vs server-counted prompt tokens of a level: beyond this, a warning (issue 15: "a few percent")
+PROMPT_LENGTH_TOLERANCE = 0.05
 
 
 class Fanout:
@@ -36,8 +40,10 @@ class Fanout:
         self.notices: deque[str] = deque(maxlen=200)
         self.capacity: CapacityPart | None = None  # goodput and the capacity search, when wanted
         self.tg: asyncio.TaskGroup | None = None  # the session's, for the levels' goodput
-        self.level_chain: asyncio.Task | None = None  # level summaries waiting for their goodput, in order
         self.judge: LiveJudge | None = None  # --baseline / --target-ci / --until-decided
+        # level summaries waiting for their goodput and the server's figures over their span, in order
+        self.level_chain: asyncio.Task | None = None
+        self.server_levels = ServerLevels()
         self._warned_unstreamed = False
 
     def notice(self, text: str) -> None:
@@ -65,42 +71,66 @@ class Fanout:
         if self.judge is not None and ev.kind == "level" and isinstance(ev.value, dict):
             v = ev.value
             self.judge.level_started(v["index"], v["concurrency"], repeat=v.get("repeat", 0))
+        if ev.kind == "level" and self.watch is not None:
+            # the counters as a level starts: its first scrape interval then begins with it
+            self.watch.level_boundary()
         self.stats.on_event(ev)
         self.record.event(ev)
         self.listener.run_event(ev)
 
     def level(self, summary: LevelSummary) -> None:
+        """A level is complete: published with its goodput (under --slo, bootstrapped in a thread) and
+        the server's own figures over its span (with /metrics those need the counters as the level
+        ends: one scrape first). Levels stay in order: each waits for the one before."""
         if self.judge is not None:
             # the level's last request is in: its judgement without the drain, as report computes it
             self.judge.level_finished(summary.level_index)
             summary = dataclasses.replace(summary, judged=self.judge.judgement(summary.level_index))
-        if self.capacity is not None and self.capacity.spec is not None and self.tg is not None:
-            # goodput bootstraps over the level's requests (in a thread): the summaries kept in order
-            self.level_chain = self.tg.create_task(self._level_with_goodput(self.level_chain, summary))
+        goodput = self.capacity is not None and self.capacity.spec is not None
+        scrape = self.watch is not None and self.watch.metrics is not None
+        pending = self.level_chain is not None and not self.level_chain.done()
+        if self.tg is not None and (goodput or scrape or pending):
+            self.level_chain = self.tg.create_task(self._level_when_ready(self.level_chain, summary))
             return
         self.level_done(summary)
 
-    async def _level_with_goodput(self, before: asyncio.Task | None, summary: LevelSummary) -> None:
+    async def _level_when_ready(self, before: asyncio.Task | None, summary: LevelSummary) -> None:
         if before is not None:
             await asyncio.gather(before, return_exceptions=True)
-        assert self.capacity is not None
-        try:
-            summary = await self.capacity.finish_level(summary)
-        except Exception as e:  # noqa: BLE001 - a statistic that fails must not lose the level
-            self.notice(f"goodput of level {summary.level_index} could not be computed: {e}")
+        if self.capacity is not None and self.capacity.spec is not None:
+            try:
+                summary = await self.capacity.finish_level(summary)
+            except Exception as e:  # noqa: BLE001 - a statistic that fails must not lose the level
+                self.notice(f"goodput of level {summary.level_index} could not be computed: {e}")
+        if self.watch is not None:
+            await self.watch.scrape_for_level()
         self.level_done(summary)
 
     def search_event(self, value: dict) -> None:
         self.event(RunEvent(self.now_ns(), "search", value))
 
     def level_done(self, summary: LevelSummary) -> None:
-        if self.watch is not None:
-            self.watch.level_ended()
+        if summary.span_ns is not None:
+            summary = summary.with_server(self.server_levels.figures(*summary.span_ns))
         self.stats.on_level(summary)
         self.record.level(summary)
         self.listener.level_done(summary)
+        self._check_prompt_length(summary)
+
+    def _check_prompt_length(self, s: LevelSummary) -> None:
+        """Warn when the server counted the level's prompts differently from what was asked."""
+        want, got = s.prompt_tokens_requested_avg, s.prompt_tokens_avg
+        if not want or got is None or abs(got / want - 1.0) <= PROMPT_LENGTH_TOLERANCE:
+            return
+        value = {"level_index": s.level_index, "concurrency": s.concurrency, "requested_avg": want, "server_avg": got}
+        self.event(RunEvent(self.now_ns(), "prompt_length", value))
+        self.notice(
+            f"WARNING prompts at C={s.concurrency}: asked for {want:.0f} tokens on average, the server counted "
+            f"{got:.0f} ({100 * (got / want - 1):+.0f} %): the level's prefill work is not what was asked"
+        )
 
     def server(self, sample: ServerSample) -> None:
+        self.server_levels.add(sample)
         self.stats.on_server(sample)
         self.record.server(sample)
 

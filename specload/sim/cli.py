@@ -174,6 +174,19 @@ def _prob(name: str):
     "then exit 0 (how llama-server and vLLM hang under load).",
 )
 @click.option(
+    "--tokenize/--no-tokenize",
+    "tokenize_endpoint",
+    default=True,
+    show_default=True,
+    help="Serve POST /tokenize (vLLM/SGLang shape; llama.cpp's with --flavor llamacpp).",
+)
+@click.option(
+    "--prefix-cache",
+    is_flag=True,
+    help="Model a prefix cache: a prompt's leading 16-token blocks seen before cost no prefill.",
+)
+@click.option("--prefix-block-tokens", type=click.IntRange(min=1), default=16, show_default=True)
+@click.option(
     "--log-file",
     type=click.Path(dir_okay=False),
     default=None,

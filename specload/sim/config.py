@@ -80,6 +80,11 @@ class SimConfig:
     # (llama-server and vLLM under load hang like this; specload's stall and server-down paths need it)
     hang_on_sigterm: bool = False
 
+    # --- prompts ---------------------------------------------------------------------------------
+    tokenize_endpoint: bool = True  # POST /tokenize (vLLM/SGLang shape, or llama.cpp's with flavor llamacpp)
+    prefix_cache: bool = False  # leading blocks of earlier prompts cost no prefill (prefix_cache.py)
+    prefix_block_tokens: int = 16  # vLLM's default block size
+
     # --- logging / reproducibility --------------------------------------------------------------
     log_file: str | None = None  # None: stdout
     quiet: bool = False  # no log lines at all (tests that do not read the log)
@@ -168,6 +173,8 @@ def _problems(c: SimConfig):
         yield (
             f"context size {c.context_size} split over {c.max_batch} slots leaves under 2 tokens per slot"
         )
+    if c.prefix_block_tokens < 1:
+        yield f"prefix block tokens must be at least 1, got {c.prefix_block_tokens}"
     if c.burst < 1:
         yield f"burst must be at least 1, got {c.burst}"
     if c.crash_after is not None and c.crash_after < 0:

@@ -63,9 +63,10 @@ def timings(seq: Sequence, spec_tokens: int) -> dict[str, Any]:
     last = seq.last_token_at if seq.last_token_at is not None else first
     prompt_ms = round((first - start) * 1e6) / 1000.0
     pred_ms = round((last - first) * 1e6) / 1000.0
-    p, n = seq.prompt_tokens, seq.completion_tokens
+    cache_n = seq.cached_tokens
+    p, n = seq.prompt_tokens - cache_n, seq.completion_tokens  # prompt_n: the tokens processed
     out: dict[str, Any] = {
-        "cache_n": 0,
+        "cache_n": cache_n,
         "prompt_n": p,
         "prompt_ms": prompt_ms,
         "prompt_per_token_ms": _ratio(prompt_ms, p),
@@ -81,12 +82,12 @@ def timings(seq: Sequence, spec_tokens: int) -> dict[str, Any]:
     return out
 
 
-def usage(seq_prompt: int, completion: int) -> dict[str, Any]:
+def usage(seq_prompt: int, completion: int, cached: int = 0) -> dict[str, Any]:
     return {
         "completion_tokens": completion,
         "prompt_tokens": seq_prompt,
         "total_tokens": seq_prompt + completion,
-        "prompt_tokens_details": {"cached_tokens": 0},
+        "prompt_tokens_details": {"cached_tokens": cached},
     }
 
 
@@ -171,7 +172,7 @@ class LlamaFormatter:
 
     def tail(self, finish: str) -> bytes:
         t = timings(self.seq, self.spec_tokens)
-        u = usage(self.seq.prompt_tokens, self.sent)
+        u = usage(self.seq.prompt_tokens, self.sent, self.seq.cached_tokens)
         if self.kind == "chat":
             fin = [{"finish_reason": finish, "index": 0, "delta": {}}]
             if self.include_usage:
@@ -185,7 +186,7 @@ class LlamaFormatter:
 
     def whole(self, text: str, finish: str) -> dict[str, Any]:
         t = timings(self.seq, self.spec_tokens)
-        u = usage(self.seq.prompt_tokens, self.sent)
+        u = usage(self.seq.prompt_tokens, self.sent, self.seq.cached_tokens)
         if self.kind == "chat":
             choice = {"finish_reason": finish, "index": 0,
                       "message": {"role": "assistant", "content": text}}
@@ -249,6 +250,7 @@ class LlamaMetrics:
         self.tokens_predicted = 0
         self.predicted_s = 0.0
         self.n_tokens_max = 0
+        self.prompt_tokens_cached = 0  # prompt tokens the prefix cache served (prefix_cache on)
         # the previous scrape's totals: the gauges are rates over the time between scrapes
         self._last = (0, 0.0, 0, 0.0)
 
@@ -269,7 +271,7 @@ class LlamaMetrics:
         self._last = (c.prompt_eval_tokens, c.prompt_eval_s, self.tokens_predicted, self.predicted_s)
         values: dict[str, float] = {
             "prompt_tokens_total": c.prompt_eval_tokens,
-            "prompt_tokens_cached_total": 0,
+            "prompt_tokens_cached_total": self.prompt_tokens_cached,
             "prompt_seconds_total": c.prompt_eval_s,
             "tokens_predicted_total": self.tokens_predicted,
             "tokens_predicted_seconds_total": self.predicted_s,

@@ -2,9 +2,10 @@
 
 Kept apart from the scheduler and the HTTP layer so the numbers can be unit-tested without a clock:
 
-- ``estimate_prompt_tokens``: prompt length in "tokens" (ceil(chars / 4), plus a chat-template
-  overhead of 4 tokens per message and 3 for the assistant header, like a ChatML template). Token-id
-  prompts count their ids. ``usage.prompt_tokens`` reports exactly this number.
+- ``estimate_prompt_tokens``: prompt length in tokens by the simulator's tokenizer (``tokenizer.py``:
+  words with their leading space, one token per started 4 characters, plus a chat-template overhead of
+  4 tokens per message and 3 for the assistant header, like a ChatML template). Token-id prompts count
+  their ids. ``usage.prompt_tokens`` reports exactly this number.
 - ``prefill_s`` / ``decode_step_s``: prefill grows linearly with the prompt; a decode step grows
   linearly with the batch, so aggregate tok/s rises with concurrency while per-request tok/s falls; the
   FIFO queue beyond ``max_batch`` makes the knee. Speculation makes a step dearer (verifying K drafts),
@@ -25,6 +26,7 @@ import math
 import random
 from dataclasses import dataclass
 
+from specload.sim import tokenizer
 from specload.sim.config import SimConfig
 
 # Word-ish pieces with a leading space, so every token (and every chunk) is visible, non-empty text.
@@ -39,12 +41,13 @@ VOCAB: tuple[str, ...] = tuple(
     ).split()
 )
 
-CHAT_TOKENS_PER_MESSAGE = 4
-CHAT_TOKENS_ASSISTANT_HEADER = 3
+# prompt lengths are the tokenizer's (tokenizer.py); these names stay for the callers and tests
+CHAT_TOKENS_PER_MESSAGE = tokenizer.CHAT_TOKENS_PER_MESSAGE
+CHAT_TOKENS_ASSISTANT_HEADER = tokenizer.CHAT_TOKENS_ASSISTANT_HEADER
 
 
 def estimate_text_tokens(text: str) -> int:
-    return max(1, math.ceil(len(text) / 4))
+    return max(1, tokenizer.count_text(text))
 
 
 def estimate_prompt_tokens(prompt: object) -> int:
@@ -61,19 +64,7 @@ def estimate_prompt_tokens(prompt: object) -> int:
 
 
 def estimate_chat_tokens(messages: list) -> int:
-    total = CHAT_TOKENS_ASSISTANT_HEADER
-    for m in messages:
-        if not isinstance(m, dict):
-            raise ValueError("each message must be an object with role and content")
-        content = m.get("content", "")
-        if isinstance(content, list):  # multi-part content: count the text parts
-            content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
-        if content is None:
-            content = ""
-        if not isinstance(content, str):
-            raise ValueError("message content must be a string or a list of parts")
-        total += CHAT_TOKENS_PER_MESSAGE + (math.ceil(len(content) / 4) if content else 0)
-    return total
+    return tokenizer.count_chat(messages)
 
 
 def prefill_s(cfg: SimConfig, prompt_tokens: int) -> float:

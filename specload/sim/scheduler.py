@@ -99,6 +99,7 @@ class Sequence:
     __slots__ = (
         "rid",
         "prompt_tokens",
+        "cached_tokens",
         "max_tokens",
         "ignore_eos",
         "rng",
@@ -130,6 +131,7 @@ class Sequence:
     ) -> None:
         self.rid = rid
         self.prompt_tokens = prompt_tokens
+        self.cached_tokens = 0  # of those, served by the prefix cache: not prefilled
         self.max_tokens = max_tokens
         self.ignore_eos = ignore_eos
         self.rng = rng
@@ -170,7 +172,7 @@ class Sequence:
         )
         if first:
             self.first_token_at = now
-            counters.prompt_eval_tokens += self.prompt_tokens
+            counters.prompt_eval_tokens += self.prompt_tokens - self.cached_tokens
             counters.prompt_eval_s += now - (self.arrival if self.admitted_at is None else self.admitted_at)
         elif cfg.spec_tokens:
             # SGLang's spec_verify_ct: 0 when speculation is off
@@ -291,7 +293,8 @@ class Scheduler:
         dur = decode_step_s(cfg, len(decoding)) * jitter(self._noise, cfg.step_jitter) if decoding else 0.0
         if admitted:
             # one batched prefill pass for everything admitted at this boundary
-            dur += prefill_s(cfg, sum(s.prompt_tokens for s in admitted)) * jitter(self._noise, cfg.prefill_jitter)
+            dur += prefill_s(cfg, sum(s.prompt_tokens - s.cached_tokens for s in admitted)) * jitter(
+                self._noise, cfg.prefill_jitter)
         now = time.perf_counter()
         for s in admitted:
             self._running[id(s)] = s
@@ -331,7 +334,7 @@ class Scheduler:
     def _admit_pinned(self, seq: Sequence, t0: float) -> None:
         self._running[id(seq)] = seq
         self._admitted(seq, time.perf_counter())
-        seq.due = t0 + prefill_s(self.cfg, seq.prompt_tokens)
+        seq.due = t0 + prefill_s(self.cfg, seq.prompt_tokens - seq.cached_tokens)
         heapq.heappush(self._heap, (seq.due, next(self._tie), seq))
 
     def _fill_slots_pinned(self, t0: float) -> None:

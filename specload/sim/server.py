@@ -38,9 +38,10 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from specload.sim import llamacpp
+from specload.sim import llamacpp, tokenizer
 from specload.sim.config import SimConfig
 from specload.sim.model import StepDraw, estimate_chat_tokens, estimate_prompt_tokens, estimate_text_tokens
+from specload.sim.prefix_cache import PrefixCache
 from specload.sim.scheduler import Counters, Scheduler, Sequence
 from specload.sim.serverlog import (
     LlamaLog,
@@ -115,6 +116,7 @@ class _Req:
     stream: bool
     include_usage: bool
     continuous_usage: bool
+    cached_tokens: int | None = None  # prefix cache on: the prompt's tokens it served
 
 
 def _int_param(value: Any, name: str) -> int:
@@ -168,9 +170,12 @@ class _Formatter:
             "choices": choices,
         }
 
-    def _usage(self) -> dict[str, int]:
+    def _usage(self) -> dict[str, Any]:
         p = self.req.prompt_tokens
-        return {"prompt_tokens": p, "completion_tokens": self.sent, "total_tokens": p + self.sent}
+        u: dict[str, Any] = {"prompt_tokens": p, "completion_tokens": self.sent, "total_tokens": p + self.sent}
+        if self.req.cached_tokens is not None:  # with a prefix cache, as vLLM with prompt token details
+            u["prompt_tokens_details"] = {"cached_tokens": self.req.cached_tokens}
+        return u
 
     def _choice(self, text: str | None, finish: str | None) -> dict[str, Any]:
         if self.req.kind == "chat":
@@ -243,7 +248,7 @@ class _Formatter:
             "finish_reason": fr,
             "prompt_tokens": self.req.prompt_tokens,
             "completion_tokens": self.sent,
-            "cached_tokens": 0,
+            "cached_tokens": self.req.cached_tokens or 0,
             "spec_verify_ct": seq.verify_steps,
         }
 
@@ -269,6 +274,8 @@ class SimServer:
         self._ticker: asyncio.Task[None] | None = None
         self._is_crashed = False
         self._closing: set[asyncio.BaseTransport] = set()  # close_after_stream: connections being closed
+        self._prefix = PrefixCache(self.config.kv_capacity_tokens, self.config.prefix_block_tokens) \
+            if self.config.prefix_cache else None
         self._finished_requests = 0
         self._finish_reasons: dict[str, int] = {}
         # llamacpp flavour: ids, tasks, slots' last use and request-level metrics
@@ -301,6 +308,12 @@ class SimServer:
         else:
             self._scheduler.on_admit = self._launch_slot
             app.on_response_prepare.append(_llama_headers)
+        if self.config.tokenize_endpoint:
+            app.router.add_post("/tokenize", self._tokenize)
+            if self.config.llamacpp:
+                app.router.add_post("/apply-template", self._apply_template)
+            else:
+                app.router.add_post("/v1/tokenize", self._tokenize)  # SGLang's second path
         app.router.add_get("/v1/models", self._models)
         app.router.add_get("/health", self._health)
         app.router.add_get("/metrics", self._metrics)
@@ -440,6 +453,54 @@ class SimServer:
 
     async def _health(self, request: web.Request) -> web.Response:
         return _json({"status": "ok"})
+
+    async def _tokenize(self, request: web.Request) -> web.Response:
+        """vLLM/SGLang: ``{"prompt": str | [str], "messages"?}`` -> ``{"count", "tokens", "max_model_len"}``
+        (a list of prompts gives lists, as SGLang does); llama.cpp: ``{"content", "with_pieces"?}`` ->
+        ``{"tokens": [...]}``, and ``{"tokens": []}`` for a body without content."""
+        try:
+            body = orjson.loads(await request.read())
+        except orjson.JSONDecodeError as e:
+            return _json({"error": {"message": f"malformed JSON body: {e}", "code": 400}}, 400)
+        if not isinstance(body, dict):
+            return _json({"error": {"message": "request body must be a JSON object", "code": 400}}, 400)
+        if self.config.llamacpp:
+            content = body.get("content")
+            if not isinstance(content, str):
+                return _json({"tokens": []})
+            if body.get("with_pieces"):
+                return _json({"tokens": [{"id": i, "piece": p} for i, p in tokenizer.piece_list(content)]})
+            # parse_special (llama.cpp's default): template markers are single special tokens
+            special = body.get("parse_special", True)
+            return _json({"tokens": tokenizer.special_ids(content) if special else tokenizer.text_ids(content)})
+        ctx = self.config.context_size
+        try:
+            if "messages" in body:
+                ids = tokenizer.chat_ids(body["messages"]) if isinstance(body["messages"], list) else None
+                if ids is None:
+                    raise ValueError("messages must be a list")
+                return _json({"count": len(ids), "max_model_len": ctx, "tokens": ids})
+            prompt = body.get("prompt")
+            if isinstance(prompt, list) and all(isinstance(p, str) for p in prompt):
+                lists = [tokenizer.text_ids(p) for p in prompt]
+                return _json({"count": [len(x) for x in lists], "max_model_len": ctx, "tokens": lists})
+            if not isinstance(prompt, str):
+                raise ValueError("prompt must be a string or a list of strings")
+        except ValueError as e:
+            return _json({"error": {"message": str(e), "type": "BadRequestError", "code": 400}}, 400)
+        ids = tokenizer.text_ids(prompt)
+        return _json({"count": len(ids), "max_model_len": ctx, "tokens": ids})
+
+    async def _apply_template(self, request: web.Request) -> web.Response:
+        """llama.cpp's ``/apply-template``: ``{"messages"}`` -> ``{"prompt"}``, the chat as the model reads it."""
+        try:
+            body = orjson.loads(await request.read())
+            messages = body.get("messages") if isinstance(body, dict) else None
+            if not isinstance(messages, list):
+                raise ValueError("'messages' is required")
+            return _json({"prompt": tokenizer.apply_template(messages)})
+        except (orjson.JSONDecodeError, ValueError) as e:
+            return _json({"error": {"code": 400, "message": str(e), "type": "invalid_request_error"}}, 400)
 
     async def _models(self, request: web.Request) -> web.Response:
         if self.config.llamacpp:
@@ -678,6 +739,10 @@ class SimServer:
             random.Random(f"{self._seed}:{req.rid}"),
             time.perf_counter(),
         )
+        if self._prefix is not None:
+            seq.cached_tokens = self._prefix.lookup(_prompt_ids(kind, body))
+            req.cached_tokens = seq.cached_tokens
+            self._llama_metrics.prompt_tokens_cached += seq.cached_tokens
         sched = self._scheduler
         assert sched is not None
         self._live.add(seq)
@@ -1014,6 +1079,17 @@ class SimServer:
             )
 
 
+def _prompt_ids(kind: str, body: dict) -> list[int]:
+    """The token ids of a request's prompt, for the prefix cache (as the counts were made)."""
+    if kind == "chat":
+        return tokenizer.chat_ids(body["messages"])
+    if kind == "generate":
+        if body.get("input_ids") is not None:
+            return tokenizer.prompt_ids(body["input_ids"])
+        return tokenizer.text_ids(body["text"])
+    return tokenizer.prompt_ids(body["prompt"])
+
+
 async def _llama_headers(request: web.Request, response: web.StreamResponse) -> None:
     response.headers["Server"] = "llama.cpp"
 
@@ -1061,6 +1137,9 @@ class _MetricsCollector:
         for reason in ("stop", "length"):
             succ.add_metric([*lv, reason], s._finish_reasons.get(reason, 0))
         yield succ
+        if s._prefix is not None:
+            yield counter("vllm:prefix_cache_queries", "Prefix cache queries, in tokens.", s._prefix.queries)
+            yield counter("vllm:prefix_cache_hits", "Prefix cache hits, in tokens.", s._prefix.hits)
         yield counter("vllm:spec_decode_num_drafts", "Number of spec decoding drafts.", c.drafts)
         yield counter("vllm:spec_decode_num_draft_tokens", "Number of draft tokens.", c.draft_tokens)
         yield counter("vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens.", c.accepted_tokens)

@@ -1,15 +1,21 @@
 """Per-level summaries: the numbers of one concurrency level, computed the same way everywhere.
 
 The live run, the headless table, the record's ``level`` lines and ``specload report`` all call
-``summarize_level`` on the same columns, so the numbers cannot drift apart. Definitions (README):
+``LevelColumns.summary`` on the same columns, so the numbers cannot drift apart. Definitions (README):
 throughput = output tokens of the level's successful requests / the level's wall time (first request
-sent to last request ended); per-request tok/s = mean over successful requests of tokens / E2E.
+sent to last request ended); per-request tok/s = mean over successful requests of tokens / E2E;
+req/s = successful requests / wall time; per-token ITL (a chunk of k tokens: gap / k) and per-chunk
+gap (what vLLM's and SGLang's clients call ITL) pooled over every token / chunk; means and population
+standard deviations beside the percentiles (as ``vllm bench serve`` reports them, and checked against
+its result files); peak tok/s = the best 1 s of output; peak concurrency = the most requests of the
+level in flight at once; prompt tokens as the server counted them. The server's own figures over the
+level's span (acceptance, its throughput) are attached by the session (``with_server``).
 """
 
 from __future__ import annotations
 
 from array import array
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -32,7 +38,7 @@ class LevelSummary:
     wall_s: float
     throughput_tok_s: float
     per_request_tok_s: float
-    req_s: float
+    req_s: float  # successful requests / wall time (vLLM's request throughput)
     ttft_ms_avg: float | None
     ttft_ms_p50: float | None
     ttft_ms_p99: float | None
@@ -49,6 +55,33 @@ class LevelSummary:
     goodput: LevelGoodput | None = None
     # --target-ci / --baseline: the primary figure's interval and the live verdict (stats/judgement.py)
     judged: LevelJudgement | None = None
+    # --- what vLLM's client reports besides (issue 15); None where a record cut short lacks it ---
+    input_tokens: int | None = None  # the server's usage.prompt_tokens, summed over successful requests
+    prompt_tokens_avg: float | None = None  # per request, as the server counted
+    prompt_tokens_p50: float | None = None
+    prompt_tokens_p99: float | None = None
+    prompt_tokens_requested_avg: float | None = None  # synthetic prompts: the length asked for
+    prompt_tokens_cached_avg: float | None = None  # of the prompt, served by the server's prefix cache
+    peak_tok_s: float | None = None  # output tokens in the best 1 s window of the level
+    peak_concurrency: int | None = None  # the most of the level's requests in flight at once
+    ttft_ms_std: float | None = None
+    tpot_ms_avg: float | None = None
+    tpot_ms_std: float | None = None
+    itl_ms_avg: float | None = None  # per-token ITL (a chunk of k tokens: gap / k)
+    itl_ms_std: float | None = None
+    gap_ms_avg: float | None = None  # per-chunk gap: between text chunks (vLLM's and SGLang's "ITL")
+    gap_ms_std: float | None = None
+    gap_ms_p50: float | None = None
+    gap_ms_p99: float | None = None
+    e2e_s_std: float | None = None
+    # --- the server's own figures over the level's span (its /metrics counters or log lines) ---
+    accept_len: float | None = None  # speculative decoding: tokens per verify step, bonus included
+    accept_rate: float | None = None  # accepted / drafted tokens
+    accept_per_pos: tuple[float, ...] | None = None  # acceptance rate of each draft position
+    server_gen_tok_s: float | None = None  # generation throughput the server reports
+    server_source: str | None = None  # where those came from: metrics, log:vllm, ...
+    # the level's first request sent and last ended (clock ns): in memory only, for the server figures
+    span_ns: tuple[int, int] | None = field(default=None, compare=False)
 
     def as_record(self) -> dict:
         d = {
@@ -74,6 +107,12 @@ class LevelSummary:
             "e2e_s_p50": _r(self.e2e_s_p50, 4),
             "e2e_s_p99": _r(self.e2e_s_p99, 4),
         }
+        for name in _EXTRA_FLOATS:
+            d[name] = _r(getattr(self, name), 4 if name == "e2e_s_std" else 3)
+        d["input_tokens"] = self.input_tokens
+        d["peak_concurrency"] = self.peak_concurrency
+        d["accept_per_pos"] = None if self.accept_per_pos is None else [round(v, 4) for v in self.accept_per_pos]
+        d["server_source"] = self.server_source
         if self.rate is not None:
             d["rate"] = self.rate
         if self.goodput is not None:
@@ -85,6 +124,7 @@ class LevelSummary:
     @classmethod
     def from_record(cls, d: dict) -> LevelSummary:
         errs = d.get("errors") or {}
+        per_pos = d.get("accept_per_pos")
         return cls(
             level_index=d.get("level_index", -1),
             concurrency=d["concurrency"],
@@ -110,11 +150,84 @@ class LevelSummary:
             rate=d.get("rate"),
             goodput=LevelGoodput.from_record(d.get("goodput")),
             judged=LevelJudgement.from_record(d.get("judged")),
+            input_tokens=d.get("input_tokens"),
+            peak_concurrency=d.get("peak_concurrency"),
+            accept_per_pos=None if per_pos is None else tuple(per_pos),
+            server_source=d.get("server_source"),
+            **{name: d.get(name) for name in _EXTRA_FLOATS},
         )
+
+    def with_server(self, fig: ServerFigures | None) -> LevelSummary:
+        """The summary with the server's own figures over the level's span."""
+        if fig is None:
+            return self
+        full = replace(
+            self,
+            accept_len=fig.accept_len,
+            accept_rate=fig.accept_rate,
+            accept_per_pos=fig.accept_per_pos,
+            server_gen_tok_s=fig.gen_tok_s,
+            server_source=fig.source,
+        )
+        return replace(LevelSummary.from_record(full.as_record()), span_ns=self.span_ns)
+
+
+_EXTRA_FLOATS = (
+    "prompt_tokens_avg", "prompt_tokens_p50", "prompt_tokens_p99", "prompt_tokens_requested_avg",
+    "prompt_tokens_cached_avg", "peak_tok_s",
+    "ttft_ms_std", "tpot_ms_avg", "tpot_ms_std", "itl_ms_avg", "itl_ms_std", "gap_ms_avg", "gap_ms_std",
+    "gap_ms_p50", "gap_ms_p99", "e2e_s_std", "accept_len", "accept_rate", "server_gen_tok_s",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ServerFigures:
+    """What the server said about itself over one level's span (``stats/server_levels.py``)."""
+
+    accept_len: float | None = None
+    accept_rate: float | None = None
+    accept_per_pos: tuple[float, ...] | None = None
+    gen_tok_s: float | None = None
+    source: str | None = None
 
 
 def _r(v: float | None, nd: int = 3) -> float | None:
     return None if v is None else round(float(v), nd)
+
+
+class _Moments:
+    """Count, mean and sum of squared deviations, merged request by request (Chan et al.), so the
+    standard deviation of millions of ITLs is exact without keeping them."""
+
+    __slots__ = ("n", "mean", "m2")
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.mean = 0.0
+        self.m2 = 0.0
+
+    def add(self, values: np.ndarray) -> None:
+        nb = values.size
+        if nb == 0:
+            return
+        mb = float(values.mean())
+        m2b = float(((values - mb) ** 2).sum())
+        na = self.n
+        n = na + nb
+        delta = mb - self.mean
+        self.mean += delta * nb / n
+        self.m2 += m2b + delta * delta * na * nb / n
+        self.n = n
+
+    def mean_std(self, scale: float) -> tuple[float | None, float | None]:
+        if self.n == 0:
+            return None, None
+        return self.mean / scale, (self.m2 / self.n) ** 0.5 / scale  # population sd, as np.std
+
+
+# tokens are counted into 100 ms buckets; the best 1 s is the best run of ten consecutive ones
+_BUCKET_NS = 100_000_000
+_WINDOW_BUCKETS = 10
 
 
 class LevelColumns:
@@ -123,6 +236,7 @@ class LevelColumns:
     __slots__ = (
         "level_index", "concurrency", "requests", "ok", "errors", "estimated",
         "first_start_ns", "last_end_ns", "tokens", "ttft_ns", "tpot_ns", "e2e_ns", "itl", "rate",
+        "starts_ns", "ends_ns", "prompt", "requested", "cached", "itl_m", "gap", "gap_m", "buckets",
     )
 
     def __init__(self, level_index: int, concurrency: int, rate: float | None = None) -> None:
@@ -140,20 +254,55 @@ class LevelColumns:
         self.tpot_ns = array("d")
         self.e2e_ns = array("d")
         self.itl = LogHistogram()  # every per-token ITL of the level's successful requests
+        self.starts_ns = array("d")  # every request, for the peak concurrency
+        self.ends_ns = array("d")
+        self.prompt = array("d")  # server-counted prompt tokens of ok requests that report them
+        self.requested = array("d")  # synthetic prompts: the asked length, ok requests
+        self.cached = array("d")  # prompt tokens the server's prefix cache served, where reported
+        self.itl_m = _Moments()
+        self.gap = LogHistogram()  # per-chunk gaps
+        self.gap_m = _Moments()
+        self.buckets: dict[int, float] = {}  # 100 ms bucket -> output tokens that arrived in it
 
     def add(self, rec: RequestRecord) -> None:
+        ok = rec.ok
         self.add_values(
             start_ns=rec.start_ns,
             end_ns=rec.end_ns,
-            ok=rec.ok,
+            ok=ok,
             error_kind=rec.error_kind.value if rec.error_kind is not None else None,
             output_tokens=rec.output_tokens,
             estimated=rec.tokens_estimated,
             ttft_ns=rec.ttft_ns,
             e2e_ns=rec.e2e_ns,
             tpot_ns=rec.tpot_ns,
-            itl_ns=rec.itl_per_token_ns() if rec.ok else None,
+            itl_ns=rec.itl_per_token_ns() if ok else None,
+            prompt_tokens=rec.prompt_tokens,
+            prompt_tokens_requested=rec.prompt_tokens_requested,
+            prompt_tokens_cached=rec.prompt_tokens_cached,
         )
+        if ok and rec.chunk_offsets_ns:
+            self._add_chunks(rec)
+
+    def _add_chunks(self, rec: RequestRecord) -> None:
+        offs = np.asarray(rec.chunk_offsets_ns, dtype=np.int64)
+        if offs.size > 1:
+            gaps = np.diff(offs).astype(np.float64)
+            self.gap.add_many(gaps)
+            self.gap_m.add(gaps)
+        # output tokens over time: each chunk's tokens at its arrival
+        per = rec.chunk_tokens
+        if per is not None and len(per) == offs.size:
+            toks = np.asarray(per, dtype=np.float64)
+        else:
+            toks = np.full(offs.size, rec.output_tokens / offs.size)
+        b = (rec.start_ns + offs) // _BUCKET_NS
+        cuts = np.flatnonzero(np.diff(b)) + 1
+        firsts = np.concatenate(([0], cuts))
+        sums = np.add.reduceat(toks, firsts)
+        buckets = self.buckets
+        for k, v in zip(b[firsts].tolist(), sums.tolist(), strict=True):
+            buckets[k] = buckets.get(k, 0.0) + v
 
     def add_values(
         self,
@@ -168,12 +317,17 @@ class LevelColumns:
         e2e_ns: float | None,
         tpot_ns: float | None,
         itl_ns: list[float] | None,
+        prompt_tokens: int | None = None,
+        prompt_tokens_requested: int | None = None,
+        prompt_tokens_cached: int | None = None,
     ) -> None:
         self.requests += 1
         if self.first_start_ns is None or start_ns < self.first_start_ns:
             self.first_start_ns = start_ns
         if self.last_end_ns is None or end_ns > self.last_end_ns:
             self.last_end_ns = end_ns
+        self.starts_ns.append(start_ns)
+        self.ends_ns.append(end_ns)
         if not ok:
             k = error_kind or "error"
             self.errors[k] = self.errors.get(k, 0) + 1
@@ -188,7 +342,38 @@ class LevelColumns:
         if tpot_ns is not None:
             self.tpot_ns.append(tpot_ns)
         if itl_ns:
-            self.itl.add_many(itl_ns)
+            a = np.asarray(itl_ns, dtype=np.float64)
+            self.itl.add_many(a)
+            self.itl_m.add(a)
+        if prompt_tokens is not None:
+            self.prompt.append(prompt_tokens)
+        if prompt_tokens_requested is not None:
+            self.requested.append(prompt_tokens_requested)
+        if prompt_tokens_cached is not None:
+            self.cached.append(prompt_tokens_cached)
+
+    def _peak_tok_s(self) -> float | None:
+        if not self.buckets:
+            return None
+        lo, hi = min(self.buckets), max(self.buckets)
+        series = np.zeros(hi - lo + 1)
+        for k, v in self.buckets.items():
+            series[k - lo] = v
+        if series.size <= _WINDOW_BUCKETS:
+            return float(series.sum())  # the level lasted under a second: its tokens in that second
+        window = np.convolve(series, np.ones(_WINDOW_BUCKETS), mode="valid")
+        return float(window.max())
+
+    def _peak_concurrency(self) -> int | None:
+        if not len(self.starts_ns):
+            return None
+        starts = np.frombuffer(self.starts_ns, dtype=np.float64)
+        ends = np.frombuffer(self.ends_ns, dtype=np.float64)
+        t = np.concatenate([starts, ends])
+        d = np.concatenate([np.ones(starts.size), -np.ones(ends.size)])
+        # at equal times an end comes first: a slot freed and refilled is not one more in flight
+        order = np.lexsort((d, t))
+        return int(np.cumsum(d[order]).max())
 
     def summary(self) -> LevelSummary:
         wall_ns = (self.last_end_ns - self.first_start_ns) if self.first_start_ns is not None else 0
@@ -205,6 +390,9 @@ class LevelColumns:
         tpot = _pct(self.tpot_ns, 1e6)
         itl = (None, _scaled(self.itl.percentile(50), 1e6), _scaled(self.itl.percentile(99), 1e6))
         e2e_p = _pct(self.e2e_ns, 1e9)
+        prompt = _pct(self.prompt, 1.0)
+        itl_avg, itl_std = self.itl_m.mean_std(1e6)
+        gap_avg, gap_std = self.gap_m.mean_std(1e6)
         full = LevelSummary(
             level_index=self.level_index,
             concurrency=self.concurrency,
@@ -216,7 +404,7 @@ class LevelColumns:
             wall_s=wall_s,
             throughput_tok_s=total / wall_s if wall_s > 0 else 0.0,
             per_request_tok_s=per_req,
-            req_s=self.requests / wall_s if wall_s > 0 else 0.0,
+            req_s=self.ok / wall_s if wall_s > 0 else 0.0,
             ttft_ms_avg=ttft[0],
             ttft_ms_p50=ttft[1],
             ttft_ms_p99=ttft[2],
@@ -228,14 +416,40 @@ class LevelColumns:
             e2e_s_p50=e2e_p[1],
             e2e_s_p99=e2e_p[2],
             rate=self.rate,
+            input_tokens=int(sum(self.prompt)) if len(self.prompt) else None,
+            prompt_tokens_avg=prompt[0],
+            prompt_tokens_p50=prompt[1],
+            prompt_tokens_p99=prompt[2],
+            prompt_tokens_requested_avg=(sum(self.requested) / len(self.requested)) if len(self.requested) else None,
+            prompt_tokens_cached_avg=(sum(self.cached) / len(self.cached)) if len(self.cached) else None,
+            peak_tok_s=self._peak_tok_s(),
+            peak_concurrency=self._peak_concurrency(),
+            ttft_ms_std=_std(self.ttft_ns, 1e6),
+            tpot_ms_avg=tpot[0],
+            tpot_ms_std=_std(self.tpot_ns, 1e6),
+            itl_ms_avg=itl_avg,
+            itl_ms_std=itl_std,
+            gap_ms_avg=gap_avg,
+            gap_ms_std=gap_std,
+            gap_ms_p50=_scaled(self.gap.percentile(50), 1e6),
+            gap_ms_p99=_scaled(self.gap.percentile(99), 1e6),
+            e2e_s_std=_std(self.e2e_ns, 1e9),
         )
         # At the record's precision everywhere: the run's table, the TUI, --json and `report` of
         # the record then print the same digits (354.35 in the record was once 354.3 on screen).
-        return LevelSummary.from_record(full.as_record())
+        span = None if self.first_start_ns is None or self.last_end_ns is None else (
+            int(self.first_start_ns), int(self.last_end_ns))
+        return replace(LevelSummary.from_record(full.as_record()), span_ns=span)
+
+
+def _std(values: array, scale: float) -> float | None:
+    if not len(values):
+        return None
+    return float(np.frombuffer(values, dtype=np.float64).std()) / scale
 
 
 def _pct(values: array, scale: float) -> tuple[float | None, float | None, float | None]:
-    """(mean, p50, p99) in units of ``scale`` ns; linear-interpolated percentiles (numpy default)."""
+    """(mean, p50, p99) in units of ``scale``; linear-interpolated percentiles (numpy default)."""
     if not len(values):
         return None, None, None
     a = np.frombuffer(values, dtype=np.float64) / scale

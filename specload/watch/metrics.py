@@ -76,7 +76,10 @@ _GAUGES = (
     "sglang:gen_throughput", "sglang:spec_accept_length", "sglang:spec_accept_rate",
     "llamacpp:requests_processing", "llamacpp:requests_deferred", "llamacpp:kv_cache_usage_ratio",
 )
-_USED = frozenset(_GAUGES) | frozenset(n for roles in _COUNTERS.values() for n in roles.values())
+# accepted tokens per draft position, labelled {position="i"}
+_PER_POS = ("vllm:spec_decode_num_accepted_tokens_per_pos_total", "llamacpp:spec_decode_num_accepted_tokens_per_pos_total")
+_USED = (frozenset(_GAUGES) | frozenset(n for roles in _COUNTERS.values() for n in roles.values())
+         | frozenset(_PER_POS))
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,16 +89,18 @@ class MetricsState:
     t_ns: int
     engine: str | None
     counters: dict[str, float] = field(default_factory=dict)  # role -> total over series
+    per_pos: tuple[float, ...] = ()  # accepted tokens per draft position, totals
 
 
 class _Series:
     """Sum and count of the samples of each metric name (across label sets)."""
 
-    __slots__ = ("sums", "counts")
+    __slots__ = ("sums", "counts", "per_pos")
 
     def __init__(self) -> None:
         self.sums: dict[str, float] = {}
         self.counts: dict[str, int] = {}
+        self.per_pos: dict[int, float] = {}  # draft position -> accepted tokens, over series
 
     def add(self, name: str, value: float) -> None:
         if math.isnan(value):
@@ -156,7 +161,16 @@ def parse_metrics_text(text: str) -> _Series:
             name = s.name
             if name.endswith(("_bucket", "_created")):
                 continue  # histogram buckets and creation stamps: never used, skip the work
-            series.add(_normalise(name), float(s.value))
+            name = _normalise(name)
+            if name in _PER_POS:
+                try:
+                    pos = int(s.labels.get("position", ""))
+                except ValueError:
+                    continue
+                if not math.isnan(s.value):
+                    series.per_pos[pos] = series.per_pos.get(pos, 0.0) + float(s.value)
+                continue
+            series.add(name, float(s.value))
     return series
 
 
@@ -193,7 +207,8 @@ def samples_from_metrics(
             v = series.total(name)
             if v is not None:
                 counters[role] = v
-    state = MetricsState(t_ns=t_ns, engine=engine, counters=counters)
+    per_pos = tuple(series.per_pos.get(i, 0.0) for i in range(max(series.per_pos) + 1)) if series.per_pos else ()
+    state = MetricsState(t_ns=t_ns, engine=engine, counters=counters, per_pos=per_pos)
     prev = prev_state if prev_state is not None and prev_state.engine == engine else None
     dt_s = (t_ns - prev.t_ns) / 1e9 if prev is not None else 0.0
     if dt_s <= 0:
@@ -242,6 +257,10 @@ def samples_from_metrics(
         extra["draft_tokens"] = d_draft_tokens
     if d_accepted is not None:
         extra["accepted_tokens"] = d_accepted
+        if prev is not None and per_pos and len(prev.per_pos) == len(per_pos):
+            d_pos = [now - before for now, before in zip(per_pos, prev.per_pos, strict=True)]
+            if min(d_pos) >= 0:  # a reset (server restart) gives no per-position figures
+                extra["accepted_per_pos"] = d_pos
     if prev is not None:
         extra["interval_s"] = dt_s
     sample = ServerSample(
@@ -322,6 +341,9 @@ class MetricsScraper:
         self._failing: str | None = None
         self._stop = asyncio.Event()
         self._wake = asyncio.Event()  # set by stop() and scrape_soon(): the timer's sleep ends early
+        self._rounds_started = 0  # scrapes the timer loop began, and finished (scrape_fresh waits on them)
+        self._rounds_done = 0
+        self._round_done = asyncio.Event()
 
     async def stop(self) -> None:
         self._stop.set()
@@ -331,6 +353,19 @@ class MetricsScraper:
         """Scrape now rather than at the next tick (at a level boundary: the counters as the level
         ends, not up to an interval later), on the timer's own connection and task."""
         self._wake.set()
+
+    async def scrape_fresh(self, timeout: float) -> None:
+        """Wait until the timer loop has finished a scrape that began after this call (at most
+        ``timeout`` s): a level's figures then include its last moments. One scraper, one connection."""
+        want = self._rounds_started + 1
+        self.scrape_soon()
+        try:
+            async with asyncio.timeout(timeout):
+                while self._rounds_done < want and not self._stop.is_set():
+                    self._round_done.clear()
+                    await self._round_done.wait()
+        except TimeoutError:
+            pass
 
     def _fail(self, why: str) -> None:
         self.failures += 1
@@ -378,7 +413,12 @@ class MetricsScraper:
             while not self._stop.is_set():
                 self._wake.clear()
                 t0 = loop.time()
-                await self.scrape_once(session)
+                self._rounds_started += 1
+                try:
+                    await self.scrape_once(session)
+                finally:
+                    self._rounds_done += 1
+                    self._round_done.set()
                 wait = max(0.0, self.interval - (loop.time() - t0))
                 try:
                     async with asyncio.timeout(wait):

@@ -22,6 +22,9 @@ WorkerLoads = Callable[[], "list[tuple[float | None, float | None, float | None]
 FINAL_SCRAPE_S = 3.0
 
 
+LEVEL_SCRAPE_S = 2.0  # how long a finished level waits for the counters as it ended
+
+
 class ServerWatch:
     def __init__(
         self,
@@ -82,10 +85,16 @@ class ServerWatch:
         if self.health is not None:
             self.health.mark_down(detail)
 
-    def level_ended(self) -> None:
-        """Per-level server figures: the counters as the level ends, not up to an interval later."""
+    def level_boundary(self) -> None:
+        """A level starts: the counters now, so its first scrape interval begins with it."""
         if self.metrics is not None:
             self.metrics.scrape_soon()
+
+    async def scrape_for_level(self) -> None:
+        """A level ended: wait (bounded) for a scrape that starts now, so the level's server figures
+        cover it to its end rather than up to an interval before."""
+        if self.metrics is not None:
+            await self.metrics.scrape_fresh(LEVEL_SCRAPE_S)
 
     async def final_scrape(self) -> None:
         """The last interval's counters, read before the server may be stopped."""

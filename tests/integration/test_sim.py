@@ -300,7 +300,7 @@ async def test_metrics_spec_counters_match_tokens(sim, session):
         ({"prompt": "x", "max_tokens": "ten"}, "max_tokens must be an integer"),
         ({"prompt": "x", "max_tokens": 2.5}, "max_tokens must be an integer"),
         ({"prompt": "word " * 200, "max_tokens": 5},
-         "request (250 tokens) exceeds the available context size (100 tokens)"),
+         "request (400 tokens) exceeds the available context size (100 tokens)"),  # " word" is 2 tokens
     ],
 )
 async def test_bad_requests_get_400_json(sim, session, body, fragment):

@@ -26,6 +26,14 @@ def lines(path: Path) -> list[dict]:
     return [orjson.loads(x) for x in path.read_bytes().splitlines()]
 
 
+def _config(run: dict) -> dict:
+    # the record paths differ, the rest of the configuration may not
+    config = {k: v for k, v in run.items() if k not in ("started_at", "target", "path")}
+    # each run's prompts get a nonce of their own (no prefix-cache hits across runs): not a difference
+    config["prompts"] = {k: v for k, v in config.get("prompts", {}).items() if k != "nonce"}
+    return config
+
+
 def structure(recs: list[dict]) -> dict:
     periodic = {"server", "client"}
     events = [(r["kind"], r["value"]) for r in recs if r["type"] == "event" and r["kind"] != "health"]
@@ -34,8 +42,7 @@ def structure(recs: list[dict]) -> dict:
                   not (r["type"] == "event" and r["kind"] == "health")],
         "keys": {r["type"]: sorted(r) for r in recs if r["type"] != "event"},
         "events": events,
-        # the record paths differ, the rest of the configuration may not
-        "config": {k: v for k, v in recs[0].items() if k not in ("started_at", "target", "path")},
+        "config": _config(recs[0]),
         "levels": [(r["concurrency"], r["requests"], r["ok"], r["output_tokens"]) for r in recs if r["type"] == "level"],
         "requests": sorted((r["level_index"], r["warmup"], r["output_tokens"], r["ok"]) for r in recs
                            if r["type"] == "request"),

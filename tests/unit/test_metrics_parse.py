@@ -24,9 +24,10 @@ def vllm_text(
     waiting: tuple[float, float] = (1, 0),
     kv: tuple[float, float] = (0.25, 0.75),
     kv_name: str = "vllm:kv_cache_usage_perc",
+    per_pos: tuple[tuple[float, float], ...] = ((90, 80),),
 ) -> str:
-    """Two data-parallel engines, labelled like vLLM V1 does, with a histogram and the per-position
-    counter around the series we read (the parser must step over them)."""
+    """Two data-parallel engines, labelled like vLLM V1 does, with a histogram (the parser must step
+    over it) and the per-position acceptance counter."""
 
     def two(name: str, vals: tuple[float, float], extra: str = "") -> str:
         return "".join(f'{name}{{engine="{i}",model_name="tiny"{extra}}} {v}\n' for i, v in enumerate(vals))
@@ -60,15 +61,18 @@ def vllm_text(
         + "# TYPE vllm:spec_decode_num_accepted_tokens_total counter\n"
         + two("vllm:spec_decode_num_accepted_tokens_total", accepted)
         + "# TYPE vllm:spec_decode_num_accepted_tokens_per_pos_total counter\n"
-        + two("vllm:spec_decode_num_accepted_tokens_per_pos_total", (90, 80), ',position="0"')
+        + "".join(two("vllm:spec_decode_num_accepted_tokens_per_pos_total", v, f',position="{i}"')
+                  for i, v in enumerate(per_pos))
     )
 
 
 V1 = vllm_text(
-    gen=(1000, 2000), prompt=(500, 500), drafts=(100, 100), draft_tokens=(500, 500), accepted=(300, 300)
+    gen=(1000, 2000), prompt=(500, 500), drafts=(100, 100), draft_tokens=(500, 500), accepted=(300, 300),
+    per_pos=((200, 200), (100, 100)),
 )
 V2 = vllm_text(
-    gen=(1600, 2400), prompt=(700, 700), drafts=(150, 150), draft_tokens=(750, 750), accepted=(450, 420)
+    gen=(1600, 2400), prompt=(700, 700), drafts=(150, 150), draft_tokens=(750, 750), accepted=(450, 420),
+    per_pos=((290, 280), (160, 140)),
 )
 
 
@@ -82,6 +86,7 @@ def test_vllm_first_scrape_has_gauges_only() -> None:
         t_ns=10 * S,
         engine="vllm",
         counters={"gen": 3000, "prompt": 1000, "drafts": 200, "draft_tokens": 1000, "accepted": 600},
+        per_pos=(400, 200),  # accepted tokens per draft position, summed over the engines
     )
 
 
@@ -99,6 +104,7 @@ def test_vllm_deltas_between_scrapes() -> None:
         "drafts": 100,
         "draft_tokens": 500,
         "accepted_tokens": 270,
+        "accepted_per_pos": [170, 100],  # position 0 and 1: 570 - 400, 300 - 200
         "interval_s": 2.0,
     }
     assert st2.t_ns == 12 * S and st2.counters["accepted"] == 870

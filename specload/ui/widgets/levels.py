@@ -22,10 +22,13 @@ from specload.stats.levels import LevelSummary
 from specload.stats.live import StatsSnapshot
 from specload.ui.widgets.keyed import KeyedTable
 
+# the server's own throughput and speculative acceptance (length/rate) over each level sit next to
+# specload's; per-request tok/s and the rest are in the record, --json and `report --wide`
 COLUMNS = (
     ("c", "C"),
     ("tput", "tok/s"),
-    ("perreq", "req tok/s"),
+    ("srv", "srv tok/s"),
+    ("accept", "accept"),
     ("ttft", "TTFT p50/p99 ms"),
     ("tpot", "TPOT ms"),
     ("lat", "latency avg/p50/p99 s"),
@@ -43,7 +46,8 @@ def level_cells(s: LevelSummary) -> tuple[str, ...]:
     return (
         load,
         cells["tok/s"],
-        cells["req tok/s"],
+        cells["srv tok/s"],
+        cells["accept"],
         cells["TTFT p50/p99 ms"],
         cells["TPOT ms"],
         cells["latency avg/p50/p99 s"],
