@@ -103,6 +103,13 @@ def _any(v: object) -> bool:
 
 
 _onum, _oint, _ostr = _opt(_num), _opt(_int), _opt(_str)
+_onums = _opt(lambda v: isinstance(v, list) and all(_num(x) for x in v))
+_LEVEL_FLOATS = (
+    "prompt_tokens_avg", "prompt_tokens_p50", "prompt_tokens_p99", "prompt_tokens_requested_avg",
+    "prompt_tokens_cached_avg", "peak_tok_s", "ttft_ms_std", "tpot_ms_avg", "tpot_ms_std", "itl_ms_avg", "itl_ms_std",
+    "gap_ms_avg", "gap_ms_std", "gap_ms_p50", "gap_ms_p99", "e2e_s_std", "accept_len", "accept_rate",
+    "server_gen_tok_s",
+)
 # type -> {key: (check, required)}
 _SCHEMA: dict[str, dict] = {
     "run": {"version": (_oint, False), "target": (_ostr, False), "model": (_ostr, False), "api": (_ostr, False)},
@@ -112,6 +119,7 @@ _SCHEMA: dict[str, dict] = {
         "tpot_ms": (_onum, False), "e2e_ms": (_onum, False), "itl_ms_p50": (_onum, False),
         "output_tokens": (_int, False), "tokens_estimated": (_bool, False), "prompt_tokens": (_oint, False),
         "chunks": (_int, False), "finish_reason": (_ostr, False), "retries": (_int, False), "error": (_error, False),
+        "prompt_tokens_requested": (_oint, False), "prompt_tokens_cached": (_oint, False), "max_tokens": (_oint, False),
     },
     "level": {
         "level_index": (_int, True), "concurrency": (_int, True), "requests": (_int, True), "ok": (_int, True),
@@ -120,6 +128,10 @@ _SCHEMA: dict[str, dict] = {
         "req_s": (_num, False),
         **{k: (_onum, False) for k in ("ttft_ms_avg", "ttft_ms_p50", "ttft_ms_p99", "tpot_ms_p50", "tpot_ms_p99",
                                         "itl_ms_p50", "itl_ms_p99", "e2e_s_avg", "e2e_s_p50", "e2e_s_p99")},
+        # the figures of issue 15 (absent in older records)
+        **{k: (_onum, False) for k in _LEVEL_FLOATS},
+        "input_tokens": (_oint, False), "peak_concurrency": (_oint, False), "accept_per_pos": (_onums, False),
+        "server_source": (_ostr, False),
     },
     "event": {"t_s": (_num, True), "kind": (_str, True), "value": (_any, False)},
     "crash": {
@@ -133,7 +145,8 @@ _SCHEMA: dict[str, dict] = {
                                         "token_usage")},
     },
     "client": {"t_s": (_num, True), "cpu_pct": (_onum, False), "loop_lag_ms": (_onum, False),
-               "saturated": (_bool, False), "level": (_int, False)},
+               "saturated": (_bool, False), "level": (_int, False), "starved": (_bool, False),
+               "lag_cpu_wait_ms": (_onum, False)},
     "end": {"reason": (_str, True), "elapsed_s": (_num, False), "requests": (_int, False), "ok": (_int, False),
             "ended_at": (_str, False)},
 }

@@ -136,3 +136,21 @@ def test_server_figures_from_log_lines_without_counters() -> None:
                           extra={"kind": "eval", "scope": "request"}))  # one request's rate: not the server's
     fig = book.figures(0, 2 * NS)
     assert fig.accept_rate == 0.5 and fig.accept_len is None and fig.gen_tok_s is None
+
+
+def test_the_record_reader_checks_the_new_level_and_request_keys() -> None:
+    from specload.record.reader import line_problem
+    from specload.record.schema import request_line
+
+    cols = LevelColumns(0, 2)
+    r = rec(0.0, [20.0, 50.0, 80.0], 7, chunk_tokens=(1, 3, 3), asked=100)
+    cols.add(r)
+    line = {"type": "level", **cols.summary().with_server(ServerFigures(2.5, 0.5, (0.7, 0.3), 12.0, "metrics"))
+            .as_record()}
+    assert line_problem(line) is None
+    for key, bad in (("accept_len", "2.5"), ("accept_per_pos", ["x"]), ("peak_concurrency", 1.5),
+                     ("gap_ms_p99", float("nan"))):
+        assert line_problem({**line, key: bad}) is not None, key
+    req = {"type": "request", **request_line(r, 0)}
+    assert req["prompt_tokens_requested"] == 100 and line_problem(req) is None
+    assert line_problem({**req, "prompt_tokens_requested": "100"}) is not None
