@@ -14,7 +14,7 @@ import pytest
 from specload.config import RunConfig
 from specload.engine.prompts import TokenModel, synthetic_text
 from specload.record.reader import read_record
-from specload.session import Session
+from specload.session import NullListener, Session
 from specload.sim.model import estimate_chat_tokens
 from specload.stats.levels import LevelSummary
 
@@ -28,9 +28,23 @@ def _cfg(url: str, rec, *, api: str = "chat", c: int = 2, n: int = 12, prompt_to
     )
 
 
-async def _run(cfg: RunConfig) -> tuple[list[tuple[str, object]], object]:
-    heard: list[tuple[str, object]] = []
-    result = await asyncio.wait_for(Session(cfg, listener=lambda k, p: heard.append((k, p))).run(), 60)
+class Heard(NullListener):
+    """What a front end is told: notices and run events, in order."""
+
+    def __init__(self) -> None:
+        self.notices: list[str] = []
+        self.events: list = []
+
+    def notice(self, text: str) -> None:
+        self.notices.append(text)
+
+    def run_event(self, event) -> None:  # noqa: ANN001 - a RunEvent
+        self.events.append(event)
+
+
+async def _run(cfg: RunConfig) -> tuple[Heard, object]:
+    heard = Heard()
+    result = await asyncio.wait_for(Session(cfg, listener=heard).run(), 60)
     assert result.reason == "completed", result
     return heard, read_record(cfg.record.path)
 
@@ -58,7 +72,7 @@ async def test_with_a_tokenizer_endpoint_every_prompt_is_exactly_the_asked_lengt
     (level,) = data.levels
     assert level["prompt_tokens_avg"] == level["prompt_tokens_requested_avg"]
     assert level["input_tokens"] == sum(r["prompt_tokens"] for r in reqs)
-    assert not any(k == "notice" and "WARNING prompts" in str(p) for k, p in heard)
+    assert not any("WARNING prompts" in n for n in heard.notices)
     assert data.run["prompts"]["prompt_tokens"] == "128:32" and len(data.run["prompts"]["nonce"]) == 8
 
 
@@ -74,7 +88,7 @@ async def test_without_a_tokenizer_endpoint_usage_calibrates_within_a_few_percen
         assert abs(r["prompt_tokens"] - 256) <= 0.1 * 256, r
     (level,) = data.levels
     assert abs(level["prompt_tokens_avg"] / 256 - 1) <= 0.03
-    assert not any(k == "notice" and "WARNING prompts" in str(p) for k, p in heard)
+    assert not any("WARNING prompts" in n for n in heard.notices)
 
 
 def test_the_guess_is_far_off_on_the_simulators_tokenizer() -> None:
@@ -118,18 +132,16 @@ async def test_distinct_starts_get_no_prefix_cache_hits_and_a_shared_prefix_does
 
 
 async def test_a_level_whose_prompts_the_server_counted_differently_is_warned_and_recorded(tmp_path) -> None:
-    heard: list[tuple[str, object]] = []
+    heard = Heard()
     cfg = _cfg("http://127.0.0.1:9", tmp_path / "r.jsonl")
-    session = Session(cfg, listener=lambda k, p: heard.append((k, p)))
+    session = Session(cfg, listener=heard)
     base = dict(level_index=0, concurrency=4, requests=8, ok=8, errors=(), output_tokens=80, tokens_estimated=False,
                 wall_s=1.0, throughput_tok_s=80.0, per_request_tok_s=10.0, req_s=8.0, ttft_ms_avg=1.0,
                 ttft_ms_p50=1.0, ttft_ms_p99=1.0, tpot_ms_p50=1.0, tpot_ms_p99=1.0, itl_ms_p50=1.0, itl_ms_p99=1.0,
                 e2e_s_avg=0.1, e2e_s_p50=0.1, e2e_s_p99=0.1)
-    session._check_prompt_length(LevelSummary(**base, prompt_tokens_avg=131.0, prompt_tokens_requested_avg=128.0))
-    assert not heard  # 2 % off: within tolerance
-    session._check_prompt_length(LevelSummary(**base, prompt_tokens_avg=313.0, prompt_tokens_requested_avg=128.0))
-    notices = [p for k, p in heard if k == "notice"]
-    assert notices == ["WARNING prompts at C=4: asked for 128 tokens on average, the server counted 313 (+145 %): "
-                       "the level's prefill work is not what was asked"]
-    events = [p for k, p in heard if k == "event"]
-    assert events[0].kind == "prompt_length" and events[0].value["server_avg"] == 313.0
+    session.fan.level_done(LevelSummary(**base, prompt_tokens_avg=131.0, prompt_tokens_requested_avg=128.0))
+    assert not heard.notices and not heard.events  # 2 % off: within tolerance
+    session.fan.level_done(LevelSummary(**base, prompt_tokens_avg=313.0, prompt_tokens_requested_avg=128.0))
+    assert heard.notices == ["WARNING prompts at C=4: asked for 128 tokens on average, the server counted 313 "
+                             "(+145 %): the level's prefill work is not what was asked"]
+    assert heard.events[0].kind == "prompt_length" and heard.events[0].value["server_avg"] == 313.0
