@@ -36,9 +36,19 @@ from specload.engine.prompts import OPENING, TOKENS_PER_WORD, VOCABULARY, TokenM
 _PARALLEL = 8  # tokenize requests in flight at once
 
 
+# An answer to a calibration request is a few kB (a token list, a one-token completion); a server
+# that sends more (a hostile or broken one streamed 100 MB lines) is not read further.
+MAX_ANSWER_BYTES = 1 << 20
+
+
 async def _post_json(s: aiohttp.ClientSession, url: str, body: dict, headers: dict) -> tuple[int, object]:
+    """(status, the JSON answer or None when it is not JSON or larger than ``MAX_ANSWER_BYTES``)."""
     async with s.post(url, data=orjson.dumps(body), headers={**headers, "Content-Type": "application/json"}) as r:
-        raw = await r.read()
+        raw = bytearray()
+        async for chunk in r.content.iter_chunked(64 << 10):
+            raw += chunk
+            if len(raw) > MAX_ANSWER_BYTES:
+                return r.status, None
         try:
             return r.status, orjson.loads(raw)
         except orjson.JSONDecodeError:

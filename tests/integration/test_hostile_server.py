@@ -136,6 +136,7 @@ async def test_a_path_left_out_of_the_url_is_said(hostile) -> None:
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "specload.cli", "run", server.url + "/v1?api-version=2", "--api", "chat", "-c", "1",
         "-n", "1", "--max-tokens", "4", "--no-health", "--metrics-url", "off",
+        "--prompt", "hello",  # a fixed prompt: no prompt-length calibration request besides the one counted
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )
     _, err = await asyncio.wait_for(proc.communicate(), 60)
