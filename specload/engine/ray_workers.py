@@ -133,7 +133,8 @@ class StreamWorker:
         assert self._client is not None
         rid = msg["id"]
         task = asyncio.ensure_future(self._client.send(
-            msg["prompt"], request_id=rid, level=msg["level"], level_index=msg["level_index"], warmup=msg["warmup"]))
+            msg["prompt"], request_id=rid, level=msg["level"], level_index=msg["level_index"], warmup=msg["warmup"],
+            max_tokens=msg.get("max_tokens"), prompt_tokens_requested=msg.get("ptr")))
         self._tasks[rid] = task
         try:
             rec = await task
@@ -438,7 +439,8 @@ class RayPoolClient:
             self.on_worker_lost(a.index, f"{a.name} {why}", len(self._alive))
 
     async def send(
-        self, prompt: str, *, request_id: int = 0, level: int = 0, level_index: int = 0, warmup: bool = False
+        self, prompt: str, *, request_id: int = 0, level: int = 0, level_index: int = 0, warmup: bool = False,
+        max_tokens: int | None = None, prompt_tokens_requested: int | None = None,
     ) -> RequestRecord:
         start = time.perf_counter_ns()
         if not self._alive:
@@ -447,7 +449,8 @@ class RayPoolClient:
         assert ray is not None
         a = min(self._alive, key=lambda x: x.in_flight)
         a.in_flight += 1
-        msg = {"id": request_id, "prompt": prompt, "level": level, "level_index": level_index, "warmup": warmup}
+        msg = {"id": request_id, "prompt": prompt, "level": level, "level_index": level_index, "warmup": warmup,
+               "max_tokens": max_tokens, "ptr": prompt_tokens_requested}
         ref = a.handle.send.remote(msg)  # type: ignore[attr-defined]
         try:
             wire = await ref
