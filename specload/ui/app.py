@@ -142,6 +142,10 @@ class SpecloadApp(App[int]):
         self._startup_notices: list[tuple[str, str]] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self.watchdog = QuitWatchdog(server_pid=self._launched_pid, exit_code=lambda: self.exit_code)
+        # The watchdog ends the whole process: only when the app is the process (run_app, run_replay),
+        # never when it runs inside another one (tests under App.run_test(), an embedding program),
+        # where a quit that outlived its deadline would take the host process down with it.
+        self.owns_process = False
         self._register_themes(theme, theme_dirs)
 
     # ------------------------------------------------------------------ themes
@@ -202,7 +206,7 @@ class SpecloadApp(App[int]):
             # terminal went away: ssh dropped, tmux killed) too. Caught before the session starts, so no
             # signal can leave a server without its stop. Python-level handlers, not the loop's: they
             # run even when something blocks the loop, and they arm the watchdog before anything else.
-            for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP) if self.owns_process else ():
                 try:
                     signal.signal(sig, self._on_signal)
                 except (ValueError, OSError):  # not the main thread (an embedding), or no such signal
@@ -301,7 +305,7 @@ class SpecloadApp(App[int]):
     def _arm_watchdog(self, why: str) -> None:
         """The process ends at the deadline whatever blocks it (watchdog.py); the run's own teardown
         needs at most the launched server's stop grace and a few seconds."""
-        if self.control is not None:
+        if self.control is not None and self.owns_process:
             session = getattr(self.source, "session", None)
             grace = session.cfg.watch.stop_grace_s if session is not None else STOP_GRACE_S
             self.watchdog.arm(grace + QUIT_DEADLINE_S, why)
@@ -519,7 +523,7 @@ class SpecloadApp(App[int]):
         # record and the built-in server are closed; Textual's own handler (App._on_exit_app, run
         # after this one unless prevented) exited at once, with the record left without its end
         # line. The clean quit ends with exit(), which comes back here with _quitting set.
-        if self.session is not None and self.result is None and not self._quitting:
+        if self.control is not None and self.result is None and not self._quitting:
             message.prevent_default()
             self.action_quit_run()
 
@@ -565,6 +569,7 @@ def run_app(cfg: RunConfig, theme: str | None = None) -> int:
 
     _install_loop()
     app = create_app(cfg, theme=theme)
+    app.owns_process = True
     code = app.run()
     result = app.result
     if result is not None and result.message:
@@ -580,5 +585,6 @@ def run_replay(source: RunSource, theme: str | None = None) -> int:
 
     _install_loop()
     app = create_app(source=source, theme=theme)
+    app.owns_process = True
     code = app.run()
     return code if isinstance(code, int) else 0
