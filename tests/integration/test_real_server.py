@@ -70,7 +70,8 @@ SPEC = ("--spec-type", "ngram-mod")
 # scheduling delay of a few ms on two shared cores (the first chunk sent or read late shrinks the
 # span). With ~0.2-1 ms per token, 32 tokens decode in only 7-30 ms, so such a delay is large
 # relative to it: the median over all requests of the decode span (TTFT -> last token) must be within
-# 20 % or 6 ms of the server's predicted_ms, and at least 3 requests in 4 within 25 % or 1 ms per token
+# 20 % or 10 ms of the server's predicted_ms (6 ms was exceeded once, 6.66 ms, in a full suite on a
+# 2-core machine with other suites running), and at least 3 requests in 4 within 25 % or 1 ms per token
 # of the server's TPOT. A systematic error (TTFT counted in, seconds for ms) moves every request by
 # far more. Single requests may not agree: a run where llama-server delivered most first chunks a
 # few ms late (seen once in ~100 runs: median TPOT ratio 0.46 at 0.235 ms per token) and a fresh-
@@ -79,7 +80,7 @@ SPEC = ("--spec-type", "ngram-mod")
 TPOT_REL_TOL = 0.25
 TPOT_ABS_TOL_MS = 1.0
 SPAN_REL_TOL = 0.2
-SPAN_ABS_TOL_MS = 6.0
+SPAN_ABS_TOL_MS = 10.0
 # Timings are printed with 3 decimals in the record (ms).
 ROUNDING_MS = 0.002
 
