@@ -71,6 +71,8 @@ def level_line(s: LevelSummary) -> str:
     )
     if s.rate is not None:
         line = f"rate={s.rate:g}/s " + line
+    if s.cut is not None:
+        line += f" | {cut_text(s)}"
     g = s.goodput
     if g is not None:
         line += f" | SLO {g.verdict}: good {goodput_share(g)} %, goodput {_f(g.tok_s.value if g.tok_s else None)} tok/s"
@@ -88,6 +90,24 @@ def level_line(s: LevelSummary) -> str:
         if j.baseline is not None:
             line += f" | vs baseline {ratio_interval(j)} {verdict_text(j.verdict)}"
     return line
+
+
+CUT_WORDS = {"crash": "crash", "server_down": "server down", "pause": "pause"}
+
+
+def cut_cell(s: LevelSummary, dash: str = ASCII_DASH) -> str:
+    """A level cut by a crash, the server down or a pause: ``crash, 3 lost``; a dash when it was not."""
+    if s.cut is None:
+        return dash
+    what = CUT_WORDS.get(s.cut, s.cut)
+    return f"{what}, {s.lost} lost" if s.lost else what
+
+
+def cut_text(s: LevelSummary) -> str:
+    """The level line's account of a cut: what cut it, the time its throughput is over, what it lost."""
+    active = "-" if s.active_s is None else f"{s.active_s:.1f}"
+    lost = f", {s.lost} request{'s' if s.lost != 1 else ''} lost" if s.lost else ""
+    return f"cut by {CUT_WORDS.get(s.cut or '', s.cut)}: active {active} of {s.wall_s:.1f} s{lost}"
 
 
 def accept_cell(s: LevelSummary, dash: str = ASCII_DASH) -> str:
@@ -181,6 +201,8 @@ def level_cells(s: LevelSummary, dash: str = "-") -> dict[str, str]:
         "prompt tok": prompt_cell(s, dash),
         "tokens": f"{s.output_tokens}{'~' if s.tokens_estimated else ''}",
         "wall s": f"{s.wall_s:.1f}",
+        "active s": f"{s.wall_s if s.active_s is None else s.active_s:.1f}",
+        "cut": cut_cell(s, dash),
         "ok": f"{s.ok}/{s.requests}",
         "errors": ", ".join(f"{k} {n}" for k, n in s.errors) if s.errors else dash,
         "rate": dash if s.rate is None else f"{s.rate:g}",
@@ -241,6 +263,12 @@ def table_columns(levels: list[LevelSummary], *, wide: bool = False) -> tuple[st
     cols: tuple[str, ...] = WIDE_COLUMNS if wide else TABLE_COLUMNS
     if any(s.rate is not None for s in levels):
         cols = ("rate", *cols)
+    if any(s.cut is not None for s in levels):
+        # a level cut by a crash or a pause says so before its errors (its throughput is over its active time)
+        cols = (*cols[:-1], "cut", cols[-1])
+        if "wall s" in cols:
+            i = cols.index("wall s") + 1
+            cols = (*cols[:i], "active s", *cols[i:])
     if any(s.goodput is not None for s in levels):
         # errors stay last (they wrap); tokens and wall time give way (the record and --json keep them)
         cols = (*(c for c in cols[:-1] if c not in ("tokens", "wall s")), *GOODPUT_COLUMNS, cols[-1])

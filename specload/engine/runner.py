@@ -166,7 +166,10 @@ class Runner:
     def scale_target(self, factor: float) -> None:
         self.set_target(scaled(self.requested, factor))
 
-    def pause(self) -> None:
+    def pause(self, why: str = "pause") -> None:
+        """Stop starting requests; ``why`` (pause, crash, server_down) is what the levels running now
+        are marked as cut by (their throughput counts their active time only: stats/levels.py)."""
+        self.book.cut_begin(why, self.clock.now_ns())
         if not self.paused:
             self.paused = True
             self._pause_clock()
@@ -176,6 +179,7 @@ class Runner:
 
     def resume(self) -> None:
         if self.paused:
+            self.book.cut_end(self.clock.now_ns())
             self.paused = False
             self._level_resumed_at = self.clock.now_ns()
             self._refresh_state()
@@ -213,6 +217,11 @@ class Runner:
         self._skip = True
         self._emit("next", self._level_index)
         self._wake.set()
+
+    def cut(self, why: str) -> None:
+        """The server crashed or went down and the run stops: the time from now does not count in the
+        levels still open (their hung requests may take a minute to end)."""
+        self.book.cut_begin(why, self.clock.now_ns())
 
     def stop(self, reason: str = "stopped") -> None:
         """End the run: no new requests; the caller decides whether in-flight ones are cancelled."""

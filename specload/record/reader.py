@@ -132,6 +132,8 @@ _SCHEMA: dict[str, dict] = {
         **{k: (_onum, False) for k in _LEVEL_FLOATS},
         "input_tokens": (_oint, False), "peak_concurrency": (_oint, False), "accept_per_pos": (_onums, False),
         "server_source": (_ostr, False),
+        # a level cut by a crash, the server down or a pause (issue 11): what cut it, its active time
+        "cut": (_ostr, False), "active_s": (_onum, False), "lost": (_oint, False),
     },
     "event": {"t_s": (_num, True), "kind": (_str, True), "value": (_any, False)},
     "crash": {

@@ -73,8 +73,9 @@ class RunPolicy:
             return
         self.server_failed(f"{ev.exception_type}: {ev.message}")
         if self.on_crash == "pause":
-            self.runner.pause()
+            self.runner.pause("crash")
         elif self.on_crash == "stop":
+            self.runner.cut("crash")
             self.stop("crashed", "crashed", f"server crashed ({ev.exception_type})")
 
     def health(self, ev: RunEvent, detail: str) -> None:
@@ -84,7 +85,9 @@ class RunPolicy:
             self.server_failed(detail, "went down")
             if self.runner is not None and not self.runner.paused:
                 self._paused_for_down = True
-                self.runner.pause()
+                self.runner.pause("server_down")
+            elif self.runner is not None:
+                self.runner.cut("server_down")  # paused already: the server's down time is a cut of its own
             if self._down_timer is None:
                 self._down_timer = asyncio.get_running_loop().call_later(self.down_timeout_s, self._down_too_long)
         elif ev.value == "up":

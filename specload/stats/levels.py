@@ -10,6 +10,14 @@ standard deviations beside the percentiles (as ``vllm bench serve`` reports them
 its result files); peak tok/s = the best 1 s of output; peak concurrency = the most requests of the
 level in flight at once; prompt tokens as the server counted them. The server's own figures over the
 level's span (acceptance, its throughput) are attached by the session (``with_server``).
+
+A level cut by a crash, the server going down or a pause (``LevelBook.cut_begin``/``cut_end``, called
+by the runner) counts its *active* time only: throughput and req/s are over ``active_s``, the wall
+time less the time after the crash or the server was found down (until the load resumed, or the end)
+and less the paused time in which none of the level's requests was in flight (a pause lets the
+requests in flight finish: their tokens came in that time). Hung streams stalled for a minute after a
+crash once made a level of 129 tok/s read 29. Such a level carries ``cut`` (what cut it first) and
+``lost`` (its requests that failed after the cut began).
 """
 
 from __future__ import annotations
@@ -80,6 +88,10 @@ class LevelSummary:
     accept_per_pos: tuple[float, ...] | None = None  # acceptance rate of each draft position
     server_gen_tok_s: float | None = None  # generation throughput the server reports
     server_source: str | None = None  # where those came from: metrics, log:vllm, ...
+    # --- a level cut by a crash, the server down or a pause (None: not cut) ---
+    cut: str | None = None  # crash, server_down, pause: the first that cut it
+    active_s: float | None = None  # the time throughput and req/s are over (wall time less the cut)
+    lost: int | None = None  # its requests that failed once the cut began
     # the level's first request sent and last ended (clock ns): in memory only, for the server figures
     span_ns: tuple[int, int] | None = field(default=None, compare=False)
 
@@ -115,6 +127,10 @@ class LevelSummary:
         d["server_source"] = self.server_source
         if self.rate is not None:
             d["rate"] = self.rate
+        if self.cut is not None:
+            d["cut"] = self.cut
+            d["active_s"] = _r(self.active_s)
+            d["lost"] = self.lost
         if self.goodput is not None:
             d["goodput"] = self.goodput.as_record()
         if self.judged is not None:
@@ -154,6 +170,9 @@ class LevelSummary:
             peak_concurrency=d.get("peak_concurrency"),
             accept_per_pos=None if per_pos is None else tuple(per_pos),
             server_source=d.get("server_source"),
+            cut=d.get("cut"),
+            active_s=d.get("active_s"),
+            lost=d.get("lost"),
             **{name: d.get(name) for name in _EXTRA_FLOATS},
         )
 
@@ -237,6 +256,7 @@ class LevelColumns:
         "level_index", "concurrency", "requests", "ok", "errors", "estimated",
         "first_start_ns", "last_end_ns", "tokens", "ttft_ns", "tpot_ns", "e2e_ns", "itl", "rate",
         "starts_ns", "ends_ns", "prompt", "requested", "cached", "itl_m", "gap", "gap_m", "buckets",
+        "cuts", "failed_ends_ns",
     )
 
     def __init__(self, level_index: int, concurrency: int, rate: float | None = None) -> None:
@@ -263,6 +283,9 @@ class LevelColumns:
         self.gap = LogHistogram()  # per-chunk gaps
         self.gap_m = _Moments()
         self.buckets: dict[int, float] = {}  # 100 ms bucket -> output tokens that arrived in it
+        # [begin_ns, end_ns or None (still cut), reason]: crash, server_down, pause (LevelBook.cut_begin)
+        self.cuts: list[list] = []
+        self.failed_ends_ns = array("d")  # when each failed request ended, for the requests a cut lost
 
     def add(self, rec: RequestRecord) -> None:
         ok = rec.ok
@@ -329,6 +352,7 @@ class LevelColumns:
         self.starts_ns.append(start_ns)
         self.ends_ns.append(end_ns)
         if not ok:
+            self.failed_ends_ns.append(end_ns)
             k = error_kind or "error"
             self.errors[k] = self.errors.get(k, 0) + 1
             return
@@ -375,9 +399,40 @@ class LevelColumns:
         order = np.lexsort((d, t))
         return int(np.cumsum(d[order]).max())
 
+    def _cut(self) -> tuple[str, float, int] | None:
+        """(what cut the level first, its active seconds, the requests lost) or None: not cut. The
+        crash or server-down time is out from its start; a pause only where none of the level's
+        requests was in flight (those in flight when it began still streamed, and are counted)."""
+        a, b = self.first_start_ns, self.last_end_ns
+        if a is None or b is None:
+            return None
+        hit = [(c0, b if c1 is None else min(c1, b), why) for c0, c1, why in self.cuts
+               if c0 < b and (c1 is None or c1 > a)]
+        if not hit:
+            return None
+        hit.sort(key=lambda c: c[0])
+        out: list[tuple[float, float]] = []
+        busy: list[tuple[float, float]] | None = None
+        for c0, c1, why in hit:
+            c0 = max(c0, a)
+            if why != "pause":
+                out.append((c0, c1))
+                continue
+            if busy is None:
+                busy = _union(np.frombuffer(self.starts_ns, dtype=np.float64),
+                              np.frombuffer(self.ends_ns, dtype=np.float64))
+            out.extend(_minus((c0, c1), busy))
+        cut_ns = sum(e - s for s, e in _union(np.array([s for s, _ in out]), np.array([e for _, e in out])))
+        first = hit[0][0]
+        lost = int(np.count_nonzero(np.frombuffer(self.failed_ends_ns, dtype=np.float64) >= first)) \
+            if len(self.failed_ends_ns) else 0
+        return hit[0][2], max(0.0, (b - a - cut_ns) / 1e9), lost
+
     def summary(self) -> LevelSummary:
         wall_ns = (self.last_end_ns - self.first_start_ns) if self.first_start_ns is not None else 0
         wall_s = wall_ns / 1e9
+        cut = self._cut()
+        active_s = wall_s if cut is None else cut[1]
         toks = np.frombuffer(self.tokens, dtype=np.float64) if len(self.tokens) else np.zeros(0)
         e2e = np.frombuffer(self.e2e_ns, dtype=np.float64) if len(self.e2e_ns) else np.zeros(0)
         total = int(toks.sum()) if toks.size else 0
@@ -402,9 +457,9 @@ class LevelColumns:
             output_tokens=total,
             tokens_estimated=self.estimated,
             wall_s=wall_s,
-            throughput_tok_s=total / wall_s if wall_s > 0 else 0.0,
+            throughput_tok_s=total / active_s if active_s > 0 else 0.0,
             per_request_tok_s=per_req,
-            req_s=self.ok / wall_s if wall_s > 0 else 0.0,
+            req_s=self.ok / active_s if active_s > 0 else 0.0,
             ttft_ms_avg=ttft[0],
             ttft_ms_p50=ttft[1],
             ttft_ms_p99=ttft[2],
@@ -434,12 +489,49 @@ class LevelColumns:
             gap_ms_p50=_scaled(self.gap.percentile(50), 1e6),
             gap_ms_p99=_scaled(self.gap.percentile(99), 1e6),
             e2e_s_std=_std(self.e2e_ns, 1e9),
+            cut=None if cut is None else cut[0],
+            active_s=None if cut is None else active_s,
+            lost=None if cut is None else cut[2],
         )
         # At the record's precision everywhere: the run's table, the TUI, --json and `report` of
         # the record then print the same digits (354.35 in the record was once 354.3 on screen).
         span = None if self.first_start_ns is None or self.last_end_ns is None else (
             int(self.first_start_ns), int(self.last_end_ns))
         return replace(LevelSummary.from_record(full.as_record()), span_ns=span)
+
+
+def _union(starts: np.ndarray, ends: np.ndarray) -> list[tuple[float, float]]:
+    """The intervals [start, end] merged where they overlap, in time order."""
+    if not starts.size:
+        return []
+    order = np.argsort(starts, kind="stable")
+    out: list[tuple[float, float]] = []
+    s0, e0 = float(starts[order[0]]), float(ends[order[0]])
+    for s, e in zip(starts[order[1:]].tolist(), ends[order[1:]].tolist(), strict=True):
+        if s <= e0:
+            e0 = max(e0, e)
+        else:
+            out.append((s0, e0))
+            s0, e0 = s, e
+    out.append((s0, e0))
+    return out
+
+
+def _minus(span: tuple[float, float], busy: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The parts of ``span`` outside the (merged, ordered) ``busy`` intervals."""
+    lo, hi = span
+    out = []
+    for s, e in busy:
+        if e <= lo:
+            continue
+        if s >= hi:
+            break
+        if s > lo:
+            out.append((lo, s))
+        lo = max(lo, e)
+    if lo < hi:
+        out.append((lo, hi))
+    return out
 
 
 def _std(values: array, scale: float) -> float | None:
@@ -475,10 +567,32 @@ class LevelBook:
         self._in_flight: dict[int, int] = {}
         self._closed: set[int] = set()
         self._released: set[int] = set()
+        self._cut: list | None = None  # the cut going on: [begin_ns, None, reason], shared by the levels
 
     def open(self, level_index: int, concurrency: int, rate: float | None = None) -> None:
-        self._cols[level_index] = LevelColumns(level_index, concurrency, rate)
+        self._cols[level_index] = cols = LevelColumns(level_index, concurrency, rate)
         self._in_flight[level_index] = 0
+        if self._cut is not None:  # a level opened while paused or with the server down starts cut
+            cols.cuts.append(self._cut)
+
+    def cut_begin(self, reason: str, now_ns: int) -> None:
+        """From now the load is cut (``crash``, ``server_down``, ``pause``): every level still open
+        gets the cut, until ``cut_end``. A cut already going on keeps its reason (a crash that pauses
+        the load is cut by the crash, not the pause); a crash during a pause begins a cut of its own."""
+        if self._cut is not None and (self._cut[2] != "pause" or reason == "pause"):
+            return
+        if self._cut is not None:
+            self._cut[1] = now_ns
+        self._cut = [now_ns, None, reason]
+        for idx, cols in self._cols.items():
+            if idx not in self._released:
+                cols.cuts.append(self._cut)
+
+    def cut_end(self, now_ns: int) -> None:
+        """The load resumed."""
+        if self._cut is not None:
+            self._cut[1] = now_ns
+            self._cut = None
 
     def started(self, level_index: int) -> None:
         self._in_flight[level_index] += 1

@@ -11,6 +11,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from specload.config import RunConfig, WatchConfig
 from specload.exitcode import ExitCode
 from specload.record.reader import read_record
@@ -244,3 +246,29 @@ async def test_a_flood_of_stats_lines_is_sampled_at_the_scrape_interval(sim, tmp
     assert session.logs.seq == 50_000  # every line was read
     servers = [s for s in read_record(str(rec)).servers if s["source"] == "log:sglang"]
     assert 1 <= len(servers) <= 10
+
+
+async def test_a_crash_that_pauses_the_load_cuts_the_level_to_its_active_time(sim, tmp_path) -> None:
+    # issue 11: after the crash the sim's streams hang; those seconds stretched the level (129 tok/s
+    # read as 29). The level now counts its time up to the crash, says it was cut, and what it lost.
+    log = tmp_path / "server.log"
+    server = await sim(ttft_ms=5, itl_ms=5, spec_tokens=0, crash_after=10, log_file=str(log))
+    rec = tmp_path / "r.jsonl"
+    session = Session(cfg(server.url, rec, watch=WatchConfig(server_log=str(log), on_crash="pause", metrics_url="off"),
+                          max_tokens=200), stay_open=True)
+    task = asyncio.ensure_future(session.run())
+    try:
+        await wait_until(lambda: session.runner is not None and session.runner.paused and session.stats.snapshot().crashes)
+        paused_at = time.monotonic()
+        assert session.runner.in_flight > 0  # streams hung by the crash
+        await wait_until(lambda: time.monotonic() - paused_at > 1.5)  # the hung streams stretch the level
+    finally:
+        session.interrupt()
+        result = await asyncio.wait_for(task, 30)
+    (level,) = result.levels
+    assert level.cut == "crash"
+    assert level.active_s is not None and level.active_s < level.wall_s - 1.4
+    assert level.throughput_tok_s == pytest.approx(level.output_tokens / level.active_s, rel=0.01)
+    assert level.lost == level.requests - level.ok and level.lost >= 1  # the hung streams, cancelled at the quit
+    (line,) = read_record(str(rec)).levels
+    assert (line["cut"], line["active_s"], line["lost"]) == ("crash", level.active_s, level.lost)

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from specload.records import CrashConsequence
+from specload.session.source import StaticSource
 from specload.ui.app import create_app
 from specload.ui.messages import CrashReported, MessageListener
 from specload.ui.screens import CrashScreen, parse_concurrency
@@ -16,7 +17,7 @@ from specload.ui.themes import DEFAULT_THEME, load_themes, shipped_themes_dir, u
 from specload.ui.widgets.crashes import CrashTable
 from specload.ui.widgets.levels import LevelTable
 from tests.ui.conftest import wait_for
-from tests.ui.fixed_data import CRASH, idle_source, mid_run_source
+from tests.ui.fixed_data import CRASH, T0, idle_source, mid_run_source
 
 REPO_THEMES = Path(__file__).resolve().parents[2] / "themes"
 
@@ -191,3 +192,19 @@ async def test_crash_panel_shows_type_message_count_and_ranks_at_every_size(size
         head = str(app.screen.query_one("#crash-head").render())
         # the whole message, wrapped, and what followed the cause
         assert "78.1 GiB memory in use." in head.replace("\n", " ") and "then server_fatal" in head
+
+
+async def test_a_level_cut_by_a_crash_says_so_in_the_table() -> None:
+    # issue 11: the cut column appears with the first cut level, before the errors
+    from tests.ui.fixed_data import mid_run_snapshot
+
+    snap = mid_run_snapshot(True)
+    cut = replace(snap.levels[-1], cut="crash", active_s=6.5, lost=3)
+    app = create_app(source=StaticSource(replace(snap, levels=(*snap.levels[:-1], cut)), t0_ns=T0))
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.pause()
+        table = app.query_one(LevelTable)
+        labels = [str(c.label) for c in table.columns.values()]
+        assert labels[-2:] == ["cut", "errors"]
+        assert table.get_row("level-4")[-2] == "crash, 3 lost"
+        assert table.get_row("level-0")[-2] == "–"

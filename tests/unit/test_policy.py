@@ -19,9 +19,12 @@ class FakeRunner:
         self.calls: list[str] = []
         self.paused = False
 
-    def pause(self) -> None:
+    def pause(self, why: str = "pause") -> None:
         self.paused = True
-        self.calls.append("pause")
+        self.calls.append("pause" if why == "pause" else f"pause {why}")
+
+    def cut(self, why: str) -> None:
+        self.calls.append(f"cut {why}")
 
     def resume(self) -> None:
         self.paused = False
@@ -48,7 +51,7 @@ def crash(new: bool = True) -> CrashEvent:
 
 
 @pytest.mark.parametrize(("on_crash", "calls", "end"), [
-    ("pause", ["pause"], None), ("stop", ["stop crashed", "cancel"], "crashed"), ("continue", [], None)])
+    ("pause", ["pause crash"], None), ("stop", ["cut crash", "stop crashed", "cancel"], "crashed"), ("continue", [], None)])
 def test_a_new_crash_does_what_on_crash_says(on_crash, calls, end) -> None:
     p, runner, _, _ = policy(on_crash=on_crash)
     p.crash(crash(new=False))  # a repeat of a signature already handled changes nothing
@@ -64,9 +67,9 @@ def health(value: str) -> RunEvent:
 async def test_the_load_pauses_while_the_server_is_down_and_resumes_when_it_is_back() -> None:
     p, runner, notices, _ = policy()
     p.health(health("down"), "connection refused")
-    assert runner.calls == ["pause"] and p.server_down and notices == ["server down: connection refused"]
+    assert runner.calls == ["pause server_down"] and p.server_down and notices == ["server down: connection refused"]
     p.health(health("up"), "")
-    assert runner.calls == ["pause", "resume"] and notices[-1] == "server up again"
+    assert runner.calls == ["pause server_down", "resume"] and notices[-1] == "server up again"
     p.cancel_timers()
 
 
@@ -75,7 +78,7 @@ async def test_a_user_pause_is_not_undone_when_the_server_comes_back() -> None:
     runner.paused = True
     p.health(health("down"), "x")
     p.health(health("up"), "")
-    assert runner.calls == []
+    assert runner.calls == ["cut server_down"]  # the down time is not the level's, the pause stays
     p.cancel_timers()
 
 
@@ -97,7 +100,7 @@ async def test_the_tui_stays_open_while_the_server_is_down() -> None:
     p, runner, _, _ = policy(down_timeout_s=0.0, stay_open=True)
     p.health(health("down"), "refused")
     await asyncio.sleep(0.05)  # the timer (0 s) has fired: nothing may have stopped the run
-    assert runner.calls == ["pause"] and p.end_reason is None
+    assert runner.calls == ["pause server_down"] and p.end_reason is None
 
 
 @pytest.mark.parametrize(("left", "on_death", "stops"), [(1, "continue", False), (0, "continue", True),

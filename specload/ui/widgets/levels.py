@@ -60,6 +60,10 @@ def row_key(s: LevelSummary) -> str:
     return f"level-{s.level_index}"
 
 
+# a level cut by a crash, the server down or a pause: what cut it and the requests it lost (its tok/s
+# counts its active time only); the column appears with the first such level, before the errors
+CUT_COLUMNS = (("cut", "cut"),)
+
 GOODPUT_COLUMNS = (("slo", "SLO"), ("good", "good %"), ("goodtok", "good tok/s"))
 # --baseline: the baseline level's figure, live / baseline with its sequential interval, the verdict;
 # --target-ci alone: the interval reached
@@ -93,23 +97,30 @@ class LevelTable(KeyedTable):
     def __init__(self, **kwargs: object) -> None:
         super().__init__(zebra_stripes=True, **kwargs)
         self._goodput = False
+        self._cut = False
         self._judged: tuple[tuple[str, str], ...] = ()
         self._levels: dict[str, LevelSummary] = {}  # the latest summary of each row, for a relayout
 
     def _columns(self) -> tuple[tuple[str, str], ...]:
         # the judged columns go next to tok/s, the figure they judge (the table scrolls sideways and
         # the verdict must not be the column that falls off)
-        return COLUMNS[:2] + self._judged + COLUMNS[2:] + (GOODPUT_COLUMNS if self._goodput else ())
+        cut = CUT_COLUMNS if self._cut else ()
+        return COLUMNS[:2] + self._judged + COLUMNS[2:-1] + cut + COLUMNS[-1:] + (
+            GOODPUT_COLUMNS if self._goodput else ())
 
     def _cells(self, s: LevelSummary) -> tuple[str, ...]:
         base = level_cells(s)
-        return base[:2] + judged_cells(s, self._judged) + base[2:] + (goodput_cells(s) if self._goodput else ())
+        cut = (report_cells(s, dash=DASH)["cut"],) if self._cut else ()
+        return base[:2] + judged_cells(s, self._judged) + base[2:-1] + cut + base[-1:] + (
+            goodput_cells(s) if self._goodput else ())
 
     def show_level(self, s: LevelSummary) -> None:
         """Add the level's row, or update the cells that changed when it is already there."""
         columns = self._columns()
         if s.goodput is not None:
             self._goodput = True
+        if s.cut is not None:
+            self._cut = True
         j = s.judged
         if j is not None:
             wanted = BASELINE_COLUMNS if j.baseline is not None else CI_COLUMNS
