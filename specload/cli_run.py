@@ -47,6 +47,8 @@ class TuiOptions:
                        'closing the page ends the run). Needs: pip install "specload[web]".')
     web_host: str = option("127.0.0.1", "--host", help="With --web: the address to listen on (this machine only "
                            "by default).")
+    no_record: bool = option(False, "--no-record", help="No record: without --record the dashboard records "
+                             "to specload-DATE-TIME.jsonl in the current directory.")
     web_port: int = option(8765, "--port", help="With --web: the port to listen on.",
                            check=lambda v: None if 1 <= v <= 65535 else "must be a port number, 1 to 65535")
 
@@ -125,9 +127,30 @@ def tui_command(**params: object) -> None:
         _serve_web(tui)
     if tui.headless:
         sys.exit(run_headless(cfg, as_json=out.as_json))
+    if tui.no_record and cfg.record.path:
+        _fail("--no-record and --record do not go together")
+    cfg, note = default_record(cfg, tui.no_record)
     from specload.ui.app import run_app
 
-    sys.exit(run_app(cfg, theme=tui.theme))
+    sys.exit(run_app(cfg, theme=tui.theme, notice=note))
+
+
+def default_record(cfg: RunConfig, no_record: bool, now: float | None = None) -> tuple[RunConfig, str | None]:
+    """The dashboard keeps its result: without --record (or --no-record) it records to a file in the
+    current directory named by the time; the note says so on screen."""
+    if cfg.record.path or no_record:
+        return cfg, None
+    import time
+
+    from specload.record.writer import RecordError, check_writable
+
+    path = time.strftime("specload-%Y%m%d-%H%M%S.jsonl", time.localtime(now))
+    try:
+        check_writable(path)
+    except RecordError as e:
+        return cfg, f"no record: {e}"
+    record = dataclasses.replace(cfg.record, path=path)
+    return dataclasses.replace(cfg, record=record), f"recording to {path} (--record FILE to name it, --no-record for none)"
 
 
 def _replay(tui: TuiOptions) -> int:

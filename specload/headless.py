@@ -11,6 +11,7 @@ written to a pipe or a file.
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 import sys
 
@@ -183,6 +184,33 @@ def run_headless(cfg: RunConfig, *, as_json: bool) -> int:
         printer.err("specload: every request failed")
         return ExitCode.ALL_FAILED
     return result.exit_code
+
+
+def print_tui_end(result: SessionResult | None, record_path: str | None, stream=None) -> None:  # noqa: ANN001
+    """After the TUI quits: the level table a headless run prints, how the run ended and where its
+    record is (the dashboard's screen is gone with the alternate screen; a two-minute ramp once left
+    nothing behind)."""
+    from rich.console import Console
+
+    from specload.record.report import level_table
+
+    # the terminal's own width, asked of the terminal: a COLUMNS left in the environment (pytest sets
+    # 80) squeezed the table on a 160-column terminal; piped: 160 columns, as headless tables are
+    out = stream if stream is not None else sys.stdout
+    try:
+        width = os.get_terminal_size(out.fileno()).columns
+    except (OSError, ValueError, AttributeError):
+        width = 160
+    console = Console(file=out, width=width)
+    levels = list(result.levels) if result is not None else []
+    try:
+        if levels:
+            console.print(level_table(levels))
+        if result is not None:
+            console.print(f"end: {result.reason}", highlight=False)
+        console.print(f"record: {record_path}" if record_path else "record: none (--no-record)", highlight=False)
+    except OSError:  # stdout gone: the record has it all
+        pass
 
 
 def print_summary(

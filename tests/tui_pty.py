@@ -30,14 +30,15 @@ def _controlling_tty() -> None:  # in the child: a session of its own with the p
 
 
 class TuiInPty:
-    def __init__(self, args: list[str], rows: int = 40, cols: int = 120) -> None:
+    def __init__(self, args: list[str], rows: int = 40, cols: int = 120, cwd: Path | None = None) -> None:
         self.master, slave = pty.openpty()
         fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "specload.cli", "tui", *args],
-            stdin=slave, stdout=slave, stderr=slave, preexec_fn=_controlling_tty, close_fds=True,
+            stdin=slave, stdout=slave, stderr=slave, preexec_fn=_controlling_tty, close_fds=True, cwd=cwd,
         )  # fmt: skip
         os.close(slave)
+        self.output = bytearray()  # everything the app wrote to its terminal (a minute is a few MB)
         self._stop = threading.Event()
         self._reader = threading.Thread(target=self._drain, daemon=True)
         self._reader.start()
@@ -47,10 +48,12 @@ class TuiInPty:
     def _drain(self) -> None:
         while not self._stop.is_set():
             try:
-                if not os.read(self.master, 65536):
-                    return
+                data = os.read(self.master, 65536)
             except OSError:
                 return
+            if not data:
+                return
+            self.output += data
 
     def wait_for_load(self, record: Path, timeout: float = 30) -> None:
         """Until the record has its first level event; then note the simulators the TUI started."""

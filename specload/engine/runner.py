@@ -159,6 +159,12 @@ class Runner:
         self._wake.set()
 
     @property
+    def plan_done(self) -> bool:
+        """Every level of the plan has run (a run that stays open may go on with levels set by hand)."""
+        last_running = self._level_spec is not None and self._level_number > 0
+        return self._cursor >= len(self.plan.levels) and not last_running
+
+    @property
     def requested(self) -> int:
         """The concurrency asked for: a manual one not yet picked up by the dispatcher, else the target."""
         return self._manual or self.target

@@ -195,9 +195,26 @@ class Session:
         self._set_phase("running")
         ran = await runner.run() if self.policy.end_reason is None else None  # None: a quit while building
         reason = self.policy.end_reason or ran or "completed"
+        if reason == "interrupted" and self.stay_open and self.signal is None:
+            reason = self._quit_reason()
         if self.capacity is not None:
             self.capacity.run_ended(reason)
         return reason, self._exit_code(reason), None
+
+    def _quit_reason(self) -> str:
+        """The user quit a run that stays open (the TUI): the record and the exit status say what had
+        happened by then, as a headless run's would. A TUI record once ended ``interrupted`` even
+        after the ramp finished, and after a crash its exit status was 3 with the record saying
+        ``interrupted``."""
+        if self.stats.snapshot().crashes:
+            return "crashed"
+        if self.policy.server_down:
+            return "server down"
+        r = self.runner
+        searching = self.capacity is not None and self.capacity.searching
+        if r is not None and r.plan_done and not searching:
+            return "completed"
+        return "interrupted"
 
     async def _until_interrupted(self, step: Coroutine[Any, Any, T]) -> T | None:
         """A step that may wait for minutes (a server loading, Ray joining a cluster), in a task of its

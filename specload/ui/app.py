@@ -215,7 +215,10 @@ class SpecloadApp(App[int]):
 
     async def _run_source(self) -> None:
         try:
-            await self.source.run(MessageListener(self.post_message))
+            result = await self.source.run(MessageListener(self.post_message))
+            # the worker's end may be handled before the SessionEnded message: an exit then must
+            # already have the run's status (3 after a crash, not 0)
+            self.result = self.result or result
         except Exception as e:  # noqa: BLE001 - one place for programming errors in the engine
             result = SessionResult("error", ExitCode.ERROR, (), f"internal error: {type(e).__name__}: {e}")
             self.post_message(SessionEnded(result))
@@ -539,6 +542,11 @@ class SpecloadApp(App[int]):
         if self._quitting:
             return
         self._quitting = True
+        session = getattr(self.source, "session", None)
+        if self._signal is not None and session is not None:
+            # the record says interrupted, as the exit status (128 + the signal) does; a plain quit's
+            # end reason says what had happened by then (session._quit_reason)
+            session.signal = session.signal or self._signal
         self._arm_watchdog("q")
         self._cancel_settle()
         self.pending_target = None
@@ -563,15 +571,19 @@ def create_app(
     return SpecloadApp(source, theme=theme, theme_dirs=theme_dirs)
 
 
-def run_app(cfg: RunConfig, theme: str | None = None) -> int:
-    """``specload tui``: run the dashboard until the user quits; the process exit status."""
-    from specload.headless import _install_loop
+def run_app(cfg: RunConfig, theme: str | None = None, notice: str | None = None) -> int:
+    """``specload tui``: run the dashboard until the user quits; the process exit status. ``notice``:
+    shown on screen at the start (where the run records to)."""
+    from specload.headless import _install_loop, print_tui_end
 
     _install_loop()
     app = create_app(cfg, theme=theme)
     app.owns_process = True
+    if notice:
+        app._startup_notices.append((notice, "information"))
     code = app.run()
     result = app.result
+    print_tui_end(result, cfg.record.path)
     if result is not None and result.message:
         import sys
 

@@ -172,3 +172,23 @@ async def test_quick_concurrency_keys_make_one_level(sim, tmp_path) -> None:
         await wait_for(pilot, lambda: app.return_code is not None, "the app to exit after q")
     levels = [e["value"] for e in read_record(str(record)).events if e["kind"] == "level"]
     assert [(lv["concurrency"], lv["manual"]) for lv in levels] == [(2, False), (9, True)]
+
+
+async def test_quitting_after_a_crash_records_crashed_as_the_exit_status_says(sim, tmp_path) -> None:
+    # issue 11: every TUI record ended "interrupted"; after a crash the TUI exited 3 with its record
+    # saying "interrupted". The end reason now says what happened, and matches the exit status.
+    log = tmp_path / "server.log"
+    server = await sim(ttft_ms=5, itl_ms=5, spec_tokens=0, crash_after=6, log_file=str(log))
+    record = tmp_path / "crash.jsonl"
+    cfg = tui_config(server.url, "-c", "2", "-d", "60", "--max-tokens", "20", "--server-log", str(log),
+                     "--metrics-url", "off", "--record", str(record))
+    app = create_app(cfg)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for(pilot, lambda: bool(app.source.frame().stats.crashes), "the crash on screen", timeout=20)
+        await pilot.press("q")
+        await wait_for(pilot, lambda: app.return_code is not None, "the app to exit after q", timeout=30)
+    assert app.return_value == 3  # what run_app exits with (return_code is Textual's own)
+    data = read_record(str(record))
+    assert data.end is not None and data.end["reason"] == "crashed"
+    (level,) = data.levels
+    assert level["cut"] == "crash" and level["active_s"] < level["wall_s"]

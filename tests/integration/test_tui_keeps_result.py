@@ -1,0 +1,67 @@
+"""The TUI keeps its result (issue 11): a two-minute ramp once left nothing behind after 'q'.
+
+Without --record the dashboard records to specload-DATE-TIME.jsonl in the current directory (--no-record:
+none); on quit it prints the level table a headless run prints, how the run ended and where the record
+is. A real process on a real pty, as a person runs it.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+from specload.cli_run import default_record
+from specload.record.reader import read_record
+from tests.conftest import make_config
+from tests.tui_pty import TuiInPty
+
+SIM = "--ttft-ms 5 --itl-ms 5 --spec-tokens 0 --quiet"
+
+
+def _record_in(folder: Path, timeout: float = 30) -> Path:
+    deadline = time.monotonic() + timeout
+    while True:
+        found = [p for p in folder.glob("specload-*.jsonl") if b'"type":"level"' in p.read_bytes()]
+        if found:
+            return found[0]
+        assert time.monotonic() < deadline, "no level in a record in the current directory"
+        time.sleep(0.05)
+
+
+def test_quit_prints_the_table_and_where_the_default_record_is(tmp_path: Path) -> None:
+    with TuiInPty(["-c", "1", "-n", "4", "--max-tokens", "8", "--sim-args", SIM], cwd=tmp_path, cols=160) as tui:
+        rec = _record_in(tmp_path)
+        assert re.fullmatch(r"specload-\d{8}-\d{6}\.jsonl", rec.name)
+        tui.send(b"q")
+        assert tui.proc.wait(timeout=40) == 0
+        tui._reader.join(timeout=10)  # read to the end of what it wrote (EOF once the pty has no writer)
+    # what is left on the terminal once the dashboard's alternate screen is gone
+    after = bytes(tui.output).rsplit(b"\x1b[?1049l", 1)[-1]
+    text = re.sub(rb"\x1b\[[0-9;?]*[A-Za-z]", b"", after).decode(errors="replace")
+    assert "TTFT p50/p99 ms" in text and "tok/s" in text  # the level table, as headless prints it
+    assert f"record: {rec.name}" in text and "end: completed" in text
+    data = read_record(str(rec))
+    assert data.end is not None and data.end["reason"] == "completed" and len(data.levels) == 1
+
+
+def test_the_default_record_is_named_by_time_and_skipped_on_request(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    cfg = make_config(None)
+    named, note = default_record(cfg, False, now=0.0)
+    assert named.record.path is not None and named.record.path.startswith("specload-19") and named.record.path in note
+    assert default_record(cfg, True) == (cfg, None)
+    given = make_config(None, path=str(tmp_path / "mine.jsonl"))
+    assert default_record(given, False) == (given, None)
+    (tmp_path / "ro").mkdir()
+    monkeypatch.chdir(tmp_path / "ro")
+    (tmp_path / "ro").chmod(0o500)
+    try:
+        kept, note = default_record(cfg, False)
+        import os
+
+        if os.access(".", os.W_OK):  # root writes anywhere: nothing to check
+            return
+        assert kept.record.path is None and note is not None and note.startswith("no record:")
+    finally:
+        (tmp_path / "ro").chmod(0o700)
