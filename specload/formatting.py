@@ -185,13 +185,14 @@ def level_cells(s: LevelSummary, dash: str = "-") -> dict[str, str]:
     def dist(avg: float | None, std: float | None, p50: float | None, p99: float | None, fmt: str) -> str:
         return f"{_avg_std(avg, std, fmt, dash)} {f(p50, fmt)}/{f(p99, fmt)}"
 
+    empty = s.requests == 0  # a level that started no request: no rate to show, not a zero one
     cells = {
         "C": str(s.concurrency),
-        "tok/s": f"{s.throughput_tok_s:.1f}",
+        "tok/s": dash if empty else f"{s.throughput_tok_s:.1f}",
         "peak tok/s": f(s.peak_tok_s),
         "srv tok/s": f(s.server_gen_tok_s),
-        "req/s": f"{s.req_s:.2f}",
-        "req tok/s": f"{s.per_request_tok_s:.1f}",
+        "req/s": dash if empty else f"{s.req_s:.2f}",
+        "req tok/s": dash if empty else f"{s.per_request_tok_s:.1f}",
         "peak C": dash if s.peak_concurrency is None else str(s.peak_concurrency),
         "TTFT p50/p99 ms": f"{f(s.ttft_ms_p50)}/{f(s.ttft_ms_p99)}",
         "TPOT ms": f(s.tpot_ms_p50, "{:.2f}"),

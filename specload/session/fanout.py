@@ -82,6 +82,15 @@ class Fanout:
         """A level is complete: published with its goodput (under --slo, bootstrapped in a thread) and
         the server's own figures over its span (with /metrics those need the counters as the level
         ends: one scrape first). Levels stay in order: each waits for the one before."""
+        if summary.requests == 0:
+            # a level that started no request (skipped with n, paused all along) is shown in the
+            # tables but has nothing to judge, scrape or record: after the levels before it
+            pending = self.level_chain is not None and not self.level_chain.done()
+            if self.tg is not None and pending:
+                self.level_chain = self.tg.create_task(self._empty_level_after(self.level_chain, summary))
+            else:
+                self._show_empty_level(summary)
+            return
         if self.judge is not None:
             # the level's last request is in: its judgement without the drain, as report computes it
             self.judge.level_finished(summary.level_index)
@@ -105,6 +114,14 @@ class Fanout:
         if self.watch is not None:
             await self.watch.scrape_for_level()
         self.level_done(summary)
+
+    async def _empty_level_after(self, before: asyncio.Task, summary: LevelSummary) -> None:
+        await asyncio.gather(before, return_exceptions=True)
+        self._show_empty_level(summary)
+
+    def _show_empty_level(self, summary: LevelSummary) -> None:
+        self.stats.on_level(summary)
+        self.listener.level_done(summary)
 
     def search_event(self, value: dict) -> None:
         self.event(RunEvent(self.now_ns(), "search", value))

@@ -624,8 +624,9 @@ class LevelBook:
             if not self._complete(idx):
                 break
             self._released.add(idx)
-            if self._cols[idx].requests:
-                out.append(self._cols[idx].summary())
+            # a level that started no request (skipped, or paused all along) is released too: the
+            # table lists every level the run had (the record keeps measured levels only: fanout.py)
+            out.append(self._cols[idx].summary())
         return out
 
     def flush(self) -> list[LevelSummary]:
@@ -634,6 +635,5 @@ class LevelBook:
         for idx in sorted(self._cols):
             if idx not in self._released:
                 self._released.add(idx)
-                if self._cols[idx].requests:
-                    out.append(self._cols[idx].summary())
+                out.append(self._cols[idx].summary())
         return out

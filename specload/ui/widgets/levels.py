@@ -188,6 +188,8 @@ class KneeChart(PlotextPlot):
         # a manual level may repeat a concurrency: the latest measurement of each load is plotted
         by_x: dict[float, float] = {}
         for s in self._levels:
+            if s.requests == 0:  # a level that started no request measured nothing
+                continue
             if rate_axis:
                 if s.rate is not None:
                     by_x[s.rate] = s.throughput_tok_s
