@@ -213,6 +213,11 @@ class SpecloadApp(App[int]):
                     pass
             self.run_worker(self._run_source(), name="session", exit_on_error=False)
 
+    def on_unmount(self) -> None:
+        # the app has shut down: the quit finished in time, so the watchdog must not end the process
+        # later (the CLI exits at once, but an embedding, or the test process, lives on)
+        self.watchdog.disarm()
+
     async def _run_source(self) -> None:
         try:
             result = await self.source.run(MessageListener(self.post_message))
