@@ -531,7 +531,8 @@ class SpecloadApp(App[int]):
         # record and the built-in server are closed; Textual's own handler (App._on_exit_app, run
         # after this one unless prevented) exited at once, with the record left without its end
         # line. The clean quit ends with exit(), which comes back here with _quitting set.
-        if self.control is not None and self.result is None and not self._quitting:
+        # (it read self.session, which the app does not have: every exit raised AttributeError)
+        if self.control is not None and self.result is None and not self._run_done and not self._quitting:
             message.prevent_default()
             self.action_quit_run()
 
