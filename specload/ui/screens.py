@@ -36,7 +36,8 @@ class Modal(KeyTaker, ModalScreen[T]):
     }
     Modal .modal-title { text-style: bold; margin: 0 0 1 0; }
     Modal .modal-hint { color: $text-muted; margin: 1 0 0 0; }
-    Modal .modal-error { color: $error; text-style: bold; }
+    Modal .modal-error { color: $error; text-style: bold; width: 1fr; }
+    Modal Label { max-width: 100%; }
     """
     BINDINGS = [Binding("escape", "cancel", "Cancel")]
 
@@ -63,11 +64,12 @@ class ConcurrencyScreen(Modal[int | None]):
             yield Label("Set concurrency", classes="modal-title")
             yield Input(
                 value="" if self.current is None else str(self.current),
-                placeholder="a positive whole number",
+                placeholder=f"a whole number from 1 to {MAX_CONCURRENCY}",
                 id="conc-input",
             )
             yield Label("", id="conc-error", classes="modal-error")
-            yield Label("enter: apply · escape: cancel", classes="modal-hint")
+            # the limit is said before anything is typed (a cut error line once hid it)
+            yield Label(f"1 to {MAX_CONCURRENCY} · enter: apply · escape: cancel", classes="modal-hint")
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         event.stop()
@@ -110,7 +112,7 @@ KEYS_HELP = (
     ("f", "capacity search from the current load (--slo objectives) / stop it"),
     ("b", "hold the load at the best point the search found"),
     ("← / →", "switch panel (small terminals)"),
-    ("ctrl+p", "command palette (themes: 'Change theme')"),
+    ("ctrl+p", "command palette (colours: its 'Theme' entry)"),
     ("?", "this help"),
     ("q", "quit (in-flight requests recorded as cancelled)"),
 )

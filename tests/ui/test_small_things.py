@@ -1,0 +1,41 @@
+"""The smaller points of issue 11, each as a user met it: texts cut, a help line naming a palette entry
+that is not there, a key that ended a load without a word, sparklines that made a wobble a cliff."""
+
+from __future__ import annotations
+
+import re
+
+from specload.engine.runner import MAX_CONCURRENCY
+from specload.ui.app import create_app
+from specload.ui.screens import ConcurrencyScreen, HelpScreen
+from tests.ui.conftest import screen_text, wait_for
+from tests.ui.fixed_data import mid_run_source
+
+
+def _flat(text: str) -> str:
+    """The screen's text with box drawing and line breaks as single spaces (a wrapped line reads on)."""
+    return re.sub(r"[\s│┃▌▐█]+", " ", text)
+
+
+async def test_the_concurrency_dialog_shows_its_limit_and_whole_error() -> None:
+    app = create_app(source=mid_run_source())
+    async with app.run_test(size=(80, 24)) as pilot:
+        await app.push_screen(ConcurrencyScreen(4))
+        await pilot.pause()
+        assert f"1 to {MAX_CONCURRENCY}" in screen_text(app)  # before anything is typed
+        for key in ("backspace", "a", "b", "c", "enter"):
+            await pilot.press(key)
+        whole = f"'abc' is not a concurrency: type a whole number from 1 to {MAX_CONCURRENCY}"
+        # wrapped in the dialog, whole (it was cut at 'fro')
+        await wait_for(pilot, lambda: whole in _flat(screen_text(app)), "the whole error in the dialog")
+
+
+async def test_help_names_the_palette_entry_as_it_is() -> None:
+    app = create_app(source=mid_run_source())
+    async with app.run_test(size=(100, 40)) as pilot:
+        names = [c.title for c in app.get_system_commands(app.screen)]
+        await app.push_screen(HelpScreen())
+        await pilot.pause()
+        text = screen_text(app)
+        quoted = re.findall(r"'([^']+)' entry", text)
+        assert quoted and all(q in names for q in quoted), (quoted, names)
