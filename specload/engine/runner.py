@@ -80,6 +80,7 @@ class RunnerState:
     started: int  # requests started in the whole run
     sourced: bool = False  # the current level comes from a level source (a capacity search probe)
     requested: int = 0  # the concurrency asked for: a manual one not yet picked up, else the target
+    plan_done: bool = False  # every planned level has run (what is left is set by hand)
 
 
 class Runner:
@@ -278,6 +279,7 @@ class Runner:
             started=self.started,
             sourced=self._sourced,
             requested=self.requested,
+            plan_done=self.plan_done,
         )
 
     def _set_state(self) -> None:

@@ -466,8 +466,17 @@ class SpecloadApp(App[int]):
             self._steer(lambda c: c.next_level())
 
     def action_hold(self) -> None:
-        if (rs := self._steerable()) is not None:
-            self._steer(lambda c: c.toggle_hold())
+        if (rs := self._steerable()) is None:
+            return
+        if rs.plan_done and not rs.held:  # the ramp is over: nothing runs that could be held
+            self.notify("the ramp's levels have all run: nothing to hold (c or ↑ sets a concurrency)",
+                        severity="warning", timeout=6)
+            return
+        self._steer(lambda c: c.toggle_hold())
+        if rs.held and rs.plan_done:  # releasing hands back to a plan with no level left: the load ends
+            self.notify("the ramp's levels have all run: the load stops here (c or ↑ sets a concurrency)",
+                        severity="warning", timeout=8)
+        else:
             self.notify("ramp resumed" if rs.held else "holding this level", timeout=3)
 
     async def action_marker(self) -> None:
