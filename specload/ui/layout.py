@@ -4,7 +4,8 @@ One widget tree serves every size; only CSS changes. On a large terminal (at lea
 ``TALL_ROWS``) the load, throughput and latency panels sit in a bordered row and every detail panel
 (levels, chart, server, crashes, errors, log) is visible at once in a grid. Below that the dashboard
 is "compact": the top panels stack without borders, and the detail panels share the remaining rows,
-one at a time, chosen with a tab strip (or the left/right keys). Moving panels with CSS instead of
+one at a time, chosen with a tab strip (or the left/right keys); when it is compact only because it
+is narrow (120x40, "medium"), the crashes and the log stay in view below the chosen panel. Moving panels with CSS instead of
 composing two layouts keeps a single set of widgets to update. The CSS is ``dashboard.tcss``.
 """
 
@@ -48,7 +49,16 @@ class Dashboard(Container):
         self._fit(self.app.size.width, self.app.size.height)
 
     def _fit(self, cols: int, rows: int) -> None:
-        self.set_class(cols < WIDE_COLS or rows < TALL_ROWS, "-compact")
+        compact = cols < WIDE_COLS or rows < TALL_ROWS
+        self.set_class(compact, "-compact")
+        # too narrow for the grid but tall (120x40): the tabs choose the top panel, and the crashes
+        # and the log stay in view below it (one panel at a time left the levels tab mostly empty
+        # with the crashes and the log hidden)
+        self.set_class(compact and rows >= TALL_ROWS, "-medium")
+
+    @property
+    def medium(self) -> bool:
+        return self.has_class("-medium")
 
     @property
     def compact(self) -> bool:

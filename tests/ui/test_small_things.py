@@ -62,3 +62,65 @@ async def test_h_at_the_end_of_the_plan_says_so(sim, tmp_path) -> None:
         assert any("the load stops here" in n.message for n in app._notifications)
         await pilot.press("q")
         await wait_for(pilot, lambda: app.return_value is not None, "the app to exit", timeout=30)
+
+
+async def test_a_small_wobble_of_throughput_is_not_drawn_as_a_cliff() -> None:
+    # Textual's sparkline scales from the series' lowest value: 98 vs 100 tok/s drew ▁ vs █
+    import io
+
+    from rich.console import Console
+    from textual.app import App
+
+    from specload.ui.widgets.metrics import LimitSparkline
+
+    class One(App[None]):
+        def compose(self):  # noqa: ANN202
+            yield LimitSparkline([100.0, 98.0, 100.0, 99.0], summary_function=max)
+
+    app = One()
+    async with app.run_test(size=(4, 1)) as pilot:
+        await pilot.pause()
+        spark = app.query_one(LimitSparkline)
+        out = io.StringIO()
+        Console(file=out, width=4, color_system=None).print(spark.render(), end="")
+    bars = out.getvalue()
+    assert bars == "████", bars  # on a scale from zero, 98 and 99 are (nearly) full bars
+
+
+async def test_long_server_log_lines_wrap_instead_of_being_cut() -> None:
+    from specload.session.source import StaticSource
+    from tests.ui.fixed_data import T0, mid_run_snapshot
+
+    long = "AttributeError: " + "x" * 150 + " THE-END"
+    source = StaticSource(mid_run_snapshot(True), t0_ns=T0, log_lines=["short line", long])
+    app = create_app(source=source)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await wait_for(pilot, lambda: "short line" in screen_text(app), "the log on screen")
+        assert "THE-END" in screen_text(app)
+
+
+async def test_at_120x40_the_crashes_and_the_log_stay_in_view_with_the_levels() -> None:
+    from specload.ui.layout import Dashboard
+    from specload.ui.widgets.crashes import CrashTable
+    from specload.ui.widgets.levels import LevelTable
+    from specload.ui.widgets.logtail import LogTail
+
+    def visible(app, cls) -> bool:  # noqa: ANN001
+        w = app.query_one(cls)
+        return w.display and w.region.height >= 5
+
+    app = create_app(source=mid_run_source())
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        assert app.query_one(Dashboard).compact
+        assert all(visible(app, c) for c in (LevelTable, CrashTable, LogTail))
+        text = screen_text(app)
+        assert "AttributeError" in text and "Decode batch" in text and "402.7" in text
+        await pilot.press("right")  # the chart takes the top; the crashes and the log stay
+        await pilot.pause()
+        assert not app.query_one(LevelTable).display
+        assert all(visible(app, c) for c in (CrashTable, LogTail))
+    app = create_app(source=mid_run_source())
+    async with app.run_test(size=(80, 24)) as pilot:  # too small: one panel at a time, as before
+        await pilot.pause()
+        assert visible(app, LevelTable) and not app.query_one(CrashTable).display

@@ -13,6 +13,7 @@ from collections.abc import Iterable
 
 from rich.style import Style
 from rich.text import Text
+from textual import events
 from textual.reactive import var
 from textual.widgets import RichLog
 
@@ -37,9 +38,28 @@ class LogTail(RichLog):
             self.pull(tail)
 
     def __init__(self, **kwargs: object) -> None:
-        super().__init__(max_lines=1000, wrap=False, markup=False, highlight=False, **kwargs)  # type: ignore[arg-type]
+        # wrapped at the panel's width (a long line was cut at its edge: a traceback's message is at
+        # the end); min_width: RichLog's default of 78 columns would still cut in a narrow panel
+        super().__init__(max_lines=1000, wrap=True, min_width=20, markup=False, highlight=False,  # type: ignore[arg-type]
+                         **kwargs)
         self.can_focus = False
         self.last_seq = 0
+        self._wrap_width: int | None = None  # the width lines are wrapped at, once the panel has one
+
+    def on_resize(self, event: events.Resize) -> None:
+        super().on_resize(event)  # RichLog learns its size here (writes before it are deferred)
+        # wrapped lines keep the width they were written at: written again at the new one (a tab
+        # switch at 120x40 changes the panel's width)
+        self.call_after_refresh(self._rewrap)  # once the layout has given the region its width
+
+    def _rewrap(self) -> None:
+        width = max(20, self.scrollable_content_region.width - 1)  # room for the vertical scrollbar
+        if width != self._wrap_width:
+            self._wrap_width = width
+            if self.tail:
+                self.clear()
+                self.last_seq = 0
+                self.pull(self.tail)
 
     def pull(self, lines: Iterable[tuple[int, str]]) -> int:
         """Write the lines newer than the last one shown; returns how many were written."""
@@ -57,6 +77,6 @@ class LogTail(RichLog):
         fresh.reverse()
         crash_style = Style(color=self.app.theme_variables.get("specload-crash-line"), bold=True)
         for _, line in fresh:
-            self.write(Text(line, style=crash_style) if CRASH_LINE.search(line) else Text(line))
+            self.write(Text(line, style=crash_style) if CRASH_LINE.search(line) else Text(line), width=self._wrap_width)
         self.last_seq = fresh[-1][0]
         return len(fresh)

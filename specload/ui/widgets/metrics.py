@@ -45,10 +45,13 @@ _BARS = "▁▂▃▄▅▆▇█"
 
 
 class _LimitBars:
-    """A one-row sparkline whose scale includes a limit: bars over it are drawn in another colour, so
-    the objective reads as the height where the line changes colour."""
+    """A one-row sparkline on a scale from zero: a bar's height is its value over the row's top (the
+    series' highest value), so a 2 % wobble moves a bar by a step at most. Textual's sparkline scales
+    from the series' lowest value, where a 2 % wobble of throughput read as a cliff. With ``limit``,
+    the scale includes it: bars over it are drawn in another colour, so the objective reads as the
+    height where the line changes colour; without, the colour rises from ``under`` to ``over``."""
 
-    def __init__(self, data: Sequence[float], width: int, limit: float, under: Style, over: Style) -> None:
+    def __init__(self, data: Sequence[float], width: int, limit: float | None, under: Style, over: Style) -> None:
         self.data, self.width, self.limit, self.under, self.over = data, width, limit, under, over
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
@@ -58,17 +61,23 @@ class _LimitBars:
             yield Segment("▁" * width, self.under)
             return
         # the limit sits at 80 % of the scale, so a series under it never fills the row
-        top = max(max(data), self.limit / 0.8)
+        top = max(data) if self.limit is None else max(max(data), self.limit / 0.8)
+        top = top if top > 0 else 1.0
         n = len(data)
         for i in range(width):
             a, b = i * n // width, max((i + 1) * n // width, i * n // width + 1)
             v = max(data[a:b])
             idx = min(len(_BARS) - 1, max(0, int(v / top * len(_BARS))))
-            yield Segment(_BARS[idx], self.over if v > self.limit else self.under)
+            yield Segment(_BARS[idx], self._style(v, idx))
+
+    def _style(self, v: float, idx: int) -> Style:
+        if self.limit is not None:
+            return self.over if v > self.limit else self.under
+        return self.over if idx >= len(_BARS) // 2 else self.under
 
 
 class LimitSparkline(Sparkline):
-    """Textual's sparkline, or with ``limit`` set, one drawn against that limit (``_LimitBars``)."""
+    """A sparkline from zero (``_LimitBars``), with ``limit`` set drawn against that limit."""
 
     DEFAULT_CSS = """
     LimitSparkline > .limitsparkline--over { color: $error; }
@@ -78,10 +87,9 @@ class LimitSparkline(Sparkline):
     limit: var[float | None] = var(None)
 
     def render(self):  # noqa: ANN201 - Textual's RenderResult
-        if self.limit is None:
-            return super().render()
         under = Style.from_color(self.get_component_styles("sparkline--min-color").color.rich_color)
-        over = Style.from_color(self.get_component_styles("limitsparkline--over").color.rich_color)
+        high = "sparkline--max-color" if self.limit is None else "limitsparkline--over"
+        over = Style.from_color(self.get_component_styles(high).color.rich_color)
         return _LimitBars(self.data or [], self.size.width, self.limit, under, over)
 
 
