@@ -144,7 +144,18 @@ def default_record(cfg: RunConfig, no_record: bool, now: float | None = None) ->
 
     from specload.record.writer import RecordError, check_writable
 
-    path = time.strftime("specload-%Y%m%d-%H%M%S.jsonl", time.localtime(now))
+    stem = time.strftime("specload-%Y%m%d-%H%M%S", time.localtime(now))
+    # created here, exclusively: two dashboards started in the same second (tmux panes) wrote one file
+    for n in range(1, 100):
+        path = f"{stem}.jsonl" if n == 1 else f"{stem}-{n}.jsonl"
+        try:
+            with open(path, "x"):
+                pass
+            break
+        except FileExistsError:
+            continue
+        except OSError as e:
+            return cfg, f"no record: cannot create {path} here ({e.strerror or e})"
     try:
         check_writable(path)
     except RecordError as e:

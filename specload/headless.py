@@ -192,6 +192,7 @@ def print_tui_end(result: SessionResult | None, record_path: str | None, stream=
     nothing behind)."""
     from rich.console import Console
 
+    from specload.formatting import level_line
     from specload.record.report import level_table
 
     # the terminal's own width, asked of the terminal: a COLUMNS left in the environment (pytest sets
@@ -204,8 +205,11 @@ def print_tui_end(result: SessionResult | None, record_path: str | None, stream=
     console = Console(file=out, width=width)
     levels = list(result.levels) if result is not None else []
     try:
-        if levels:
+        if levels and width >= 120:
             console.print(level_table(levels))
+        elif levels:  # a narrow terminal squeezed the table's columns to nothing: one line per level
+            for s in levels:
+                console.print(level_line(s), highlight=False, soft_wrap=True)
         if result is not None:
             console.print(f"end: {result.reason}", highlight=False)
         console.print(f"record: {record_path}" if record_path else "record: none (--no-record)", highlight=False)

@@ -50,6 +50,8 @@ def test_the_default_record_is_named_by_time_and_skipped_on_request(tmp_path: Pa
     cfg = make_config(None)
     named, note = default_record(cfg, False, now=0.0)
     assert named.record.path is not None and named.record.path.startswith("specload-19") and named.record.path in note
+    again, _ = default_record(cfg, False, now=0.0)  # the same second: a file of its own
+    assert again.record.path == named.record.path.replace(".jsonl", "-2.jsonl")
     assert default_record(cfg, True) == (cfg, None)
     given = make_config(None, path=str(tmp_path / "mine.jsonl"))
     assert default_record(given, False) == (given, None)
@@ -65,3 +67,15 @@ def test_the_default_record_is_named_by_time_and_skipped_on_request(tmp_path: Pa
         assert kept.record.path is None and note is not None and note.startswith("no record:")
     finally:
         (tmp_path / "ro").chmod(0o700)
+
+
+def test_a_narrow_terminal_gets_one_line_per_level(tmp_path: Path) -> None:
+    with TuiInPty(["-c", "1", "-n", "3", "--max-tokens", "8", "--sim-args", SIM], cwd=tmp_path, cols=80,
+                  rows=24) as tui:
+        _record_in(tmp_path)
+        tui.send(b"q")
+        assert tui.proc.wait(timeout=40) == 0
+        tui._reader.join(timeout=10)
+    after = bytes(tui.output).rsplit(b"\x1b[?1049l", 1)[-1]
+    text = re.sub(rb"\x1b\[[0-9;?]*[A-Za-z]", b"", after).decode(errors="replace")
+    assert "C=  1 | 3 requests | throughput:" in text and "end: completed" in text
