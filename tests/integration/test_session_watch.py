@@ -92,7 +92,9 @@ async def test_crash_pauses_the_load_when_asked(sim, tmp_path) -> None:
     finally:
         session.interrupt()
         result = await asyncio.wait_for(task, 30)
-    assert result.reason == "interrupted"
+    # a quit after the crash ends the run as crashed, with its exit status (issue 11: the TUI's record
+    # said interrupted while the TUI exited 3)
+    assert result.reason == "crashed" and result.exit_code == ExitCode.CRASHED
 
 
 async def test_crash_read_through_a_log_command(sim, tmp_path) -> None:
