@@ -8,6 +8,7 @@ in a one-line error and exit status 2; a target that cannot be reached in exit s
 from __future__ import annotations
 
 import dataclasses
+import os
 import shlex
 import sys
 from dataclasses import dataclass
@@ -129,10 +130,15 @@ def tui_command(**params: object) -> None:
         sys.exit(run_headless(cfg, as_json=out.as_json))
     if tui.no_record and cfg.record.path:
         _fail("--no-record and --record do not go together")
+    given = cfg.record.path
     cfg, note = default_record(cfg, tui.no_record)
     from specload.ui.app import run_app
 
-    sys.exit(run_app(cfg, theme=tui.theme, notice=note))
+    code = run_app(cfg, theme=tui.theme, notice=note)
+    path = cfg.record.path
+    if path and not given and os.path.isfile(path) and os.path.getsize(path) == 0:
+        os.remove(path)  # the file made for the default record, left empty: a quit before the load
+    sys.exit(code)
 
 
 def default_record(cfg: RunConfig, no_record: bool, now: float | None = None) -> tuple[RunConfig, str | None]:

@@ -212,7 +212,10 @@ def print_tui_end(result: SessionResult | None, record_path: str | None, stream=
                 console.print(level_line(s), highlight=False, soft_wrap=True)
         if result is not None:
             console.print(f"end: {result.reason}", highlight=False)
-        console.print(f"record: {record_path}" if record_path else "record: none (--no-record)", highlight=False)
+        if record_path and os.path.isfile(record_path) and os.path.getsize(record_path) == 0:
+            console.print("record: none (the run ended before anything was recorded)", highlight=False)
+        else:
+            console.print(f"record: {record_path}" if record_path else "record: none (--no-record)", highlight=False)
     except OSError:  # stdout gone: the record has it all
         pass
 

@@ -79,3 +79,26 @@ def test_a_narrow_terminal_gets_one_line_per_level(tmp_path: Path) -> None:
     after = bytes(tui.output).rsplit(b"\x1b[?1049l", 1)[-1]
     text = re.sub(rb"\x1b\[[0-9;?]*[A-Za-z]", b"", after).decode(errors="replace")
     assert "C=  1 | 3 requests | throughput:" in text and "end: completed" in text
+
+
+def test_a_quit_before_the_load_leaves_no_empty_default_record(tmp_path: Path) -> None:
+    # a server that never answers: q while specload still waits for it
+    import socket
+
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen(1)  # accepts, never answers
+    try:
+        with TuiInPty([f"http://127.0.0.1:{s.getsockname()[1]}", "-c", "1"], cwd=tmp_path, cols=160) as tui:
+            deadline = time.monotonic() + 20
+            while not list(tmp_path.glob("specload-*.jsonl")):
+                assert time.monotonic() < deadline, "no default record file"
+                time.sleep(0.05)
+            tui.send(b"q")
+            tui.proc.wait(timeout=40)
+            tui._reader.join(timeout=10)
+    finally:
+        s.close()
+    after = bytes(tui.output).rsplit(b"\x1b[?1049l", 1)[-1].decode(errors="replace")
+    assert "record: none (the run ended before anything was recorded)" in after
+    assert not list(tmp_path.glob("specload-*.jsonl"))
