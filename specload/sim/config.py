@@ -75,6 +75,10 @@ class SimConfig:
 
     # --- real-server quirks ---------------------------------------------------------------------
     close_after_stream: bool = False  # llama-server: close TCP after each stream, still say Keep-Alive
+    # close_after_stream: how long after a complete stream the socket is closed; a request sent on it
+    # meanwhile is dropped unanswered. Tests set it long, so that every reuse of a pooled connection
+    # meets a stale one whatever the machine's speed (with 3 ms a slow client sees the close first).
+    stale_close_ms: float = 3.0
     usage_in_last_chunk: bool = False  # vllm flavour only: last content chunk carries finish_reason + usage
     # SIGTERM (CLI): close the listener, keep open streams silent until their clients leave, then exit 0
     # (llama-server and vLLM under load hang like this; specload's stall and server-down paths need it)
@@ -151,6 +155,8 @@ def _problems(c: SimConfig):
             yield f"{name.replace('_', '-')} must be a finite number >= 0, got {v}"
     if c.kv_capacity_tokens < 1:
         yield f"kv capacity must be at least 1 token, got {c.kv_capacity_tokens}"
+    if not _finite(c.stale_close_ms) or c.stale_close_ms < 0:
+        yield f"stale-close-ms must be a finite number >= 0, got {c.stale_close_ms}"
     for name in ("ttft_ms", "itl_ms"):
         v = getattr(c, name)
         if v is not None and (not _finite(v) or v < 0):

@@ -53,8 +53,6 @@ from specload.sim.serverlog import (
 )
 
 _DONE = b"data: [DONE]\n\n"
-# how long after a complete stream the connection is closed in close_after_stream mode
-_STALE_CLOSE_S = 0.003
 # how many text chunks an injected disconnect/stall lets through first (drawn uniformly)
 _FAULT_AFTER_CHUNKS = (1, 6)
 
@@ -934,7 +932,8 @@ class SimServer:
                     # any response byte: the stale-connection failure real servers cause.
                     transport = request.transport
                     self._closing.add(transport)
-                    asyncio.get_running_loop().call_later(_STALE_CLOSE_S, self._close_stale, transport)
+                    asyncio.get_running_loop().call_later(cfg.stale_close_ms / 1000.0, self._close_stale,
+                                                         transport)
                 return seq.finish_reason, resp
             await self._write(resp, buf, fmt)
             if cfg.max_speed:
