@@ -54,6 +54,9 @@ class RequestRecord:
     error_detail: str | None = None
     http_status: int | None = None
     retries: int = 0  # stale pooled connections retried before any byte was sent
+    # time lost on those attempts: from the first send to the send of the attempt the server answered
+    # (start_ns, TTFT and E2E are of that attempt: the server never saw the ones before it)
+    retry_ns: int = 0
     spec_verify_ct: int | None = None  # SGLang: verification steps, for acceptance length
     server_timings: dict | None = None  # llama.cpp's non-standard `timings` object, as sent
     finish_reason: str | None = None

@@ -35,12 +35,20 @@ from specload.engine.api import (
 )
 from specload.engine.sse import DONE, MAX_EVENT_BYTES, EventTemplate, SSEDecoder, SSEEventTooLarge
 from specload.neterrors import connect_reason, is_client_side
-from specload.records import ErrorKind, RequestRecord
+from specload.records import ErrorKind, RequestRecord, RunEvent
 from specload.secrets import Scrubber
 
 # Stale pooled connections (a server that closes after each stream, as llama-server does) fail
 # before any response byte; such a request never reached the server's handler and is sent again.
 MAX_STALE_RETRIES = 2
+
+# After this many stale pooled connections in a row (no pooled connection answered in between), the
+# server is one that closes after every stream (llama-server, though it announces keep-alive): every
+# request then goes on a new connection of its own for the rest of the run, rather than being sent on
+# a dead connection, reset and sent again. A server that only closes idle connections now and then
+# (a keep-alive timeout) answers on pooled connections in between and keeps its pool: a new connection
+# per request costs a connect (a round trip to a remote server) in each TTFT.
+FRESH_AFTER_STALE = 3
 
 # Per request, the arrival time of at most this many text chunks is kept (the first ones); beyond it
 # chunks are counted, the last arrival kept for E2E, and the record says the detail was capped.
@@ -111,6 +119,15 @@ class StreamingClient:
         # requests in flight -> [their task, clock time of their last byte]: the stall watchdog
         self._inflight: dict[int, list] = {}
         self._watchdog: asyncio.Task | None = None
+        # stale pooled connections: in a row (reset when a pooled connection answers) and in all; once
+        # FRESH_AFTER_STALE in a row, every request goes on a new connection (fresh_only)
+        self.stale_in_row = 0
+        self.stale_total = 0
+        self.fresh_only = False
+        # what the switch to new connections tells the run: a record event and a notice (set by the
+        # session; a worker process sends them to the main process)
+        self.on_event: Callable[[RunEvent], None] = lambda ev: None
+        self.on_notice: Callable[[str], None] = lambda text: None
 
     async def start(self) -> None:
         if self._session is None:
@@ -137,8 +154,9 @@ class StreamingClient:
                 if now - state[1] > limit_ns and not state[0].done():
                     state[0].cancel(_STALL)
 
-    async def _fresh(self) -> aiohttp.ClientSession:
-        """A session that opens a new connection per request, for retries after a stale one."""
+    def _fresh(self) -> aiohttp.ClientSession:
+        """A session that opens a new connection per request: for retries after a stale one, and for
+        every request once the server has shown it closes after each stream."""
         if self._fresh_session is None:
             self._fresh_session = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(limit=0, force_close=True),
@@ -209,13 +227,13 @@ class StreamingClient:
         extra_chunks = 0  # text chunks beyond MAX_CHUNK_DETAIL: counted, their times not kept
         extra_tokens = 0
         last_offset = 0
-        start = clock_ns()
+        first = start = clock_ns()
         task = asyncio.current_task()
         state = [task, start]  # the stall watchdog's view: this task, its last byte
         key = id(state)
         self._inflight[key] = state
         try:
-            session = self._session
+            session = self._fresh_session if self.fresh_only else self._session
             while True:
                 trace = _Reuse()
                 try:
@@ -233,9 +251,14 @@ class StreamingClient:
                     retries += 1
                     # The pool may hold several dead connections (one per finished stream of a
                     # server that closes after each): the retry goes on a connection of its own.
-                    session = await self._fresh()
-                    start = clock_ns()  # the request is sent anew: time it from the retry
+                    self._stale_connection()
+                    session = self._fresh()
+                    # the request is sent anew: timed from the attempt the server answers; the time the
+                    # stale attempts cost is kept apart (retry_ns)
+                    start = clock_ns()
                     continue
+                if trace.reused:
+                    self.stale_in_row = 0  # a pooled connection answered: the server keeps them
                 break
             try:
                 status = resp.status
@@ -367,7 +390,8 @@ class StreamingClient:
                 self._inflight.pop(key, None)
                 return self._finish_record(request_id, level, level_index, warmup, start, now, offsets, ktoks,
                                            per_chunk_known, reader, retries, status, error, streamed,
-                                           extra_chunks, extra_tokens, last_offset, asked)
+                                           extra_chunks, extra_tokens, last_offset, asked,
+                                           retry_ns=start - first)
             if why is not None and silent_s >= 1.0:
                 # stopped by specload for a reason of the server's (down, crashed) while the stream had
                 # been silent: a stall (a SIGSTOPped server), not a request specload chose to drop
@@ -377,7 +401,8 @@ class StreamingClient:
             self._inflight.pop(key, None)
             rec = self._finish_record(request_id, level, level_index, warmup, start, now, offsets, ktoks,
                                       per_chunk_known, reader, retries, status, err, streamed,
-                                      extra_chunks, extra_tokens, last_offset, asked)
+                                      extra_chunks, extra_tokens, last_offset, asked,
+                                      retry_ns=start - first)
             self.on_cancelled(rec)
             raise
         except _FreshReset as e:
@@ -412,16 +437,19 @@ class StreamingClient:
         self._inflight.pop(key, None)
         return self._finish_record(request_id, level, level_index, warmup, start, end, offsets, ktoks,
                                    per_chunk_known, reader, retries, status, error, streamed,
-                                   extra_chunks, extra_tokens, last_offset, asked)
+                                   extra_chunks, extra_tokens, last_offset, asked,
+                                   retry_ns=start - first)
 
     def _finish_record(
         self, request_id: int, level: int, level_index: int, warmup: bool, start: int, end: int,
         offsets: list[int], ktoks: list[int], per_chunk_known: bool, reader: ChunkReader, retries: int,
         status: int | None, error: tuple[ErrorKind, str] | None, streamed: float, extra_chunks: int,
-        extra_tokens: int, last_offset: int, asked: tuple[int | None, int | None] = (None, None),
+        extra_tokens: int, last_offset: int, asked: tuple[int | None, int | None] = (None, None), *,
+        retry_ns: int = 0,
     ) -> RequestRecord:
         rec = self._record(request_id, level, level_index, warmup, start, end, offsets, ktoks, per_chunk_known,
-                           reader, retries, status, error, streamed, extra_chunks, extra_tokens, asked)
+                           reader, retries, status, error, streamed, extra_chunks, extra_tokens, asked,
+                           retry_ns=retry_ns)
         if not extra_chunks:
             return rec
         import dataclasses
@@ -447,6 +475,8 @@ class StreamingClient:
         extra_chunks: int = 0,
         extra_tokens: int = 0,
         asked: tuple[int | None, int | None] = (None, None),
+        *,
+        retry_ns: int = 0,
     ) -> RequestRecord:
         kept = len(offsets)
         chunks = kept + extra_chunks  # every text chunk that came, also those past the detail kept
@@ -483,6 +513,7 @@ class StreamingClient:
             error_detail=detail,
             http_status=status,
             retries=retries,
+            retry_ns=retry_ns,
             spec_verify_ct=reader.spec_verify_ct,
             server_timings=reader.timings,
             finish_reason=reader.finish_reason,
@@ -490,6 +521,20 @@ class StreamingClient:
             max_tokens=asked[1],
             prompt_tokens_cached=reader.cached_tokens,
         )
+
+    def _stale_connection(self) -> None:
+        """A pooled connection the server had closed: counted; the third in a row turns the run over to
+        a new connection per request, said once (a record event and a notice)."""
+        self.stale_in_row += 1
+        self.stale_total += 1
+        if self.fresh_only or self.stale_in_row < FRESH_AFTER_STALE:
+            return
+        self.fresh_only = True
+        self._fresh()  # before any other request starts: they go on it from now on
+        self.on_event(RunEvent(self._clock.now_ns(), "fresh_connections", {"stale_closes": self.stale_in_row}))
+        self.on_notice(f"the server closed {self.stale_in_row} pooled connections in a row under requests (it "
+                       "closes after each stream, as llama-server does): every request now goes on a new "
+                       "connection of its own")
 
 
 def _oneline(e: BaseException) -> str:

@@ -36,7 +36,7 @@ import orjson
 from specload.config import RequestConfig, TargetConfig
 from specload.engine.client import StreamingClient
 from specload.options import from_dict, to_dict
-from specload.records import ErrorKind, RequestRecord
+from specload.records import ErrorKind, RequestRecord, RunEvent
 from specload.secrets import Scrubber
 from specload.stats.client_load import ClientLoadMonitor
 
@@ -179,6 +179,9 @@ class WorkerPoolClient:
         # (worker index, what happened, workers still alive): set by the session, which records an
         # event and continues or stops the run.
         self.on_worker_lost: Callable[[int, str, int], None] = lambda index, why, left: None
+        # a worker's client events and notices (the switch to new connections), tagged with the worker
+        self.on_event: Callable[[RunEvent], None] = lambda ev: None
+        self.on_notice: Callable[[str], None] = lambda text: None
         self._workers: list[_Worker] = []
         self._alive: list[_Worker] = []
         self._pending: dict[int, tuple[asyncio.Future, _Worker]] = {}
@@ -240,6 +243,10 @@ class WorkerPoolClient:
                                 entry[0].set_result(record_from_wire(msg))
                     elif op == "load":
                         w.cpu_pct, w.lag_ms, w.lag_wait_ms = msg["cpu"], msg["lag"], msg.get("wait")
+                    elif op == "event":  # the worker's clock is this machine's CLOCK_MONOTONIC too
+                        self.on_event(RunEvent(msg["t"], msg["kind"], {**msg["value"], "worker": w.index}))
+                    elif op == "notice":
+                        self.on_notice(f"{w.name}: {msg['text']}")
                 except (orjson.JSONDecodeError, AttributeError, KeyError, TypeError, ValueError) as e:
                     # not the protocol: nothing it says can be trusted any more
                     w.why = f"sent a line that is not the worker protocol ({type(e).__name__}); killed"
@@ -393,6 +400,8 @@ async def _worker_main() -> None:
         tokens[1] = t
 
     client = client_from_init(init, on_tokens, lambda rec: emit(record_to_wire(rec)))
+    client.on_event = lambda ev: emit({"op": "event", "t": ev.t_ns, "kind": ev.kind, "value": ev.value})
+    client.on_notice = lambda text: emit({"op": "notice", "text": text})
     await client.start()
     tasks: dict[int, asyncio.Task] = {}
 

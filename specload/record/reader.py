@@ -119,6 +119,7 @@ _SCHEMA: dict[str, dict] = {
         "tpot_ms": (_onum, False), "e2e_ms": (_onum, False), "itl_ms_p50": (_onum, False),
         "output_tokens": (_int, False), "tokens_estimated": (_bool, False), "prompt_tokens": (_oint, False),
         "chunks": (_int, False), "finish_reason": (_ostr, False), "retries": (_int, False), "error": (_error, False),
+        "retry_ms": (_num, False),
         "prompt_tokens_requested": (_oint, False), "prompt_tokens_cached": (_oint, False), "max_tokens": (_oint, False),
     },
     "level": {

@@ -61,6 +61,9 @@ def request_line(rec: RequestRecord, t0_ns: int, *, with_chunks: bool = False) -
         else {"kind": rec.error_kind.value if rec.error_kind else "error", "detail": rec.error_detail,
               "status": rec.http_status},
     }
+    if rec.retries:
+        # the time the stale attempts cost (the request is timed from the attempt the server answered)
+        d["retry_ms"] = _ms(rec.retry_ns)
     if rec.prompt_tokens_requested is not None:
         d["prompt_tokens_requested"] = rec.prompt_tokens_requested
     if rec.max_tokens is not None:

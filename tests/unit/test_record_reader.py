@@ -41,6 +41,7 @@ def _report(path: Path) -> tuple[int, str]:
         b'{"type":"request","level_index":0,"start_s":1,"ok":true,"output_tokens":1234567890123456789012345678901}',
         b'{"type":"request","level_index":0,"start_s":1e300,"ok":true}',
         b'{"type":"request","level_index":0,"start_s":1,"ok":false,"error":"x"}',
+        b'{"type":"request","level_index":0,"start_s":1,"ok":true,"retries":1,"retry_ms":"x"}',
         b'{"type":"level","level_index":0,"concurrency":"a"}',
         b'{"type":"crash","signature":[1],"t_s":1}',
         b'{"type":"end","reason":"completed","elapsed_s":"x"}',
@@ -118,3 +119,10 @@ def test_any_lines_read_and_report_without_a_traceback(tmp_path: Path, lines: li
     summaries_from_record(data)
     code, _ = _report(f)
     assert code == 0
+
+
+def test_a_request_line_with_its_retry_time_is_read(tmp_path: Path) -> None:
+    f = tmp_path / "r.jsonl"
+    f.write_bytes(HEADER + orjson.dumps({**GOOD_REQUEST, "retries": 1, "retry_ms": 0.412}) + b"\n")
+    data = read_record(str(f))
+    assert data.bad_lines == 0 and data.requests[0]["retry_ms"] == 0.412
