@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from typing import Any
 
 import aiohttp
 import orjson
@@ -200,293 +201,281 @@ class StreamingClient:
             return tpl
         return None
 
-    async def send(
-        self, prompt: str, *, request_id: int = 0, level: int = 0, level_index: int = 0, warmup: bool = False,
-        max_tokens: int | None = None, prompt_tokens_requested: int | None = None,
-    ) -> RequestRecord:
-        assert self._session is not None, "StreamingClient.start() not called"
+    def _payload(self, prompt: str, max_tokens: int | None) -> bytes:
         body = build_body(self.flavour, prompt, self.request, self.model)
         if max_tokens is not None:  # drawn for this request (an output-length distribution)
             if self.flavour == GENERATE:
                 body["sampling_params"]["max_new_tokens"] = max_tokens
             else:
                 body["max_tokens"] = max_tokens
-        payload = orjson.dumps(body)
-        asked = (prompt_tokens_requested, max_tokens)
+        return orjson.dumps(body)
+
+    async def send(
+        self, prompt: str, *, request_id: int = 0, level: int = 0, level_index: int = 0, warmup: bool = False,
+        max_tokens: int | None = None, prompt_tokens_requested: int | None = None,
+    ) -> RequestRecord:
+        """Send one request and return its record; every failure is a record with an error kind. A
+        request cancelled by specload is handed to ``on_cancelled`` and the cancellation goes on,
+        except the stall watchdog's own, which comes back as a stall like any other error."""
+        assert self._session is not None, "StreamingClient.start() not called"
+        payload = self._payload(prompt, max_tokens)
+        p = _Progress(self.flavour, request_id, level, level_index, warmup, (prompt_tokens_requested, max_tokens),
+                      self._clock.now_ns(), asyncio.current_task())
+        key = id(p.state)
+        self._inflight[key] = p.state
+        try:
+            resp_cm, resp = await self._connect(p, payload)
+            try:
+                await self._read(p, resp)
+            finally:
+                await resp_cm.__aexit__(None, None, None)
+        except asyncio.CancelledError as e:
+            self._inflight.pop(key, None)
+            why = e.args[0] if e.args and isinstance(e.args[0], str) else None
+            now = self._clock.now_ns()
+            p.error = self._cancelled(p, why, now)
+            rec = self._finish_record(p, now)
+            if why == _STALL:
+                return rec  # the watchdog's own cancel: a stall, handed back like any other error
+            self.on_cancelled(rec)
+            raise
+        except (_FreshReset, aiohttp.ClientError, TimeoutError, UnicodeDecodeError) as e:
+            p.error = self._failure(p, e)
+        end = self._clock.now_ns()
+        self._inflight.pop(key, None)
+        return self._finish_record(p, end)
+
+    async def _connect(self, p: _Progress, payload: bytes) -> tuple[Any, aiohttp.ClientResponse]:
+        """The request sent and its response's head read: (the request's context manager, the response).
+        A request that meets a pooled connection the server had closed (stale) is sent again on a new one."""
+        session = self._fresh_session if self.fresh_only else self._session
+        assert session is not None
+        while True:
+            trace = _Reuse()
+            try:
+                resp_cm = session.post(self.url, data=payload, headers=self._headers, allow_redirects=False,
+                                       trace_request_ctx=trace)
+                resp = await resp_cm.__aenter__()
+            except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as e:
+                if isinstance(e, aiohttp.ClientConnectorError) or p.retries >= MAX_STALE_RETRIES:
+                    raise
+                if not trace.reused:
+                    # a brand-new connection reset before any response byte is the server's
+                    # answer, not a stale pooled connection: sending again would triple the load
+                    # (144 requests reached the server for 48 records)
+                    raise _FreshReset(e) from None
+                p.retries += 1
+                # The pool may hold several dead connections (one per finished stream of a
+                # server that closes after each): the retry goes on a connection of its own.
+                self._stale_connection()
+                session = self._fresh()
+                # the request is sent anew: timed from the attempt the server answers; the time the
+                # stale attempts cost is kept apart (retry_ns)
+                p.start = self._clock.now_ns()
+                continue
+            if trace.reused:
+                self.stale_in_row = 0  # a pooled connection answered: the server keeps them
+            return resp_cm, resp
+
+    async def _read(self, p: _Progress, resp: aiohttp.ClientResponse) -> None:
+        """The response, by its status and content type: an error body, a redirect (not followed), a
+        whole JSON answer, or the stream."""
+        p.status = status = resp.status
+        p.state[1] = self._clock.now_ns()
+        if status >= 400:
+            body = await resp.content.read(64 << 10)  # an error body is read, within bounds
+            p.error = (ErrorKind.HTTP, f"HTTP {status}: {_body_message(body)}")
+        elif 300 <= status < 400:
+            # not followed: a redirect to another origin would carry the credentials there
+            # (X-Api-Key went with a 307), and a load test must hit the server it names
+            where = resp.headers.get("Location", "(no Location)")[:200]
+            p.error = (ErrorKind.REDIRECT, f"HTTP {status} redirect to {where}: not followed; "
+                                           "give specload the final URL")
+        elif "event-stream" not in resp.headers.get("Content-Type", "event-stream"):
+            await self._read_whole(p, resp)  # a plain JSON answer although a stream was asked for
+        else:
+            await self._read_stream(p, resp)
+            if p.error is None and not p.got_done and p.reader.finish_reason is None:
+                p.error = (ErrorKind.MALFORMED, "stream ended without [DONE] or a finish_reason")
+
+    async def _read_whole(self, p: _Progress, resp: aiohttp.ClientResponse) -> None:
+        """A non-streamed answer, read whole (within bounds): one text chunk at the time it came."""
+        body = await resp.content.read(MAX_EVENT_BYTES + 1)
+        now = self._clock.now_ns()
+        try:
+            if len(body) > MAX_EVENT_BYTES:
+                raise SSEEventTooLarge(f"a non-streamed answer over {MAX_EVENT_BYTES >> 20} MiB")
+            has_text, ct, pt, fr = read_full_response(self.flavour, orjson.loads(body))
+        except orjson.JSONDecodeError:
+            p.error = (ErrorKind.MALFORMED, f"non-SSE response is not JSON: {body[:200]!r}")
+        except MalformedChunk as e:
+            p.error = (ErrorKind.MALFORMED, str(e))
+        except SSEEventTooLarge as e:
+            p.error = (ErrorKind.OVERSIZE, str(e))
+        else:
+            if has_text:
+                p.offsets.append(now - p.start)
+                p.ktoks.append(ct or 1)
+            reader = p.reader
+            reader.completion_tokens, reader.prompt_tokens, reader.finish_reason = ct, pt, fr
+            p.got_done = True
+
+    async def _read_stream(self, p: _Progress, resp: aiohttp.ClientResponse) -> None:
+        """The SSE stream, read by socket reads: the hot path. Its state lives in locals while it runs
+        (an attribute per chunk would cost on every token) and goes back to ``p`` when it ends, also
+        when a read raises (a drop, a cancel), so the record keeps what came before."""
         clock_ns = self._clock.now_ns
         on_tokens = self.on_tokens
-        offsets: list[int] = []
-        ktoks: list[int] = []
+        start, state, offsets, ktoks, reader = p.start, p.state, p.offsets, p.ktoks, p.reader
         per_chunk_known = True
         streamed = 0.0
-        reader = ChunkReader(self.flavour)
-        retries = 0
-        status: int | None = None
         error: tuple[ErrorKind, str] | None = None
         got_done = False
         extra_chunks = 0  # text chunks beyond MAX_CHUNK_DETAIL: counted, their times not kept
         extra_tokens = 0
         last_offset = 0
-        first = start = clock_ns()
-        task = asyncio.current_task()
-        state = [task, start]  # the stall watchdog's view: this task, its last byte
-        key = id(state)
-        self._inflight[key] = state
+        text_key, empty_text = _FAST_KEYS.get(self.flavour, (None, None))
+        decoder = SSEDecoder(learn=self._learn if text_key is not None else None)
+        feed = decoder.feed_runs
+        read_event = reader.read
+        loads = orjson.loads
+        content = resp.content
         try:
-            session = self._fresh_session if self.fresh_only else self._session
             while True:
-                trace = _Reuse()
+                data = await content.readany()
+                now = clock_ns()
+                state[1] = now
                 try:
-                    resp_cm = session.post(self.url, data=payload, headers=self._headers, allow_redirects=False,
-                                           trace_request_ctx=trace)
-                    resp = await resp_cm.__aenter__()
-                except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as e:
-                    if isinstance(e, aiohttp.ClientConnectorError) or retries >= MAX_STALE_RETRIES:
-                        raise
-                    if not trace.reused:
-                        # a brand-new connection reset before any response byte is the server's
-                        # answer, not a stale pooled connection: sending again would triple the load
-                        # (144 requests reached the server for 48 records)
-                        raise _FreshReset(e) from None
-                    retries += 1
-                    # The pool may hold several dead connections (one per finished stream of a
-                    # server that closes after each): the retry goes on a connection of its own.
-                    self._stale_connection()
-                    session = self._fresh()
-                    # the request is sent anew: timed from the attempt the server answers; the time the
-                    # stale attempts cost is kept apart (retry_ns)
-                    start = clock_ns()
-                    continue
-                if trace.reused:
-                    self.stale_in_row = 0  # a pooled connection answered: the server keeps them
-                break
-            try:
-                status = resp.status
-                state[1] = clock_ns()
-                if status >= 400:
-                    body = await resp.content.read(64 << 10)  # an error body is read, within bounds
-                    error = (ErrorKind.HTTP, f"HTTP {status}: {_body_message(body)}")
-                elif 300 <= status < 400:
-                    # not followed: a redirect to another origin would carry the credentials there
-                    # (X-Api-Key went with a 307), and a load test must hit the server it names
-                    where = resp.headers.get("Location", "(no Location)")[:200]
-                    error = (ErrorKind.REDIRECT, f"HTTP {status} redirect to {where}: not followed; "
-                                                 "give specload the final URL")
-                elif "event-stream" not in resp.headers.get("Content-Type", "event-stream"):
-                    # a plain JSON answer although a stream was asked for: read it whole
-                    body = await resp.content.read(MAX_EVENT_BYTES + 1)
-                    now = clock_ns()
-                    try:
-                        if len(body) > MAX_EVENT_BYTES:
-                            raise SSEEventTooLarge(f"a non-streamed answer over {MAX_EVENT_BYTES >> 20} MiB")
-                        has_text, ct, pt, fr = read_full_response(self.flavour, orjson.loads(body))
-                    except orjson.JSONDecodeError:
-                        error = (ErrorKind.MALFORMED, f"non-SSE response is not JSON: {body[:200]!r}")
-                    except MalformedChunk as e:
-                        error = (ErrorKind.MALFORMED, str(e))
-                    except SSEEventTooLarge as e:
-                        error = (ErrorKind.OVERSIZE, str(e))
-                    else:
-                        if has_text:
+                    events = feed(data) if data else decoder.finish()
+                except SSEEventTooLarge as e:
+                    error = (ErrorKind.OVERSIZE, str(e))
+                    break
+                batch = 0
+                unknown = 0
+                for name, ev in events:
+                    if isinstance(ev, int):
+                        # a run of plain text events the decoder counted (feed_runs)
+                        offsets += [now - start] * ev
+                        per_chunk_known = False
+                        unknown += ev
+                        continue
+                    # Fast path: a compact plain delta chunk (no usage, no finish, no error)
+                    # is classified by byte search, without a JSON parse. Servers serialise
+                    # compactly (vLLM, SGLang, llama.cpp, TGI); anything else is parsed.
+                    if (
+                        text_key is not None
+                        and name is None
+                        and ev.find(b'"finish_reason":null') >= 0
+                        and ev.find(b'"usage":{') < 0
+                        and ev.find(b'"error"') < 0
+                        and ev.find(b"reasoning") < 0
+                    ):
+                        if ev.find(text_key) >= 0 and ev.find(empty_text) < 0:
                             offsets.append(now - start)
-                            ktoks.append(ct or 1)
-                        reader.completion_tokens, reader.prompt_tokens, reader.finish_reason = ct, pt, fr
+                            per_chunk_known = False
+                            unknown += 1
+                        continue
+                    if ev == DONE:
                         got_done = True
-                else:
-                    text_key, empty_text = _FAST_KEYS.get(self.flavour, (None, None))
-                    decoder = SSEDecoder(learn=self._learn if text_key is not None else None)
-                    feed = decoder.feed_runs
-                    read_event = reader.read
-                    loads = orjson.loads
-                    content = resp.content
-                    while True:
-                        data = await content.readany()
-                        now = clock_ns()
-                        state[1] = now
-                        try:
-                            events = feed(data) if data else decoder.finish()
-                        except SSEEventTooLarge as e:
-                            error = (ErrorKind.OVERSIZE, str(e))
-                            break
-                        batch = 0
-                        unknown = 0
-                        for name, ev in events:
-                            if isinstance(ev, int):
-                                # a run of plain text events the decoder counted (feed_runs)
-                                offsets += [now - start] * ev
-                                per_chunk_known = False
-                                unknown += ev
-                                continue
-                            # Fast path: a compact plain delta chunk (no usage, no finish, no error)
-                            # is classified by byte search, without a JSON parse. Servers serialise
-                            # compactly (vLLM, SGLang, llama.cpp, TGI); anything else is parsed.
-                            if (
-                                text_key is not None
-                                and name is None
-                                and ev.find(b'"finish_reason":null') >= 0
-                                and ev.find(b'"usage":{') < 0
-                                and ev.find(b'"error"') < 0
-                                and ev.find(b"reasoning") < 0
-                            ):
-                                if ev.find(text_key) >= 0 and ev.find(empty_text) < 0:
-                                    offsets.append(now - start)
-                                    per_chunk_known = False
-                                    unknown += 1
-                                continue
-                            if ev == DONE:
-                                got_done = True
-                                continue
-                            if name == "error":
-                                error = (ErrorKind.STREAM_ERROR, ev.decode("utf-8", "replace")[:500])
-                                break
-                            try:
-                                read_event(loads(ev))
-                            except orjson.JSONDecodeError:
-                                error = (ErrorKind.MALFORMED, f"event is not JSON: {ev[:200]!r}")
-                                break
-                            except MalformedChunk as e:  # valid JSON of the wrong shape
-                                error = (ErrorKind.MALFORMED, str(e))
-                                break
-                            if reader.error is not None:
-                                error = (ErrorKind.STREAM_ERROR, reader.error[:500])
-                                break
-                            if reader.has_text:
-                                offsets.append(now - start)
-                                k = reader.tokens
-                                if k is None:
-                                    per_chunk_known = False
-                                    unknown += 1
-                                else:
-                                    ktoks.append(k)
-                                    batch += k
-                        if batch or unknown:
-                            # chunks of unknown size count as the recent tokens-per-chunk, so the
-                            # live rate is right under speculative decoding, not settled in a lump
-                            add = batch + unknown * self._tokens_per_chunk
-                            streamed += add
-                            on_tokens(now, add)
-                            if len(offsets) > MAX_CHUNK_DETAIL:
-                                # bounded detail: keep the first chunks' times, count the rest
-                                last_offset = offsets[-1]
-                                extra_chunks += len(offsets) - MAX_CHUNK_DETAIL
-                                del offsets[MAX_CHUNK_DETAIL:]
-                                if len(ktoks) > MAX_CHUNK_DETAIL:
-                                    extra_tokens += sum(ktoks[MAX_CHUNK_DETAIL:])
-                                    del ktoks[MAX_CHUNK_DETAIL:]
-                        if error is not None or not data:
-                            break
-                    if error is None and not got_done and reader.finish_reason is None:
-                        error = (ErrorKind.MALFORMED, "stream ended without [DONE] or a finish_reason")
-            finally:
-                await resp_cm.__aexit__(None, None, None)
-        except asyncio.CancelledError as e:
-            now = clock_ns()
-            why = e.args[0] if e.args and isinstance(e.args[0], str) else None
-            silent_s = (now - state[1]) / 1e9
-            if why == _STALL:
-                # the watchdog's own cancel: a stall, handed back like any other error
-                error = (ErrorKind.STALL, f"{'no response' if status is None else 'no data'} for "
-                                          f"{self.stall_timeout_s:g} s")
-                self._inflight.pop(key, None)
-                return self._finish_record(request_id, level, level_index, warmup, start, now, offsets, ktoks,
-                                           per_chunk_known, reader, retries, status, error, streamed,
-                                           extra_chunks, extra_tokens, last_offset, asked,
-                                           retry_ns=start - first)
-            if why is not None and silent_s >= 1.0:
-                # stopped by specload for a reason of the server's (down, crashed) while the stream had
-                # been silent: a stall (a SIGSTOPped server), not a request specload chose to drop
-                err = (ErrorKind.STALL, f"no data for {silent_s:.1f} s; cancelled: {why}")
-            else:
-                err = (ErrorKind.CANCELLED, "cancelled by specload" + (f": {why}" if why else ""))
-            self._inflight.pop(key, None)
-            rec = self._finish_record(request_id, level, level_index, warmup, start, now, offsets, ktoks,
-                                      per_chunk_known, reader, retries, status, err, streamed,
-                                      extra_chunks, extra_tokens, last_offset, asked,
-                                      retry_ns=start - first)
-            self.on_cancelled(rec)
-            raise
-        except _FreshReset as e:
-            error = (ErrorKind.DISCONNECT, f"connection reset before any response byte (a new connection, "
-                                           f"not retried): {_oneline(e.cause)}")
-        except aiohttp.ConnectionTimeoutError as e:
-            error = (ErrorKind.CONNECT, f"connect timeout: {e}")
-        except aiohttp.SocketTimeoutError:
-            where = "no response" if status is None else "no data"
-            error = (ErrorKind.STALL, f"{where} for {self.stall_timeout_s:g} s")
-        except aiohttp.ClientConnectorError as e:
+                        continue
+                    if name == "error":
+                        error = (ErrorKind.STREAM_ERROR, ev.decode("utf-8", "replace")[:500])
+                        break
+                    try:
+                        read_event(loads(ev))
+                    except orjson.JSONDecodeError:
+                        error = (ErrorKind.MALFORMED, f"event is not JSON: {ev[:200]!r}")
+                        break
+                    except MalformedChunk as e:  # valid JSON of the wrong shape
+                        error = (ErrorKind.MALFORMED, str(e))
+                        break
+                    if reader.error is not None:
+                        error = (ErrorKind.STREAM_ERROR, reader.error[:500])
+                        break
+                    if reader.has_text:
+                        offsets.append(now - start)
+                        k = reader.tokens
+                        if k is None:
+                            per_chunk_known = False
+                            unknown += 1
+                        else:
+                            ktoks.append(k)
+                            batch += k
+                if batch or unknown:
+                    # chunks of unknown size count as the recent tokens-per-chunk, so the
+                    # live rate is right under speculative decoding, not settled in a lump
+                    add = batch + unknown * self._tokens_per_chunk
+                    streamed += add
+                    on_tokens(now, add)
+                    if len(offsets) > MAX_CHUNK_DETAIL:
+                        # bounded detail: keep the first chunks' times, count the rest
+                        last_offset = offsets[-1]
+                        extra_chunks += len(offsets) - MAX_CHUNK_DETAIL
+                        del offsets[MAX_CHUNK_DETAIL:]
+                        if len(ktoks) > MAX_CHUNK_DETAIL:
+                            extra_tokens += sum(ktoks[MAX_CHUNK_DETAIL:])
+                            del ktoks[MAX_CHUNK_DETAIL:]
+                if error is not None or not data:
+                    break
+        finally:
+            p.per_chunk_known, p.streamed, p.error, p.got_done = per_chunk_known, streamed, error, got_done
+            p.extra_chunks, p.extra_tokens, p.last_offset = extra_chunks, extra_tokens, last_offset
+
+    def _cancelled(self, p: _Progress, why: str | None, now: int) -> tuple[ErrorKind, str]:
+        """The error of a request cancelled with reason ``why`` (the cancel's message)."""
+        if why == _STALL:
+            return (ErrorKind.STALL, f"{'no response' if p.status is None else 'no data'} for "
+                                     f"{self.stall_timeout_s:g} s")
+        silent_s = (now - p.state[1]) / 1e9
+        if why is not None and silent_s >= 1.0:
+            # stopped by specload for a reason of the server's (down, crashed) while the stream had
+            # been silent: a stall (a SIGSTOPped server), not a request specload chose to drop
+            return (ErrorKind.STALL, f"no data for {silent_s:.1f} s; cancelled: {why}")
+        return (ErrorKind.CANCELLED, "cancelled by specload" + (f": {why}" if why else ""))
+
+    def _failure(self, p: _Progress, e: BaseException) -> tuple[ErrorKind, str]:
+        """The error of a request that failed with ``e``; the order of the tests matters (subclasses
+        first: aiohttp's timeouts are TimeoutErrors, its connect errors OSErrors)."""
+        if isinstance(e, _FreshReset):
+            return (ErrorKind.DISCONNECT, f"connection reset before any response byte (a new connection, "
+                                          f"not retried): {_oneline(e.cause)}")
+        if isinstance(e, aiohttp.ConnectionTimeoutError):
+            return (ErrorKind.CONNECT, f"connect timeout: {e}")
+        if isinstance(e, aiohttp.SocketTimeoutError):
+            return (ErrorKind.STALL, f"{'no response' if p.status is None else 'no data'} for "
+                                     f"{self.stall_timeout_s:g} s")
+        if isinstance(e, aiohttp.ClientConnectorError):
             if is_client_side(e):
                 # specload's own limit (file descriptors): not the server's fault, never "server down"
-                error = (ErrorKind.CLIENT, connect_reason(e))
-            elif retries:
+                return (ErrorKind.CLIENT, connect_reason(e))
+            if p.retries:
                 # the first attempt was dropped before any response byte and the retry was refused:
                 # not a stale connection but a server that died while this request was in it
-                error = (ErrorKind.DISCONNECT, f"connection dropped before the response; reconnect: {_oneline(e)}")
-            else:
-                error = (ErrorKind.CONNECT, connect_reason(e))
-        except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as e:
-            error = (ErrorKind.DISCONNECT, _oneline(e))
-        except aiohttp.ClientResponseError as e:
-            error = (ErrorKind.MALFORMED, f"bad HTTP response: {_oneline(e)}")
-        except TimeoutError:
-            error = (ErrorKind.TIMEOUT, f"request took over {self.request_timeout_s:g} s")
-        except aiohttp.ClientError as e:
-            error = (ErrorKind.DISCONNECT, _oneline(e))
-        except UnicodeDecodeError as e:
-            error = (ErrorKind.MALFORMED, _oneline(e))
-        end = clock_ns()
-        self._inflight.pop(key, None)
-        return self._finish_record(request_id, level, level_index, warmup, start, end, offsets, ktoks,
-                                   per_chunk_known, reader, retries, status, error, streamed,
-                                   extra_chunks, extra_tokens, last_offset, asked,
-                                   retry_ns=start - first)
+                return (ErrorKind.DISCONNECT, f"connection dropped before the response; reconnect: {_oneline(e)}")
+            return (ErrorKind.CONNECT, connect_reason(e))
+        if isinstance(e, (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, aiohttp.ClientOSError)):
+            return (ErrorKind.DISCONNECT, _oneline(e))
+        if isinstance(e, aiohttp.ClientResponseError):
+            return (ErrorKind.MALFORMED, f"bad HTTP response: {_oneline(e)}")
+        if isinstance(e, TimeoutError):
+            return (ErrorKind.TIMEOUT, f"request took over {self.request_timeout_s:g} s")
+        if isinstance(e, UnicodeDecodeError):
+            return (ErrorKind.MALFORMED, _oneline(e))
+        return (ErrorKind.DISCONNECT, _oneline(e))  # any other aiohttp.ClientError
 
-    def _finish_record(
-        self, request_id: int, level: int, level_index: int, warmup: bool, start: int, end: int,
-        offsets: list[int], ktoks: list[int], per_chunk_known: bool, reader: ChunkReader, retries: int,
-        status: int | None, error: tuple[ErrorKind, str] | None, streamed: float, extra_chunks: int,
-        extra_tokens: int, last_offset: int, asked: tuple[int | None, int | None] = (None, None), *,
-        retry_ns: int = 0,
-    ) -> RequestRecord:
-        rec = self._record(request_id, level, level_index, warmup, start, end, offsets, ktoks, per_chunk_known,
-                           reader, retries, status, error, streamed, extra_chunks, extra_tokens, asked,
-                           retry_ns=retry_ns)
-        if not extra_chunks:
-            return rec
-        import dataclasses
-
-        return dataclasses.replace(rec, e2e_ns=max(last_offset, rec.e2e_ns or 0), chunk_detail_capped=True)
-
-    def _record(
-        self,
-        request_id: int,
-        level: int,
-        level_index: int,
-        warmup: bool,
-        start: int,
-        end: int,
-        offsets: list[int],
-        ktoks: list[int],
-        per_chunk_known: bool,
-        reader: ChunkReader,
-        retries: int,
-        status: int | None,
-        error: tuple[ErrorKind, str] | None,
-        streamed: float,
-        extra_chunks: int = 0,
-        extra_tokens: int = 0,
-        asked: tuple[int | None, int | None] = (None, None),
-        *,
-        retry_ns: int = 0,
-    ) -> RequestRecord:
+    def _finish_record(self, p: _Progress, end: int) -> RequestRecord:
+        """The record of a request that ended at ``end``; settles the live token counter with the
+        server's count and learns the tokens per chunk from a complete answer."""
+        offsets, ktoks, reader, per_chunk_known, error = p.offsets, p.ktoks, p.reader, p.per_chunk_known, p.error
         kept = len(offsets)
-        chunks = kept + extra_chunks  # every text chunk that came, also those past the detail kept
+        chunks = kept + p.extra_chunks  # every text chunk that came, also those past the detail kept
         if reader.completion_tokens is not None:
             out_tokens, estimated = reader.completion_tokens, False
         else:
-            out_tokens, estimated = (sum(ktoks) + extra_tokens if per_chunk_known and ktoks else chunks), True
-        if out_tokens != streamed and chunks:
+            out_tokens, estimated = (sum(ktoks) + p.extra_tokens if per_chunk_known and ktoks else chunks), True
+        if out_tokens != p.streamed and chunks:
             # the live counter estimated; settle it with the server's count
-            self.on_tokens(end, out_tokens - streamed)
+            self.on_tokens(end, out_tokens - p.streamed)
         if error is None and not estimated and chunks > 1 and not per_chunk_known:
             self._ratio_tokens += out_tokens
             self._ratio_chunks += chunks
@@ -494,15 +483,18 @@ class StreamingClient:
         kind, detail = (error if error is not None else (None, None))
         if detail is not None and self._scrub:
             detail = self._scrub(detail)
+        e2e = offsets[-1] if kept else None
+        if p.extra_chunks:  # the detail was capped: the last chunk's time is kept apart
+            e2e = max(p.last_offset, e2e or 0)
         return RequestRecord(
-            request_id=request_id,
-            level=level,
-            level_index=level_index,
-            warmup=warmup,
-            start_ns=start,
+            request_id=p.request_id,
+            level=p.level,
+            level_index=p.level_index,
+            warmup=p.warmup,
+            start_ns=p.start,
             end_ns=end,
             ttft_ns=offsets[0] if kept else None,
-            e2e_ns=offsets[-1] if kept else None,
+            e2e_ns=e2e,
             output_tokens=out_tokens,
             tokens_estimated=estimated,
             prompt_tokens=reader.prompt_tokens,
@@ -511,14 +503,15 @@ class StreamingClient:
             chunk_tokens=tuple(ktoks) if per_chunk_known and len(ktoks) == kept and kept else None,
             error_kind=kind,
             error_detail=detail,
-            http_status=status,
-            retries=retries,
-            retry_ns=retry_ns,
+            http_status=p.status,
+            retries=p.retries,
+            retry_ns=p.start - p.first,
             spec_verify_ct=reader.spec_verify_ct,
             server_timings=reader.timings,
             finish_reason=reader.finish_reason,
-            prompt_tokens_requested=asked[0],
-            max_tokens=asked[1],
+            chunk_detail_capped=bool(p.extra_chunks),
+            prompt_tokens_requested=p.asked[0],
+            max_tokens=p.asked[1],
             prompt_tokens_cached=reader.cached_tokens,
         )
 
@@ -548,6 +541,36 @@ def _body_message(body: bytes) -> str:
     except orjson.JSONDecodeError:
         return body.decode("utf-8", "replace").strip().replace("\n", " ")[:300] or "(empty body)"
     return error_message(obj)[:300]
+
+
+class _Progress:
+    """One request as it goes, what its record is made of: the reads add chunk times and tokens, a
+    failure sets the error. ``state`` is the stall watchdog's view: [the request's task, the clock
+    time of its last byte]."""
+
+    __slots__ = ("request_id", "level", "level_index", "warmup", "asked", "first", "start", "state", "offsets",
+                 "ktoks", "per_chunk_known", "streamed", "reader", "retries", "status", "error", "got_done",
+                 "extra_chunks", "extra_tokens", "last_offset")
+
+    def __init__(self, flavour: str, request_id: int, level: int, level_index: int, warmup: bool,
+                 asked: tuple[int | None, int | None], start: int, task: asyncio.Task | None) -> None:
+        self.request_id, self.level, self.level_index, self.warmup, self.asked = (
+            request_id, level, level_index, warmup, asked)
+        self.first = start  # the first attempt's send; ``start`` moves to a retry's (retry_ns between)
+        self.start = start
+        self.state: list = [task, start]
+        self.offsets: list[int] = []  # arrival of each text chunk kept, ns after start
+        self.ktoks: list[int] = []  # tokens of each chunk, when every chunk so far said
+        self.per_chunk_known = True
+        self.streamed = 0.0  # tokens handed to the live counter so far (estimated per chunk)
+        self.reader = ChunkReader(flavour)
+        self.retries = 0
+        self.status: int | None = None
+        self.error: tuple[ErrorKind, str] | None = None
+        self.got_done = False
+        self.extra_chunks = 0  # text chunks beyond MAX_CHUNK_DETAIL: counted, their times not kept
+        self.extra_tokens = 0
+        self.last_offset = 0  # the last chunk's time when the detail was capped
 
 
 _STALL = "stall: no data for the stall timeout"  # the cancel message of the stall watchdog
