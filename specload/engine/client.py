@@ -226,7 +226,12 @@ class StreamingClient:
         try:
             resp_cm, resp = await self._connect(p, payload)
             try:
-                await self._read(p, resp)
+                # the stream is read straight from here: each suspension on a socket read passes through
+                # every coroutine frame between the task and the read, once per read
+                if await self._read_head(p, resp):
+                    await self._read_stream(p, resp)
+                    if p.error is None and not p.got_done and p.reader.finish_reason is None:
+                        p.error = (ErrorKind.MALFORMED, "stream ended without [DONE] or a finish_reason")
             finally:
                 await resp_cm.__aexit__(None, None, None)
         except asyncio.CancelledError as e:
@@ -277,9 +282,9 @@ class StreamingClient:
                 self.stale_in_row = 0  # a pooled connection answered: the server keeps them
             return resp_cm, resp
 
-    async def _read(self, p: _Progress, resp: aiohttp.ClientResponse) -> None:
-        """The response, by its status and content type: an error body, a redirect (not followed), a
-        whole JSON answer, or the stream."""
+    async def _read_head(self, p: _Progress, resp: aiohttp.ClientResponse) -> bool:
+        """The response by its status and content type: an error body, a redirect (not followed) or a
+        whole JSON answer is read here; True when it is a stream, for ``_read_stream``."""
         p.status = status = resp.status
         p.state[1] = self._clock.now_ns()
         if status >= 400:
@@ -294,9 +299,8 @@ class StreamingClient:
         elif "event-stream" not in resp.headers.get("Content-Type", "event-stream"):
             await self._read_whole(p, resp)  # a plain JSON answer although a stream was asked for
         else:
-            await self._read_stream(p, resp)
-            if p.error is None and not p.got_done and p.reader.finish_reason is None:
-                p.error = (ErrorKind.MALFORMED, "stream ended without [DONE] or a finish_reason")
+            return True
+        return False
 
     async def _read_whole(self, p: _Progress, resp: aiohttp.ClientResponse) -> None:
         """A non-streamed answer, read whole (within bounds): one text chunk at the time it came."""
