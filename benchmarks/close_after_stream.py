@@ -12,6 +12,8 @@ parsing, plus anything that kept specload from reading. Per run it prints the wo
 excess, the worst among requests that met a stale connection and among those that did not, the
 stale connections met (``retries``) and the time they cost (``retry_ms``, absent in older records),
 and when specload switched to a new connection per request (the ``fresh_connections`` event).
+A control row (``keepalive``, skipped with ``--no-control``) runs this checkout against the same
+simulator without close-after-stream: what new connections add, and what is there without them.
 
 ``--code LABEL=PATH`` runs the same load with another checkout of specload (``git worktree add
 /tmp/old COMMIT``; its package is put first on PYTHONPATH); the runs of all checkouts alternate, so
@@ -37,9 +39,9 @@ REPO = Path(__file__).resolve().parents[1]
 SIM_ARGS = ("--close-after-stream", "--usage-in-last-chunk", "--ttft-ms", "20", "--itl-ms", "5", "--spec-tokens", "0")
 
 
-def one_run(code: Path, c: int, n: int, max_tokens: int) -> dict:
+def one_run(code: Path, c: int, n: int, max_tokens: int, sim_args: tuple[str, ...] = SIM_ARGS) -> dict:
     """One headless run with the checkout at ``code``; its figures from the record."""
-    with simulator(*SIM_ARGS) as (url, _proc), tempfile.TemporaryDirectory() as tmp:
+    with simulator(*sim_args) as (url, _proc), tempfile.TemporaryDirectory() as tmp:
         rec = os.path.join(tmp, "run.jsonl")
         env = {**os.environ, "PYTHONPATH": str(code)}
         load = os.getloadavg()[0]
@@ -83,17 +85,20 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--code", action="append", default=[], metavar="LABEL=PATH",
                     help="another checkout to run the same load with (repeatable)")
+    ap.add_argument("--no-control", action="store_true", help="skip the run against a keep-alive server")
     a = ap.parse_args()
-    codes = [(label, Path(path).resolve()) for label, _, path in (x.partition("=") for x in a.code)]
-    codes.append(("this", REPO))
+    codes = [(label, Path(path).resolve(), SIM_ARGS) for label, _, path in (x.partition("=") for x in a.code)]
+    codes.append(("this", REPO, SIM_ARGS))
+    if not a.no_control:
+        codes.append(("keepalive", REPO, tuple(x for x in SIM_ARGS if x != "--close-after-stream")))
     print(f"TTFT excess over the server's own TTFT (ms), C={a.concurrency}, {a.requests} requests, "
           f"simulator {' '.join(SIM_ARGS)}; machine shared: see the load average")
-    worst: dict[str, list[float]] = {label: [] for label, _ in codes}
-    medians: dict[str, list[float]] = {label: [] for label, _ in codes}
-    stale_met: dict[str, list[int]] = {label: [] for label, _ in codes}
+    worst: dict[str, list[float]] = {label: [] for label, _, _ in codes}
+    medians: dict[str, list[float]] = {label: [] for label, _, _ in codes}
+    stale_met: dict[str, list[int]] = {label: [] for label, _, _ in codes}
     for i in range(a.runs):
-        for label, code in codes:
-            r = one_run(code, a.concurrency, a.requests, a.max_tokens)
+        for label, code, sim_args in codes:
+            r = one_run(code, a.concurrency, a.requests, a.max_tokens, sim_args)
             ex = r["excess"]
             all_ms = [e for e, _ in ex]
             stale = [e for e, k in ex if k]
@@ -101,14 +106,15 @@ def main() -> None:
             worst[label].append(max(all_ms))
             medians[label].append(statistics.median(all_ms))
             stale_met[label].append(len(stale))
-            lost = f"{sum(r['retry_ms']):.2f} ms lost" if r["retry_ms"] else "retry_ms not recorded"
+            lost = (f"{sum(r['retry_ms']):.2f} ms lost" if r["retry_ms"] else
+                    "retry_ms not recorded" if stale else "none lost")
             switch = f"new connections from {r['switched_s']:.2f} s" if r["switched_s"] is not None else "no switch"
-            print(f"  run {i + 1} {label:>8}: worst {max(all_ms):6.2f}  median {statistics.median(all_ms):5.2f}  "
+            print(f"  run {i + 1} {label:>9}: worst {max(all_ms):6.2f}  median {statistics.median(all_ms):5.2f}  "
                   f"worst stale-met {_worst(stale)}  worst other {_worst(clean)}  | "
                   f"{len(stale)} of {len(ex)} met a stale connection ({lost}); {switch}; "
                   f"worst loop lag {r['lag']:.1f} ms ({r['wait']:.1f} waiting for a CPU); load {r['load']:.1f}")
     for label, xs in worst.items():
-        print(f"  {label:>8}: worst over runs {max(xs):.2f} ms; median of the runs' worst {statistics.median(xs):.2f} "
+        print(f"  {label:>9}: worst over runs {max(xs):.2f} ms; median of the runs' worst {statistics.median(xs):.2f} "
               f"ms; median of the runs' medians {statistics.median(medians[label]):.2f} ms; stale connections met "
               f"per run {statistics.median(stale_met[label]):g} (median)")
 
