@@ -10,6 +10,12 @@ records) happens after the request ends, in the sinks.
 Errors are data: every failure (HTTP status, refused connection, stall, drop, malformed stream,
 cancellation) becomes a record with an ``ErrorKind``; only programming errors raise. A request
 cancelled by specload itself is recorded as cancelled before the cancellation goes on.
+
+One request's state is one ``_Progress``: ``send`` connects (``_connect``), reads the head
+(``_read_head``) and the stream (``_read_stream``, the per-chunk loop on locals) into it, and makes
+the record from it (``_finish_record``). A pooled connection the server had closed (llama-server
+closes after every stream) is met by sending again on a new one, timed from that attempt; after
+``FRESH_AFTER_STALE`` in a row every request gets a new connection (a notice and a record event).
 """
 
 from __future__ import annotations
