@@ -21,8 +21,8 @@ from specload.record.reader import RecordData, RecordReadError, read_record
 from specload.records import ServerSample
 from specload.stats.level_metrics import DEFAULT_PRIMARY, METRICS
 from specload.stats.levels import LevelColumns, LevelSummary
-from specload.stats.slo import SloSpec
 from specload.stats.server_levels import ServerLevels
+from specload.stats.slo import SloSpec
 
 
 def level_table(levels: list[LevelSummary], title: str | None = None, *, wide: bool = False) -> Table:
