@@ -17,6 +17,28 @@
     for (let k = 0; k < d.length; k += 4) if (d[k + 3] > 0 && near(d, k, c)) return true;
     return false;
   };
+  // A line annotation drawn across a series or a shaded span is blended with what lies under it, so
+  // its own colour may be nowhere in its column (a grey level line over a blue series and a span).
+  // Then: in some rows, the column is darker than the pixels 4 px either side of it by a clear
+  // margin (the lines are dark; the page is white), in at least a quarter of the rows.
+  const lum = (d, k) => {
+    const a = d[k + 3] / 255;  // composited over the white page
+    return 255 - a * (255 - (0.3 * d[k] + 0.59 * d[k + 1] + 0.11 * d[k + 2]));
+  };
+  const darkerColumn = (ctx, x, y, w, h) => {
+    if (w <= 0 || h <= 0 || x < 4) return false;
+    const W = w + 8;
+    const d = ctx.getImageData(x - 4, y, W, h).data;
+    let rows = 0;
+    for (let j = 0; j < h; j++) {
+      const row = j * W * 4;
+      const side = Math.min(lum(d, row), lum(d, row + (W - 1) * 4));
+      let darkest = 255;
+      for (let i = 4; i < 4 + w; i++) darkest = Math.min(darkest, lum(d, row + i * 4));
+      if (darkest < side - 40) rows++;
+    }
+    return rows >= 0.25 * h;
+  };
   const out = [];
   for (const chart of Object.values(Chart.instances)) {
     const ctx = chart.ctx;
@@ -52,8 +74,8 @@
       if (a.type !== "line") continue;
       const color = hex(a.borderColor);
       const x = chart.scales.x.getPixelForValue(a.xMin);
-      const hit = color && found(ctx, Math.round(x * r) - 2, Math.round(area.top * r), 5,
-                                 Math.round((area.bottom - area.top) * r), color);
+      const cx = Math.round(x * r) - 2, top = Math.round(area.top * r), h = Math.round((area.bottom - area.top) * r);
+      const hit = color && (found(ctx, cx, top, 5, h, color) || darkerColumn(ctx, cx, top, 5, h));
       res.annotations.push({ key, x, drawn: Boolean(hit) });
     }
     out.push(res);

@@ -91,11 +91,16 @@ async def test_session_records_and_announces_saturation_with_the_level(sim, tmp_
     block_loop(0.3)  # the client is stuck: every stream's timing in this second is client-bound
     result = await asyncio.wait_for(task, 30)
     assert result.reason == "completed"
-    sat = [(load, level) for load, level in heard.of("client_load") if load.saturated]
+    # A loop blocked by specload's own call is 'saturated'. On a loaded machine the thread can also
+    # wait for a CPU once the blocking call returns, and when that wait is most of the lag the
+    # interval is judged 'starved' (seen once in a full suite with other suites running): either
+    # way a client-bound interval, announced with its level and lag, which is what is tested here
+    # (the judgement between the two has its own tests with a controlled hog and a blocked loop).
+    sat = [(load, level) for load, level in heard.of("client_load") if load.saturated or load.starved]
     # announced with the level (its concurrency) and the lag that caused it
-    assert any(level == 3 and load.loop_lag_ms >= 200 for load, level in sat), sat
+    assert any(level == 3 and load.loop_lag_ms >= 200 for load, level in sat), heard.of("client_load")
     data = read_record(str(rec))
-    flagged = [c for c in data.clients if c["saturated"] and c["loop_lag_ms"] >= 200]
+    flagged = [c for c in data.clients if (c["saturated"] or c.get("starved")) and c["loop_lag_ms"] >= 200]
     assert flagged and flagged[0]["level"] == 3
     assert any(not c["saturated"] for c in data.clients)
 
