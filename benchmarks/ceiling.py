@@ -31,7 +31,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import proc_cpu_s, run_child, simulator  # noqa: E402
+from _common import proc_cpu_s, run_child, simulator
 
 HERE = Path(__file__).parent
 

@@ -37,9 +37,9 @@ from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parents[1]))  # the repository: specload and tests.virtual_runs
-from specload.record.compare import Side, compare  # noqa: E402
-from specload.record.runs import load_run  # noqa: E402
-from specload.stats import intervals as iv  # noqa: E402
+from specload.record.compare import Side, compare
+from specload.record.runs import load_run
+from specload.stats import intervals as iv
 
 BASE_SIM = "--step-ms 10 --max-batch 64 --spec-tokens 3 --accept-rate 0.7 --quiet"
 BASE_SIM_FIELDS = {"step_ms": 10.0, "max_batch": 64, "spec_tokens": 3, "accept_rate": 0.7}

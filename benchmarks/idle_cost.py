@@ -18,9 +18,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parents[1]))
-from _common import run_child, simulator  # noqa: E402
+from _common import run_child, simulator
 
-from specload.record.reader import read_record  # noqa: E402
+from specload.record.reader import read_record
 
 
 def main() -> None:

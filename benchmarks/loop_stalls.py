@@ -34,7 +34,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parents[1]))
-from _common import simulator  # noqa: E402
+from _common import simulator
 
 SIM_ARGS = ("--close-after-stream", "--usage-in-last-chunk", "--ttft-ms", "20", "--itl-ms", "5", "--spec-tokens", "0")
 
@@ -64,7 +64,7 @@ def excess_run(c: int, n: int, max_tokens: int) -> tuple[list[tuple[float, float
         return out, lag, wait
 
 
-async def _probe_run(url: str, c: int, n: int, max_tokens: int, rec: str):  # noqa: ANN202
+async def _probe_run(url: str, c: int, n: int, max_tokens: int, rec: str):
     from specload.config import RunConfig
     from specload.session import Session
     from specload.stats.slow_callbacks import SlowCallbackProbe

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import simulator  # noqa: E402
+from _common import simulator
 
 
 def main() -> None:

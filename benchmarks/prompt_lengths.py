@@ -24,7 +24,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import simulator  # noqa: E402
+from _common import simulator
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("SPECLOAD_SHARED") or REPO.parent / "shared")

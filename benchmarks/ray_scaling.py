@@ -22,8 +22,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import run_child  # noqa: E402
-from ceiling import ServerCPU, bench_server  # noqa: E402
+from _common import run_child
+from ceiling import ServerCPU, bench_server
 
 CONFIGS = {
     "1 process": [],

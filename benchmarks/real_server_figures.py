@@ -29,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.integration.real_server_util import (  # noqa: E402
+from tests.integration.real_server_util import (
     free_port,
     http_get,
     llama_cmd,

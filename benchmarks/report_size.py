@@ -24,15 +24,15 @@ from types import SimpleNamespace
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import simulator  # noqa: E402
+from _common import simulator
 
-import specload.record.peers  # noqa: E402,F401 - registers the peer readers
-from specload.record.figures import page_from_runs  # noqa: E402
-from specload.record.html import write_html  # noqa: E402
-from specload.record.runs import load_run  # noqa: E402
+import specload.record.peers  # noqa: F401 - registers the peer readers
+from specload.record.figures import page_from_runs
+from specload.record.html import write_html
+from specload.record.runs import load_run
 
 
-def stretched(run, hours: float):  # noqa: ANN001, ANN201 - a runs.Run
+def stretched(run, hours: float):  # a runs.Run
     """The run's requests spread evenly over ``hours`` (a long run's shape, same request count)."""
     span = hours * 3600
     levels = []

@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 
-def load_decoder(rev: str | None):  # noqa: ANN201 - a module
+def load_decoder(rev: str | None):  # a module
     if rev is None:
         from specload.engine import sse
 
@@ -45,13 +45,13 @@ def normal_reads(n_events: int = 50_000, read_bytes: int = 4096) -> list[bytes]:
     return [stream[i:i + read_bytes] for i in range(0, len(stream), read_bytes)]
 
 
-def cpu(fn) -> float:  # noqa: ANN001
+def cpu(fn) -> float:
     t = time.process_time()
     fn()
     return time.process_time() - t
 
 
-def bench(mod, reads: list[bytes], line_mb: int, read_kb: int, rounds: int = 5) -> tuple[float, float, str]:  # noqa: ANN001
+def bench(mod, reads: list[bytes], line_mb: int, read_kb: int, rounds: int = 5) -> tuple[float, float, str]:
     def normal() -> None:
         d = mod.SSEDecoder()
         n = 0

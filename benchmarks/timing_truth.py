@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parents[1]))
-from specload.record.reader import read_record  # noqa: E402
+from specload.record.reader import read_record
 
 FINISH = re.compile(r"Finish request: .*?status=200 .*?ttft_ms=([\d.]+) tpot_ms=([\d.]+)")
 

@@ -51,7 +51,7 @@ DEFAULT_DEMO_SIM = ("--spec-tokens", "3", "--accept-rate", "0.7", "--max-batch",
 # ------------------------------------------------------------------------------------- parsers
 
 
-def _parse_url(url: str):  # noqa: ANN202 - urllib's ParseResult
+def _parse_url(url: str):  # urllib's ParseResult
     try:
         return urlparse(url)
     except ValueError as e:  # e.g. an unclosed IPv6 bracket

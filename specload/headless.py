@@ -14,6 +14,7 @@ import asyncio
 import os
 import shutil
 import sys
+from collections.abc import Set as AbstractSet
 
 from specload.config import RunConfig
 from specload.exitcode import ExitCode
@@ -28,7 +29,7 @@ _CLEAR = "\r\x1b[K"
 
 
 class HeadlessPrinter:
-    def __init__(self, stream=None) -> None:  # noqa: ANN001 - a text stream, stderr by default
+    def __init__(self, stream=None) -> None:  # a text stream, stderr by default
         self.saturated_levels: set[int] = set()
         self.starved_levels: set[int] = set()
         self.stream = stream if stream is not None else sys.stderr
@@ -102,7 +103,7 @@ class HeadlessPrinter:
 
 def _install_loop() -> None:
     try:
-        import uvloop  # noqa: F401
+        import uvloop
     except ImportError:
         return
     import uvloop
@@ -221,7 +222,7 @@ def print_tui_end(result: SessionResult | None, record_path: str | None, stream=
 
 
 def print_summary(
-    session: Session, result: SessionResult, *, as_json: bool, saturated: set[int], starved: set[int] = frozenset()
+    session: Session, result: SessionResult, *, as_json: bool, saturated: set[int], starved: AbstractSet[int] = frozenset()
 ) -> None:
     from specload.record.report import level_table, summary_json
 

@@ -67,7 +67,7 @@ class Opt:
         return self.flags[0] if self.flags else "URL"
 
 
-def option(default: Any, *flags: str, help: str = "", **kw: Any) -> Any:  # noqa: A002 - click's word
+def option(default: Any, *flags: str, help: str = "", **kw: Any) -> Any:  # click's word
     """A dataclass field that is also a command-line option (see the module docstring)."""
     return dataclasses.field(default=default, metadata={"option": Opt(flags, help, **kw)})
 

@@ -93,7 +93,7 @@ class HostileServer:
         # count connections: wrap the protocol factory of the listening server
         factory = server._protocol_factory  # type: ignore[attr-defined]
 
-        def counting():  # noqa: ANN202
+        def counting():
             self.connections += 1
             return factory()
 

@@ -36,8 +36,10 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from specload.config import RequestConfig, TargetConfig
+from specload.engine.client import StreamingClient
 from specload.engine.workers import (
     cancelled_record,
     client_from_init,
@@ -98,10 +100,10 @@ class StreamWorker:
 
     def __init__(self, init: dict) -> None:
         self._init = init
-        self._client = None
+        self._client: StreamingClient | None = None
         self._tasks: dict[int, asyncio.Task] = {}
         self._cancelled: dict[int, RequestRecord] = {}
-        self._tokens = 0
+        self._tokens = 0.0  # a chunk's tokens may be a share of a multi-token chunk's count
         self._tokens_t = 0
         self._load: tuple[float, float, float | None] | None = None
         self._monitor_task: asyncio.Task | None = None
@@ -119,7 +121,7 @@ class StreamWorker:
         self._client = client_from_init(self._init, self._on_tokens, self._on_cancelled)
         await self._client.start()
 
-        def sample(s) -> None:  # noqa: ANN001 - a ClientLoad
+        def sample(s) -> None:
             self._load = (s.cpu_pct, s.loop_lag_ms, s.lag_cpu_wait_ms)
 
         self._monitor_task = asyncio.ensure_future(ClientLoadMonitor(on_sample=sample).run())
@@ -170,7 +172,7 @@ class StreamWorker:
 @dataclass
 class _Actor:
     index: int
-    handle: object
+    handle: Any  # a Ray ActorHandle: its remote methods are made at run time, no type describes them
     pid: int = 0
     host: str = ""
     same_machine: bool = False
@@ -200,7 +202,7 @@ class RayPoolClient:
         target: TargetConfig | None = None,
         request: RequestConfig | None = None,
         headers: dict[str, str] | None = None,
-        on_tokens: Callable[[int, int], None] | None = None,
+        on_tokens: Callable[[int, float], None] | None = None,
         scrubber: Scrubber | None = None,
         heartbeat_timeout_s: float = 30.0,
         start_timeout_s: float = 120.0,
@@ -278,7 +280,7 @@ class RayPoolClient:
         mine = boot_id()
         try:
             async with asyncio.timeout(self.start_timeout_s):
-                infos = await asyncio.gather(*(a.handle.start.remote() for a in self._actors))  # type: ignore[attr-defined]
+                infos = await asyncio.gather(*(a.handle.start.remote() for a in self._actors))
         except TimeoutError:
             await self._kill_all()
             raise RayStartError(
@@ -292,12 +294,12 @@ class RayPoolClient:
             if not a.same_machine:
                 for _ in range(5):
                     t0 = time.perf_counter_ns()
-                    remote = await a.handle.clock.remote()  # type: ignore[attr-defined]
+                    remote = await a.handle.clock.remote()
                     self._offset_sample(a, t0, remote, time.perf_counter_ns())
         self._alive = list(self._actors)
         self._poller = asyncio.ensure_future(self._poll())
 
-    async def _connect_bounded(self, ray) -> None:  # noqa: ANN001 - the ray module
+    async def _connect_bounded(self, ray) -> None:
         """ray.init, bounded: a wrong address makes it retry for many minutes (and a blocked call
         cannot be cancelled), so nobody answering on the port is an error at once, and the call runs
         in a daemon thread that is waited for at most ``start_timeout_s`` (an interrupt stops the
@@ -337,7 +339,7 @@ class RayPoolClient:
             raise RayStartError(f"cannot start or join Ray at {self.address!r}: "
                                 f"{' '.join(str(e).split())[:200]}") from None
 
-    def _connect(self, ray) -> None:  # noqa: ANN001 - the ray module
+    def _connect(self, ray) -> None:
         # ray.init turns on faulthandler on sys.stderr, which under the TUI is Textual's capture with
         # no file descriptor ("file.fileno() is not a valid file descriptor"): on the real stderr
         # first, and Ray leaves it be
@@ -368,7 +370,7 @@ class RayPoolClient:
             await asyncio.gather(self._poller, return_exceptions=True)
         ray = self._ray
         if ray is not None:
-            stops = [a.handle.stop.remote() for a in self._alive]  # type: ignore[attr-defined]
+            stops = [a.handle.stop.remote() for a in self._alive]
             try:
                 async with asyncio.timeout(10):
                     await asyncio.gather(*stops, return_exceptions=True)
@@ -412,7 +414,7 @@ class RayPoolClient:
         t0 = time.perf_counter_ns()
         try:
             async with asyncio.timeout(max(1.0, self.heartbeat_timeout_s / 3)):
-                p = await a.handle.poll.remote()  # type: ignore[attr-defined]
+                p = await a.handle.poll.remote()
         except ray.exceptions.RayActorError as e:
             self._gone(a, _reason(e))
             return
@@ -451,7 +453,7 @@ class RayPoolClient:
         a.in_flight += 1
         msg = {"id": request_id, "prompt": prompt, "level": level, "level_index": level_index, "warmup": warmup,
                "max_tokens": max_tokens, "ptr": prompt_tokens_requested}
-        ref = a.handle.send.remote(msg)  # type: ignore[attr-defined]
+        ref = a.handle.send.remote(msg)
         try:
             wire = await ref
         except asyncio.CancelledError:
@@ -475,9 +477,9 @@ class RayPoolClient:
         assert ray is not None
         try:
             if a.alive:
-                a.handle.cancel.remote(rid)  # type: ignore[attr-defined]
+                a.handle.cancel.remote(rid)
             async with asyncio.timeout(5):
-                wire = await ref  # type: ignore[misc]
+                wire = await ref
             return self._aligned(record_from_wire(wire), a)
         except ray.exceptions.RayActorError as e:
             # it died first (a run stopped because of that cancels every request): lost, not cancelled

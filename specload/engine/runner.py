@@ -26,7 +26,6 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from specload.clock import SYSTEM_CLOCK, Clock
-from specload.engine.client import StreamingClient
 from specload.engine.load import Arrivals, LevelSpec, LoadPlan
 from specload.engine.prompts import Prompt, PromptSource
 from specload.records import ErrorKind, RequestRecord, RunEvent
@@ -38,6 +37,22 @@ MAX_CONCURRENCY = 100_000
 def scaled(n: int, factor: float) -> int:
     """``n`` doubled (factor 2) or halved (factor 0.5, rounding down), never below 1."""
     return max(1, min(MAX_CONCURRENCY, round(n * factor) if factor >= 1 else n // round(1 / factor)))
+
+
+class LoadClient(Protocol):
+    """What the runner sends requests through: the in-process ``StreamingClient``, or the process
+    (``WorkerPoolClient``) and Ray actor (``RayPoolClient``) pools that have its interface."""
+
+    on_cancelled: Callable[[RequestRecord], None]  # a cancelled request's record, set by the runner
+
+    async def start(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    async def send(
+        self, prompt: str, *, request_id: int = 0, level: int = 0, level_index: int = 0, warmup: bool = False,
+        max_tokens: int | None = None, prompt_tokens_requested: int | None = None,
+    ) -> RequestRecord: ...
 
 
 class LevelSource(Protocol):
@@ -86,7 +101,7 @@ class RunnerState:
 class Runner:
     def __init__(
         self,
-        client: StreamingClient,
+        client: LoadClient,
         prompts: PromptSource,
         plan: LoadPlan,
         *,
@@ -379,7 +394,7 @@ class Runner:
             self._emit("concurrency", self.target)
         if not warmup:
             manual = number == 0 and not sourced if spec.manual is None else spec.manual
-            value = {"index": index, "concurrency": spec.concurrency, "manual": manual}
+            value: dict[str, object] = {"index": index, "concurrency": spec.concurrency, "manual": manual}
             if spec.repeat:
                 value["repeat"] = spec.repeat
             if spec.rate is not None:

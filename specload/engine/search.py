@@ -177,7 +177,7 @@ class SearchResult:
 
 
 def _outcome_record(p: ProbeOutcome) -> dict:
-    def iv(x: Interval | None) -> list[float] | None:
+    def iv(x: Interval | None) -> list[float | None] | None:
         return None if x is None else x.as_list()
 
     return {
@@ -351,9 +351,11 @@ class CapacitySearch:
             raise RuntimeError("the current probe has not been observed")
         s = self.settings
         if self._done and len(self._done) >= s.max_probes:
-            return self._finish("max probes")
+            self._finish("max probes")
+            return None
         if self._done and s.budget_s is not None and elapsed_s >= s.budget_s:
-            return self._finish("time budget")
+            self._finish("time budget")
+            return None
         value = self._next_value()
         if value is None:
             return None
@@ -371,15 +373,18 @@ class CapacitySearch:
         if hi is None:  # everything so far acceptable: grow
             top = max(p.value for p in self._done)
             if top >= s.max_value:
-                return self._finish("not reached")
+                self._finish("not reached")
+                return None
             return self._round(min(top * s.growth, s.max_value))
         if lo is None:  # even the lowest probe is unacceptable: go down
             bottom = min(p.value for p in self._done)
             if bottom <= s.min_value:
-                return self._finish("none acceptable")
+                self._finish("none acceptable")
+                return None
             return self._round(max(bottom / s.growth, s.min_value))
         if self._narrow(lo, hi):
-            return self._finish("found")
+            self._finish("found")
+            return None
         return self._round(self._mid(lo, hi))
 
     def _narrow(self, lo: float, hi: float) -> bool:

@@ -22,7 +22,7 @@ client's instructions per token when it was used per event).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 DONE = b"[DONE]"
 # unnamed events offered to ``learn`` before a stream is decoded event by event to its end (a chat
@@ -170,7 +170,7 @@ class SSEDecoder:
                 self._hold(tail)
         return out
 
-    def feed_runs(self, chunk: bytes) -> list[tuple[str | None, bytes | int]]:
+    def feed_runs(self, chunk: bytes) -> Sequence[tuple[str | None, bytes | int]]:
         """``feed`` that counts runs of plain text events instead of splitting them out.
 
         Returns the events in stream order, with each run of complete events that are
@@ -209,7 +209,7 @@ class SSEDecoder:
             return out
         return self._run(buf, tpl)
 
-    def _run(self, buf: bytes, tpl: EventTemplate) -> list[tuple[str | None, bytes | int]]:
+    def _run(self, buf: bytes, tpl: EventTemplate) -> Sequence[tuple[str | None, bytes | int]]:
         begin = buf.find(tpl.prefix)
         end = buf.rfind(tpl.suffix)
         if begin >= 0 and end > begin and (begin == 0 or buf[begin - 2:begin] == b"\n\n"):

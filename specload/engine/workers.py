@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import os
 import signal
 import sys
@@ -128,7 +129,7 @@ def worker_init(
 
 
 def client_from_init(
-    init: dict, on_tokens: Callable[[int, int], None], on_cancelled: Callable[[RequestRecord], None]
+    init: dict, on_tokens: Callable[[int, float], None], on_cancelled: Callable[[RequestRecord], None]
 ) -> StreamingClient:
     return StreamingClient(
         init["base_url"],
@@ -165,7 +166,7 @@ class WorkerPoolClient:
         target: TargetConfig | None = None,
         request: RequestConfig | None = None,
         headers: dict[str, str] | None = None,
-        on_tokens: Callable[[int, int], None] | None = None,
+        on_tokens: Callable[[int, float], None] | None = None,
         scrubber: Scrubber | None = None,
         heartbeat_timeout_s: float = 30.0,
         **_: object,
@@ -382,6 +383,10 @@ class WorkerPoolClient:
 # ---------------------------------------------------------------------- the worker process
 
 
+def _forget(tasks: dict[int, asyncio.Task], rid: int, _task: asyncio.Task) -> None:
+    tasks.pop(rid, None)
+
+
 async def _worker_main() -> None:
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader(limit=_STREAM_LIMIT)
@@ -393,9 +398,9 @@ async def _worker_main() -> None:
         out.write(orjson.dumps(obj) + b"\n")
 
     init = orjson.loads(await reader.readline())
-    tokens = [0, 0]  # [count since last report, last time]
+    tokens: list[float] = [0, 0]  # [count since last report, last time]
 
-    def on_tokens(t: int, n: int) -> None:
+    def on_tokens(t: int, n: float) -> None:
         tokens[0] += n
         tokens[1] = t
 
@@ -433,11 +438,11 @@ async def _worker_main() -> None:
             if op == "send":
                 t = asyncio.ensure_future(one(msg))
                 tasks[msg["id"]] = t
-                t.add_done_callback(lambda _t, rid=msg["id"]: tasks.pop(rid, None))
+                t.add_done_callback(functools.partial(_forget, tasks, msg["id"]))
             elif op == "cancel":
-                t = tasks.get(msg["id"])
-                if t is not None:
-                    t.cancel()
+                sent = tasks.get(msg["id"])
+                if sent is not None:
+                    sent.cancel()
             elif op == "exit":
                 break
     finally:

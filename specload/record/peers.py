@@ -35,6 +35,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
+from typing import overload
 
 import numpy as np
 
@@ -77,6 +78,16 @@ _SGLANG_SUMMARY = {"ttft": "ttft", "tpot": "tpot", "itl": "itl", "e2e_latency": 
 
 
 # ------------------------------------------------------------------------------------------ helpers
+
+
+@overload
+def _list(d: dict, key: str) -> list | None: ...
+@overload
+def _list(d: dict, key: str, default: list) -> list: ...
+def _list(d: dict, key: str, default: list | None = None) -> list | None:
+    """``d[key]`` when it is a list (a peer's file is not trusted to have the shape it should), else ``default``."""
+    v = d.get(key)
+    return v if isinstance(v, list) else default
 
 
 def _f(v: object) -> float | None:
@@ -228,8 +239,8 @@ def recompute_vllm(d: dict) -> dict:
 
 
 def _vllm_ok(d: dict, n: int) -> list[bool]:
-    errors = d.get("errors") if isinstance(d.get("errors"), list) else [""] * n
-    lens = d.get("output_lens") if isinstance(d.get("output_lens"), list) else [1] * n
+    errors = _list(d, "errors", [""] * n)
+    lens = _list(d, "output_lens", [1] * n)
     # a failed request has an error text and output length 0 (vLLM appends 0 for it); the length
     # decides when the HTTP reason was empty
     return [not errors[i] and (lens[i] or 0) > 0 for i in range(n)]
@@ -312,7 +323,8 @@ def _vllm_level(d: dict, n: int, concurrency: int, open_loop: bool) -> LevelRequ
     lat = col("latencies", 1e3)
     ttft = col("ttfts", 1e3)
     tokens = col("output_lens", ok_only=False)
-    end = start + np.nan_to_num(col("latencies", ok_only=False)) if start is not None and lat is not None else None
+    all_lat = col("latencies", ok_only=False)
+    end = start + np.nan_to_num(all_lat) if start is not None and all_lat is not None else None
     tpot = None
     if lat is not None and ttft is not None and tokens is not None:
         with np.errstate(invalid="ignore", divide="ignore"):
@@ -320,7 +332,7 @@ def _vllm_level(d: dict, n: int, concurrency: int, open_loop: bool) -> LevelRequ
     itl = None
     if isinstance(d.get("itls"), list) and tokens is not None:
         itl = np.array([per_token_itl_median(d["itls"][i], tokens[i]) if ok[i] else np.nan for i in range(n)])
-    errors = d.get("errors") if isinstance(d.get("errors"), list) else [""] * n
+    errors = _list(d, "errors", [""] * n)
     return LevelRequests(
         index=0,
         concurrency=concurrency,
@@ -422,8 +434,8 @@ def recompute_sglang(d: dict) -> dict:
 
 
 def _sglang_ok(d: dict, n: int) -> list[bool]:
-    errors = d.get("errors") if isinstance(d.get("errors"), list) else [""] * n
-    lens = d.get("output_lens") if isinstance(d.get("output_lens"), list) else [1] * n
+    errors = _list(d, "errors", [""] * n)
+    lens = _list(d, "output_lens", [1] * n)
     return [not errors[i] and (lens[i] or 0) > 0 for i in range(n)]
 
 
@@ -512,10 +524,10 @@ def _replace_index(s: LevelSummary, idx: int) -> LevelSummary:
 
 def _sglang_level(d: dict, n: int, idx: int, concurrency: int, open_loop: bool, summary: LevelSummary) -> LevelRequests:
     ok = np.array(_sglang_ok(d, n), dtype=bool)
-    ttfts = d.get("ttfts") if isinstance(d.get("ttfts"), list) else None
-    itls = d.get("itls") if isinstance(d.get("itls"), list) else None
-    lens = d.get("output_lens") if isinstance(d.get("output_lens"), list) else None
-    ttft = np.array([_f(ttfts[i]) * 1e3 if ok[i] and _f(ttfts[i]) is not None else np.nan for i in range(n)]) \
+    ttfts = _list(d, "ttfts")
+    itls = _list(d, "itls")
+    lens = _list(d, "output_lens")
+    ttft = np.array([v * 1e3 if ok[i] and (v := _f(ttfts[i])) is not None else np.nan for i in range(n)]) \
         if ttfts is not None else None
     tokens = np.array([float(x or 0) for x in lens]) if lens is not None else None
     e2e = tpot = itl = None
@@ -526,7 +538,7 @@ def _sglang_level(d: dict, n: int, idx: int, concurrency: int, open_loop: bool, 
             with np.errstate(invalid="ignore", divide="ignore"):
                 tpot = np.where(ok & (tokens > 1), (e2e - ttft) / (tokens - 1), np.nan)
             itl = np.array([per_token_itl_median(itls[i], tokens[i]) if ok[i] else np.nan for i in range(n)])
-    errors = d.get("errors") if isinstance(d.get("errors"), list) else [""] * n
+    errors = _list(d, "errors", [""] * n)
     # the level's throughput is the tool's (tokens over its duration): without start times there is no
     # steady state to measure; the summary line carries it
     return LevelRequests(

@@ -25,7 +25,7 @@ class PlotError(Exception):
     """A plot cannot be made; the message is one line for the user."""
 
 
-def _pyplot():  # noqa: ANN202 - matplotlib's module
+def _pyplot():  # matplotlib's module
     try:
         import matplotlib
     except ImportError:
@@ -138,7 +138,7 @@ def _metadata(path: Path) -> dict:
     return {"Software": "specload"}
 
 
-def _concurrency_axis(ax, concurrencies: list[int]) -> None:  # noqa: ANN001 - a matplotlib Axes
+def _concurrency_axis(ax, concurrencies: list[int]) -> None:  # a matplotlib Axes
     ax.set_xlabel("concurrency")
     if len(concurrencies) > 1 and concurrencies[0] > 0:
         ax.set_xscale("log", base=2)

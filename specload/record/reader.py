@@ -63,11 +63,11 @@ _MAX_NUM = 1e15  # seconds, milliseconds, rates: anything larger is not a measur
 
 
 def _int(v: object) -> bool:
-    return type(v) is int and -_MAX_INT <= v <= _MAX_INT  # type: ignore[operator]
+    return type(v) is int and -_MAX_INT <= v <= _MAX_INT
 
 
 def _num(v: object) -> bool:
-    return (type(v) is int and -_MAX_INT <= v <= _MAX_INT) or (  # type: ignore[operator]
+    return (type(v) is int and -_MAX_INT <= v <= _MAX_INT) or (
         type(v) is float and -_MAX_NUM <= v <= _MAX_NUM  # NaN fails both comparisons
     )
 
@@ -80,7 +80,7 @@ def _str(v: object) -> bool:
     return type(v) is str
 
 
-def _opt(check):  # noqa: ANN001, ANN202
+def _opt(check):
     return lambda v: v is None or check(v)
 
 

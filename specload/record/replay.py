@@ -118,7 +118,7 @@ class ReplaySource:
         self._clock = clock
         self._last_real: int | None = None
         self._seq = 0
-        self._stats = LiveStats(_RecordClock(self))  # type: ignore[arg-type]
+        self._stats = LiveStats(_RecordClock(self))
         self._items = self._timeline(data)
         self._next = 0
         self._level_starts = sorted(i.t_s for i in self._items if i.kind == "event"

@@ -308,7 +308,7 @@ def _usage(msg: str) -> None:
     sys.exit(ExitCode.USAGE)
 
 
-def _load(path: str):  # noqa: ANN202 - Run, imported lazily
+def _load(path: str):  # Run, imported lazily
     import specload.record.peers  # noqa: F401 - other tools' result files read as runs
     from specload.record.runs import RunReadError, load_run
 
@@ -351,7 +351,7 @@ def _side_label(runs: list) -> str:
 
 
 def _single_report(record: str, as_json: bool, as_csv: bool, spec: SloSpec | None = None,
-                   wide: bool = False):  # noqa: ANN202
+                   wide: bool = False):
     """Print one file's table; returns the run when the file was another tool's (read through the run
     model), else None."""
     try:
@@ -471,7 +471,7 @@ def _seconds(v: object) -> str:
     return f"{v:.1f}" if isinstance(v, (int, float)) else str(v)
 
 
-def _peer_run(path: str):  # noqa: ANN202 - a Run, or None
+def _peer_run(path: str):  # a Run, or None
     """Another tool's result file as a run, or None when no reader knows the file."""
     import specload.record.peers  # noqa: F401 - registers the readers
     from specload.record.runs import RunReadError, load_run
@@ -485,7 +485,7 @@ def _peer_run(path: str):  # noqa: ANN202 - a Run, or None
     return None if run.kind == "specload" else run
 
 
-def _peer_report(run, as_json: bool, as_csv: bool) -> None:  # noqa: ANN001 - a Run
+def _peer_report(run, as_json: bool, as_csv: bool) -> None:  # a Run
     from specload.record.outputs import peer_summaries, print_peer_report
 
     levels = peer_summaries(run)

@@ -102,7 +102,9 @@ class Recorder:
             "specload": __version__,
             "started_at": _iso(self.clock.wall_time()),
         }
-        line.update(redact_config(header))  # type: ignore[arg-type]
+        fields = redact_config(header)
+        assert isinstance(fields, dict)  # a dict in, a dict out
+        line.update(fields)
         self._put(line, flush=True)
         if self.error is not None:  # not even the header fits: nothing to run for
             raise RecordError(self.error)

@@ -28,7 +28,7 @@ from specload.config import RunConfig
 from specload.engine.capacity import SearchView
 from specload.engine.probe import TargetError, discover
 from specload.engine.prompts import Lengths, PromptError, PromptSource
-from specload.engine.runner import Runner, RunnerState
+from specload.engine.runner import LoadClient, Runner, RunnerState
 from specload.engine.search import SearchResult
 from specload.exitcode import ExitCode
 from specload.record.live import LiveJudge, LiveView
@@ -80,8 +80,9 @@ class Session:
         self.t0_ns = self.stats.t0
         self.scrub = Scrubber(cfg.secret_values())  # never on screen, in the record or a request error
         self.runner: Runner | None = None
-        self.client = None  # StreamingClient or WorkerPoolClient, once built
-        self.url, self.model, self.api = cfg.target.url, cfg.target.model, None
+        self.client: LoadClient | None = None  # once built
+        self.url, self.model = cfg.target.url, cfg.target.model
+        self.api: str | None = None  # the flavour discovery settled on
         self.phase = "starting"  # starting, waiting for server, running, finished
         self.signal: int | None = None  # the signal that interrupted the run, if one did
         self.record = RecordSink(cfg.record, clock=clock, t0_ns=self.t0_ns, scrub=self.scrub,
@@ -181,9 +182,9 @@ class Session:
                 finally:
                     after_load()
                     await self._teardown()
-        except* Exception as eg:  # a programming error in one of the run's tasks: end cleanly, say it
-            e = eg.exceptions[0]
-            outcome = ("error", ExitCode.ERROR, f"internal error: {type(e).__name__}: {e}")
+        except* Exception as eg:  # noqa: BLE001 - a programming error in one of the run's tasks: end cleanly, say it
+            first = eg.exceptions[0]
+            outcome = ("error", ExitCode.ERROR, f"internal error: {type(first).__name__}: {first}")
         return self._finish(*outcome)
 
     async def _run(self, tg: asyncio.TaskGroup) -> tuple[str, int, str | None]:
@@ -242,14 +243,15 @@ class Session:
     async def _build(self, tg: asyncio.TaskGroup) -> Runner:
         cfg, url, fan = self.cfg, self.url, self.fan
         assert url is not None
-        headers, probes = cfg.request_headers(), []
+        headers, probes = cfg.request_headers(), list[dict]()
         try:
-            self.api, self.model = await discover(url, api=cfg.target.api, model=cfg.target.model, headers=headers,
-                                                  sent=probes)
+            api, self.model = await discover(url, api=cfg.target.api, model=cfg.target.model, headers=headers,
+                                             sent=probes)
         finally:
             if probes:  # the server saw (and counts) these requests: say so in the record
                 fan.event(RunEvent(self.clock.now_ns(), "probe", {"requests": probes}))
-        self.listener.target_found(url, self.model, self.api)
+        self.api = api
+        self.listener.target_found(url, self.model, api)
         r = cfg.request
         prompts = PromptSource.from_options(
             prompt=r.prompt, prompt_file=r.prompt_file, dataset=r.dataset, prompt_tokens=Lengths.parse(r.prompt_tokens),
@@ -258,7 +260,7 @@ class Session:
         if prompts.synthetic:
             await self._calibrate_prompts(prompts, url, headers)
         self._prompts = prompts
-        self.client = client = _client(cfg, url, self.api, self.model, headers, self.clock, self.stats, self.scrub)
+        self.client = client = _client(cfg, url, api, self.model, headers, self.clock, self.stats, self.scrub)
         if hasattr(client, "on_worker_lost"):
             client.on_worker_lost = self.policy.worker_lost
         client.on_event, client.on_notice = fan.event, fan.notice  # the switch to new connections (client.py)
@@ -390,7 +392,7 @@ def _check_fd_limit(cfg: RunConfig, notice: Callable[[str], None]) -> None:
                f"about {max(1, limit - 32)} in flight will fail in specload; raise it with ulimit -n")
 
 
-async def _start_client(client, cfg: RunConfig) -> None:  # noqa: ANN001 - any of the clients
+async def _start_client(client: LoadClient, cfg: RunConfig) -> None:
     if not cfg.ray:
         await client.start()
         return
@@ -403,18 +405,21 @@ async def _start_client(client, cfg: RunConfig) -> None:  # noqa: ANN001 - any o
 
 
 def _client(cfg: RunConfig, url: str, api: str, model: str | None, headers: dict[str, str], clock: Clock,
-            stats: LiveStats, scrub: Scrubber):  # noqa: ANN202 - StreamingClient or WorkerPoolClient
-    """The load's client: in this process, or ``--workers`` processes behind the same interface."""
-    kw = dict(model=model, target=cfg.target, request=cfg.request, headers=headers, clock=clock,
-              on_tokens=stats.on_tokens, scrubber=scrub)
+            stats: LiveStats, scrub: Scrubber) -> LoadClient:
+    """The load's client: in this process, or ``--workers`` processes (or Ray actors) behind the same
+    interface."""
     if cfg.ray:
         from specload.engine.ray_workers import RayPoolClient
 
-        return RayPoolClient(cfg.workers, url, api, address=cfg.ray, **kw)
+        return RayPoolClient(cfg.workers, url, api, address=cfg.ray, model=model, target=cfg.target,
+                             request=cfg.request, headers=headers, clock=clock, on_tokens=stats.on_tokens,
+                             scrubber=scrub)
     if cfg.workers > 1:
         from specload.engine.workers import WorkerPoolClient
 
-        return WorkerPoolClient(cfg.workers, url, api, **kw)
+        return WorkerPoolClient(cfg.workers, url, api, model=model, target=cfg.target, request=cfg.request,
+                                headers=headers, clock=clock, on_tokens=stats.on_tokens, scrubber=scrub)
     from specload.engine.client import StreamingClient
 
-    return StreamingClient(url, api, **kw)
+    return StreamingClient(url, api, model=model, target=cfg.target, request=cfg.request, headers=headers,
+                           clock=clock, on_tokens=stats.on_tokens, scrubber=scrub)

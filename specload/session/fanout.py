@@ -32,7 +32,7 @@ PROMPT_LENGTH_TOLERANCE = 0.05
 
 class Fanout:
     def __init__(self, *, stats: LiveStats, record: RecordSink, listener: SessionListener, scrub: Scrubber,
-                 now_ns) -> None:  # noqa: ANN001 - the clock's now_ns
+                 now_ns) -> None:  # the clock's now_ns
         self.stats, self.record, self.listener, self.scrub, self.now_ns = stats, record, listener, scrub, now_ns
         self.policy: RunPolicy | None = None  # set by the session (the policy reports through here too)
         self.watch: ServerWatch | None = None  # once the server watch runs

@@ -16,7 +16,7 @@ from specload.engine.runner import Runner
 from specload.engine.search import CONCURRENCY, RATE, SearchResult, SearchSettings
 
 
-def capacity_part(cfg: RunConfig, *, stay_open: bool, clock, t0_ns: int,  # noqa: ANN001 - a Clock
+def capacity_part(cfg: RunConfig, *, stay_open: bool, clock, t0_ns: int,  # a Clock
                   on_event: Callable[[dict], None]) -> CapacityPart | None:
     cap = cfg.capacity
     if cap.slo is None and not cap.find_max and not stay_open:

@@ -88,7 +88,9 @@ class RunControl(Protocol):
 
 
 class RunSource(Protocol):
-    control: RunControl | None  # None: a run that cannot be steered (fixed data, a replay)
+    @property
+    def control(self) -> RunControl | None:  # None: a run that cannot be steered (fixed data)
+        """The run's controls (read-only here, so a source may declare a narrower type)."""
 
     def frame(self) -> Frame:
         """The run now (cheap enough for 4 Hz)."""
@@ -110,7 +112,7 @@ class _Relay:
 
         self.target: SessionListener = NullListener()
 
-    def __getattr__(self, name: str):  # noqa: ANN204 - one of SessionListener's methods
+    def __getattr__(self, name: str):  # one of SessionListener's methods
         return getattr(self.target, name)
 
 

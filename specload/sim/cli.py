@@ -265,7 +265,7 @@ def _parent_watch(stop: asyncio.Event) -> asyncio.Task | None:
 def run(config: SimConfig) -> int:
     """Serve until SIGTERM/SIGINT (exit 0) or, with ``crash_exit``, until the simulated crash (exit 1)."""
     try:
-        import uvloop  # type: ignore[import-not-found]
+        import uvloop
     except ImportError:
         return asyncio.run(_serve(config))
     return uvloop.run(_serve(config))
@@ -290,7 +290,12 @@ async def _serve(config: SimConfig) -> int:
     interrupted = asyncio.Event()  # SIGINT: a person at a terminal, who never wants the hang
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
-    loop.add_signal_handler(signal.SIGINT, lambda: (interrupted.set(), stop.set()))
+
+    def on_sigint() -> None:
+        interrupted.set()
+        stop.set()
+
+    loop.add_signal_handler(signal.SIGINT, on_sigint)
     parent = _parent_watch(stop)
     crashed = asyncio.ensure_future(server.crashed.wait())
     stopped = asyncio.ensure_future(stop.wait())

@@ -364,7 +364,7 @@ class SimServer:
         if self._runner is not None:
             for site in list(self._runner.sites):
                 # asyncio.Server.close() closes the listening sockets only; accepted connections stay
-                server = site._server  # noqa: SLF001 - BaseSite.stop() would also unregister the site
+                server = site._server  # BaseSite.stop() would also unregister the site
                 if server is not None:
                     server.close()
         while self._live:
@@ -973,8 +973,8 @@ class SimServer:
         return "injected_stall"
 
     async def _whole(
-        self, request: web.Request, req: _Req, seq: Sequence, fmt: _Formatter, fault: str | None
-    ) -> web.StreamResponse:
+        self, request: web.Request, req: _Req, seq: Sequence, fmt: Any, fault: str | None
+    ) -> web.StreamResponse:  # fmt: a _Formatter or, with --llamacpp, a llamacpp.LlamaFormatter
         if fault == "disconnect":
             self._account(seq, fmt, 200, "injected_disconnect", time.perf_counter())
             if request.transport is not None:

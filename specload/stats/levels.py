@@ -429,7 +429,8 @@ class LevelColumns:
         return hit[0][2], max(0.0, (b - a - cut_ns) / 1e9), lost
 
     def summary(self) -> LevelSummary:
-        wall_ns = (self.last_end_ns - self.first_start_ns) if self.first_start_ns is not None else 0
+        start, end = self.first_start_ns, self.last_end_ns
+        wall_ns = end - start if start is not None and end is not None else 0
         wall_s = wall_ns / 1e9
         cut = self._cut()
         active_s = wall_s if cut is None else cut[1]

@@ -124,7 +124,8 @@ class LiveStats:
         self._sec_requests = 0
         self._tok_hist: deque[float] = deque(maxlen=history_s)
         self._req_hist: deque[float] = deque(maxlen=history_s)
-        self._lat_hist = {k: (deque(maxlen=history_s), deque(maxlen=history_s)) for k in ("ttft", "tpot", "e2e")}
+        self._lat_hist: dict[str, tuple[deque[float], deque[float]]] = {
+            k: (deque(maxlen=history_s), deque(maxlen=history_s)) for k in ("ttft", "tpot", "e2e")}
         # closed seconds whose rolling percentiles the next snapshot computes (their end times)
         self._lat_pending: deque[int] = deque(maxlen=history_s)
         self.tokens_total = 0.0
@@ -275,6 +276,8 @@ class LiveStats:
     def _latency(self, key: str, now: int) -> LatencyView:
         vals = self._rings[key].since(now - self.window_ns)
         p50s, p99s = self._lat_hist[key]
+        cur50: float | None
+        cur99: float | None
         if vals.size:
             p50, p99 = percentiles(vals, (50, 99))
             cur50, cur99 = p50 / 1e6, p99 / 1e6

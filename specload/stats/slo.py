@@ -98,10 +98,10 @@ class SloSpec:
     def targets(self) -> tuple[tuple[str, float], ...]:
         """(name, the share of requests that must meet it) for each decision the level needs: one per
         percentile objective, and ``attainment`` for the per-request objectives together."""
-        out = [(o.name, o.quantile) for o in self.percentiles]
+        out = [(o.name, o.quantile) for o in self.percentiles if o.quantile is not None]  # all of them
         if self.per_request:
             out.append(("attainment", self.attainment))
-        return tuple(out)  # type: ignore[return-value]
+        return tuple(out)
 
     def min_requests(self, confidence: float = CONFIDENCE) -> int:
         """Fewest requests that can confirm every objective held.

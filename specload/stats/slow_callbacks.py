@@ -29,6 +29,7 @@ import os
 import threading
 import time
 from asyncio import events
+from collections.abc import Callable
 from dataclasses import dataclass
 
 
@@ -43,7 +44,7 @@ class SlowCallback:
 
 
 def _describe(handle: events.Handle) -> str:
-    cb = handle._callback  # noqa: SLF001 - the probe's whole point is to look inside
+    cb = getattr(handle, "_callback", None)  # private (typeshed omits it): the probe's whole point is to look inside
     owner = getattr(cb, "__self__", None)
     if isinstance(owner, asyncio.Future) and hasattr(owner, "get_coro"):
         coro = owner.get_coro()
@@ -75,7 +76,7 @@ class SlowCallbackProbe:
         # the latest callback run while active, however short: a report made right after a
         # callback (asyncio's debug mode, which times it a little differently) is about this one
         self.last: SlowCallback | None = None
-        self._orig = None
+        self._orig: Callable[[events.Handle], None] | None = None  # Handle._run, while patched
         self._fd: int | None = None
         self._others: dict[int, int] = {}  # native thread id -> schedstat fd, the other threads
         self._threads_seen = 0
@@ -143,12 +144,13 @@ class SlowCallbackProbe:
             if slow:
                 probe.slow.append(cb)
 
-        events.Handle._run = _run  # type: ignore[method-assign]
+        # typeshed types _run as a method of one argument; a function set on the class is one
+        events.Handle._run = _run  # type: ignore[method-assign, assignment]
         return self
 
     def __exit__(self, *exc: object) -> None:
         if self._orig is not None:
-            events.Handle._run = self._orig  # type: ignore[method-assign]
+            events.Handle._run = self._orig  # type: ignore[method-assign, assignment]  # as above
             self._orig = None
         if self._fd is not None:
             os.close(self._fd)

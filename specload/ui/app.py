@@ -28,6 +28,7 @@ from textual import events, messages
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.reactive import var
+from textual.timer import Timer
 from textual.widgets import Footer
 from textual.worker import Worker
 
@@ -137,7 +138,7 @@ class SpecloadApp(App[int]):
         self._signal: int | None = None  # the signal that asked the app to quit, if one did
         self._ticks = 0
         self.key_settle_s = KEY_SETTLE_S
-        self._settle_timer = None
+        self._settle_timer: Timer | None = None
         self._saturated_levels: set[tuple[int, bool]] = set()  # (level, starved) already announced
         self._startup_notices: list[tuple[str, str]] = []
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -174,7 +175,7 @@ class SpecloadApp(App[int]):
     # ------------------------------------------------------------------ layout
 
     def compose(self) -> ComposeResult:
-        App = SpecloadApp  # noqa: N806 - the reactives to bind live on the class
+        App = SpecloadApp  # the reactives to bind live on the class
         yield RunHeader().data_bind(App.snapshot, App.state_label, App.target_info)
         with Dashboard():
             with TopRow():
@@ -375,7 +376,7 @@ class SpecloadApp(App[int]):
 
     # ------------------------------------------------------------------ keys and terminal
 
-    def get_driver_class(self):  # noqa: ANN201 - Textual's signature
+    def get_driver_class(self):  # Textual's signature
         cls = super().get_driver_class()
         try:
             from textual.drivers.linux_driver import LinuxDriver
@@ -513,7 +514,7 @@ class SpecloadApp(App[int]):
         if self._steerable() is not None:
             self._steer(lambda c: c.hold_best())
 
-    def get_system_commands(self, screen):  # noqa: ANN001, ANN201 - Textual's signature
+    def get_system_commands(self, screen):  # Textual's signature
         yield from super().get_system_commands(screen)
         if self.control is not None:
             yield SystemCommand("Find max (capacity search)",
@@ -525,7 +526,7 @@ class SpecloadApp(App[int]):
     def action_panel(self, delta: int) -> None:
         self.query_one(Dashboard).step_panel(delta)
 
-    async def on_click(self, event) -> None:  # noqa: ANN001 - any click
+    async def on_click(self, event) -> None:  # any click
         # clicking the crash table opens the excerpts (the table never takes focus)
         widget = getattr(event, "widget", None)
         if isinstance(widget, CrashTable) and self.frame.stats.crashes:
@@ -534,13 +535,14 @@ class SpecloadApp(App[int]):
     async def action_quit(self) -> None:
         self.action_quit_run()
 
-    def _on_exit_app(self, message: messages.ExitApp) -> None:
+    # Textual runs each class's handler in the MRO: App's own takes no message, so the signatures differ
+    def _on_exit_app(self, message: messages.ExitApp) -> None:  # type: ignore[override]
         # An exit asked from outside the app: textual-serve's page was closed (its web driver posts
         # ExitApp). Quit as 'q' does first, so in-flight requests are recorded as cancelled and the
         # record and the built-in server are closed; Textual's own handler (App._on_exit_app, run
         # after this one unless prevented) exited at once, with the record left without its end
-        # line. The clean quit ends with exit(), which comes back here with _quitting set.
-        # (it read self.session, which the app does not have: every exit raised AttributeError)
+        # line. The clean quit ends with exit(), which comes back here with _quitting set; with no run
+        # to end (none, over, or its source done) the quit is exit() itself: let it through.
         if self.control is not None and self.result is None and not self._run_done and not self._quitting:
             message.prevent_default()
             self.action_quit_run()

@@ -64,7 +64,7 @@ class KeyTaker:
         return False
 
 
-async def open_modal(app: App, screen: Screen, callback=None) -> None:  # noqa: ANN001 - Textual's callback type
+async def open_modal(app: App, screen: Screen, callback=None) -> None:  # Textual's callback type
     """Push ``screen`` and return once it is mounted, its input (if any) focused: the keys that came
     with the one that opened it find it. Call from an action run by a priority binding (the app's
     queue), or the next keys are already on their way elsewhere."""

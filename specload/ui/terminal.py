@@ -95,15 +95,18 @@ class GuardedDriver(LinuxDriver):
         super().__init__(app, **kw)
         self._lost_lock = threading.Lock()
         self.lost: str | None = None  # why the terminal is gone, once it is
-        self._file = _TerminalFile(self._file, self._terminal_lost)  # type: ignore[assignment]
-        self._loop: asyncio.AbstractEventLoop | None = None
+        assert self._file is not None, "LinuxDriver writes to sys.__stderr__"
+        self._guarded = _TerminalFile(self._file, self._terminal_lost)
+        self._file = self._guarded  # type: ignore[assignment]  # Driver declares a TextIOWrapper; ours wraps one
+        # the loop the screen is repainted on (the base class's _loop is left to the base class)
+        self._repaint_loop: asyncio.AbstractEventLoop | None = None
 
     def _terminal_lost(self, why: str) -> None:
         with self._lost_lock:
             if self.lost is not None:
                 return
             self.lost = why
-        self._file.lost = True  # type: ignore[attr-defined]
+        self._guarded.lost = True
         report = getattr(self._app, "on_terminal_lost", None)
         if report is not None:
             report(why)
@@ -111,7 +114,7 @@ class GuardedDriver(LinuxDriver):
     def start_application_mode(self) -> None:
         if self.lost is not None:
             return
-        self._loop = asyncio.get_running_loop()
+        self._repaint_loop = asyncio.get_running_loop()
         super().start_application_mode()
 
     def _sigcont_application(self, *_: Any) -> None:
@@ -127,10 +130,10 @@ class GuardedDriver(LinuxDriver):
             # tty whose reader stopped): the frame is dropped and the screen painted again later
             self._writer_thread._queue.put(data, timeout=WRITE_STALL_S)
         except Full:
-            self._file.after_drop = self._repaint  # type: ignore[attr-defined]
+            self._guarded.after_drop = self._repaint
 
     def _repaint(self) -> None:  # in the writer thread, once the terminal reads again
-        loop = self._loop
+        loop = self._repaint_loop
         if loop is not None and not loop.is_closed():
             loop.call_soon_threadsafe(self._repaint_now)
 

@@ -67,8 +67,10 @@ class QuitWatchdog:
             except (ProcessLookupError, PermissionError):
                 pass
         try:
-            sys.__stderr__.write(f"specload: the quit did not finish in time ({self.why}); ended without it\n")
-            sys.__stderr__.flush()
+            err = sys.__stderr__  # None when Python started without one
+            if err is not None:
+                err.write(f"specload: the quit did not finish in time ({self.why}); ended without it\n")
+                err.flush()
         except (OSError, ValueError, AttributeError):
             pass
         os._exit(self._exit_code())

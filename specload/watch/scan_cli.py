@@ -102,7 +102,7 @@ def format_human(scanner: LogScanner, source: str) -> str:
     if not events:
         return f"{source}: no crash found"
     entries = scanner.entries()
-    first_line = {}
+    first_line: dict[str, int] = {}
     for e in entries:
         first_line.setdefault(e.signature, e.line_no)
     failures = scanner.book.failures

@@ -12,11 +12,16 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from specload.clock import Clock
 from specload.config import WatchConfig
 from specload.records import RunEvent, ServerSample
 from specload.stats.client_load import ClientLoad, ClientLoadMonitor
+
+if TYPE_CHECKING:  # imported when used: a run without a health endpoint or /metrics needs neither
+    from specload.watch.health import HealthMonitor
+    from specload.watch.metrics import MetricsScraper
 
 WorkerLoads = Callable[[], "list[tuple[float | None, float | None, float | None]]"]
 FINAL_SCRAPE_S = 3.0
@@ -44,8 +49,8 @@ class ServerWatch:
         self._on_health, self._on_server, self._on_client_load = on_health, on_server, on_client_load
         self._notice = on_notice
         self._worker_loads = worker_loads
-        self.health = None  # HealthMonitor, when watched
-        self.metrics = None  # MetricsScraper, when scraped
+        self.health: HealthMonitor | None = None  # when watched
+        self.metrics: MetricsScraper | None = None  # when scraped
         self.load = ClientLoadMonitor(on_sample=self._client_load)
         self._tasks: list[asyncio.Task] = []
 

@@ -18,6 +18,7 @@ import re
 import shlex
 import sys
 from collections.abc import Callable
+from typing import Any
 
 from specload.config import RunConfig
 from specload.watch.command import ProcessExit
@@ -103,7 +104,8 @@ class ServerSupervisor:
         assert self._url_found is not None
         exit_wait = asyncio.ensure_future(srv.wait_exit())
         try:
-            await asyncio.wait({self._url_found, exit_wait}, timeout=URL_TIMEOUT_S, return_when=asyncio.FIRST_COMPLETED)
+            either: set[asyncio.Future[Any]] = {self._url_found, exit_wait}
+            await asyncio.wait(either, timeout=URL_TIMEOUT_S, return_when=asyncio.FIRST_COMPLETED)
         finally:
             exit_wait.cancel()
         if self._url_found.done():

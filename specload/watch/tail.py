@@ -60,7 +60,7 @@ class LogSource(Protocol):
 
     def lines(self) -> AsyncIterator[str]: ...
 
-    async def stop(self) -> None: ...
+    async def stop(self) -> object: ...  # what it returns (a launched server's exit) is not used here
 
 
 def _decode(raw: bytes | bytearray) -> str:
@@ -163,7 +163,7 @@ class LineQueue:
 
     def take(self, n: int) -> list[str]:
         """Up to ``n`` lines, oldest first."""
-        out = []
+        out: list[str] = []
         while self._lines and len(out) < n:
             line = self._lines.popleft()
             self._bytes -= len(line) + 1

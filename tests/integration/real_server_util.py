@@ -144,7 +144,7 @@ class OwnServer:
         self._log = None
 
     def __enter__(self) -> OwnServer:
-        self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in __exit__
+        self._log = open(self.log_path, "wb")  # closed in __exit__
         self.proc = subprocess.Popen(
             self.args,
             stdin=subprocess.DEVNULL,

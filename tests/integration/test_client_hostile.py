@@ -24,7 +24,7 @@ def client(url: str, **kw) -> StreamingClient:
     return make_client(url, **kw)
 
 
-async def send(url: str, timeout: float = 20, **kw):  # noqa: ANN201 - a RequestRecord
+async def send(url: str, timeout: float = 20, **kw):  # a RequestRecord
     async with client(url, **kw) as c:
         return await asyncio.wait_for(c.send("x"), timeout)
 

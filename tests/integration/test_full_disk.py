@@ -25,7 +25,7 @@ LIMIT = 48 * 1024
 
 
 @pytest.fixture
-def tiny_tmpfs(tmp_path: Path):  # noqa: ANN201 - yields the mount point
+def tiny_tmpfs(tmp_path: Path):  # yields the mount point
     mnt = tmp_path / "mnt"
     mnt.mkdir()
     p = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={LIMIT}", "tmpfs", str(mnt)],
@@ -42,7 +42,7 @@ def _limit_file_size() -> None:
     resource.setrlimit(resource.RLIMIT_FSIZE, (LIMIT, LIMIT))
 
 
-def _run_until_full(record: Path, preexec=None) -> subprocess.CompletedProcess:  # noqa: ANN001
+def _run_until_full(record: Path, preexec=None) -> subprocess.CompletedProcess:
     return subprocess.run(
         SPECLOAD + ["run", "-c", "8", "-n", "100000", "--max-tokens", "20", "--ignore-eos", "--json",
                     "--record", str(record), "--sim-args", "--ttft-ms 1 --itl-ms 1 --spec-tokens 0 --quiet"],

@@ -38,7 +38,7 @@ class Heard(NullListener):
     def notice(self, text: str) -> None:
         self.notices.append(text)
 
-    def run_event(self, event) -> None:  # noqa: ANN001 - a RunEvent
+    def run_event(self, event) -> None:  # a RunEvent
         self.events.append(event)
 
 

@@ -29,7 +29,7 @@ async def wait_for(pilot, cond: Callable[[], object], what: str, timeout: float 
         await pilot.pause(0.05)
 
 
-def screen_text(app) -> str:  # noqa: ANN001 - a running App
+def screen_text(app) -> str:  # a running App
     """What the screen shows, as plain text (the SVG export splits text at every style change and
     escapes spaces, so a string on screen may not be found in it)."""
     import io
@@ -43,7 +43,7 @@ def screen_text(app) -> str:  # noqa: ANN001 - a running App
     return console.export_text()
 
 
-def burst(app, *keys: str) -> None:  # noqa: ANN001 - a running App
+def burst(app, *keys: str) -> None:  # a running App
     """Keys as one read of the terminal delivers them: all posted at once, none handled in between
     (``pilot.press`` waits for the app to be idle after every key, which hides races between keys).
     Names as ``pilot.press`` takes them; a single character stands for itself."""

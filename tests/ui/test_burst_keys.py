@@ -17,7 +17,7 @@ from tests.ui.conftest import burst, tui_config, wait_for
 from tests.ui.fixed_data import mid_run_source
 
 
-async def _settled_panel(pilot, app) -> str:  # noqa: ANN001
+async def _settled_panel(pilot, app) -> str:
     """The panel shown once the app has handled everything queued; fails if it never settles."""
     dash = app.query_one(Dashboard)
     calls = 0
@@ -66,14 +66,14 @@ async def test_concurrency_typed_with_c_in_one_burst(sim) -> None:
             assert not [n for n in app._notifications if "not a concurrency" in n.message], keys
 
 
-async def _live(sim, tmp_path, name: str, *args: str):  # noqa: ANN001, ANN202
+async def _live(sim, tmp_path, name: str, *args: str):
     server = await sim(ttft_ms=5, itl_ms=100, spec_tokens=0)
     record = tmp_path / f"{name}.jsonl"
     cfg = tui_config(server.url, "-c", "2,4", "-d", "60", "--max-tokens", "8", "--record", str(record), *args)
     return create_app(cfg), record
 
 
-async def _loaded(pilot, app) -> None:  # noqa: ANN001
+async def _loaded(pilot, app) -> None:
     await wait_for(pilot, lambda: app.source.session.runner is not None and app.source.frame().runner.in_flight > 0,
                    "the load to start")
 

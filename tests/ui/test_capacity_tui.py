@@ -12,7 +12,7 @@ from specload.ui.widgets.metrics import LimitSparkline
 from tests.ui.conftest import tui_config, wait_for
 
 
-def _text(app, selector: str) -> str:  # noqa: ANN001 - the app
+def _text(app, selector: str) -> str:  # the app
     return str(app.query_one(selector).render())
 
 

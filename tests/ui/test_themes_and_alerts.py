@@ -111,7 +111,7 @@ async def test_new_crash_alerts_and_opens_its_excerpt() -> None:
 class Refusing:
     """A RunControl that fails the test if anything reaches it."""
 
-    def __getattr__(self, name: str):  # noqa: ANN204
+    def __getattr__(self, name: str):
         raise AssertionError(f"{name} reached the control before the load started")
 
 

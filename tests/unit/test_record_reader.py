@@ -89,7 +89,7 @@ LINE_TYPES = ["request", "level", "event", "crash", "server", "client", "end", "
 
 
 @st.composite
-def record_lines(draw) -> bytes:  # noqa: ANN001
+def record_lines(draw) -> bytes:
     t = draw(st.sampled_from(LINE_TYPES))
     obj: dict = dict(GOOD_REQUEST) if t == "request" and draw(st.booleans()) else {}
     obj["type"] = t

@@ -86,7 +86,7 @@ class LimitSparkline(Sparkline):
 
     limit: var[float | None] = var(None)
 
-    def render(self):  # noqa: ANN201 - Textual's RenderResult
+    def render(self):  # Textual's RenderResult
         under = Style.from_color(self.get_component_styles("sparkline--min-color").color.rich_color)
         high = "sparkline--max-color" if self.limit is None else "limitsparkline--over"
         over = Style.from_color(self.get_component_styles(high).color.rich_color)
@@ -140,10 +140,10 @@ class MetricRow(Horizontal):
 
     def __init__(self, name: str, *, kind: str, id: str | None = None) -> None:
         super().__init__(id=id, classes=f"-{kind}")
-        self._name = name
+        self._title = name  # not _name: that is the widget's own name (DOMNode)
 
     def compose(self) -> ComposeResult:
-        yield Label(self._name, classes="metric-name")
+        yield Label(self._title, classes="metric-name")
         yield LimitSparkline([], summary_function=max)
         yield ValueLabel("–", classes="metric-value")
 
