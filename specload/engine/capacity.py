@@ -69,7 +69,6 @@ class SearchView:
     phase: str  # grow, down, bisect, done
     bracket: tuple[float | None, float | None]
     current: ProbePlan | None
-    current_level_index: int | None
     current_requests: int  # the current probe's request count so far (with extensions)
     probes: tuple[ProbeView, ...]  # complete probes, in the order they ran
     result: SearchResult | None
@@ -142,7 +141,6 @@ class SearchDriver:
             phase="done" if self._result is not None else s.phase,
             bracket=s.bracket(),
             current=cur.plan if cur is not None and self._result is None else None,
-            current_level_index=cur.level_index if cur is not None and self._result is None else None,
             current_requests=cur.quota if cur is not None else 0,
             probes=probes,
             result=self._result,

@@ -198,11 +198,6 @@ def synthetic_text(
     return OPENING + "".join(" " + w for w in words)
 
 
-def synthetic_prompt(n_tokens: int, rng: random.Random, serial: int = 0) -> str:
-    """A prompt of about ``n_tokens`` by the 1.3 tokens/word guess (no server to ask)."""
-    return synthetic_text(n_tokens, TokenModel(), rng)
-
-
 # --------------------------------------------------------------------------- sources
 
 

@@ -185,9 +185,6 @@ class Runner:
         """The concurrency asked for: a manual one not yet picked up by the dispatcher, else the target."""
         return self._manual or self.target
 
-    def scale_target(self, factor: float) -> None:
-        self.set_target(scaled(self.requested, factor))
-
     def pause(self, why: str = "pause") -> None:
         """Stop starting requests; ``why`` (pause, crash, server_down) is what the levels running now
         are marked as cut by (their throughput counts their active time only: stats/levels.py)."""

@@ -329,15 +329,6 @@ class CapacitySearch:
                 lo = p.value
         return lo, hi
 
-    def _neighbour(self, value: float, *, above: bool) -> ProbeOutcome | None:
-        best = None
-        for p in self._done:
-            if above and p.value > value and (best is None or p.value < best.value):
-                best = p
-            elif not above and p.value < value and (best is None or p.value > best.value):
-                best = p
-        return best
-
     def _find(self, value: float | None) -> ProbeOutcome | None:
         return next((p for p in self._done if p.value == value), None)
 

@@ -466,11 +466,6 @@ def search_results(data: RecordData) -> tuple[list[dict], bool]:
     return results, open_search
 
 
-def _seconds(v: object) -> str:
-    """A record's seconds for reading: one decimal (the record keeps µs)."""
-    return f"{v:.1f}" if isinstance(v, (int, float)) else str(v)
-
-
 def _peer_run(path: str):  # a Run, or None
     """Another tool's result file as a run, or None when no reader knows the file."""
     import specload.record.peers  # noqa: F401 - registers the readers

@@ -16,7 +16,7 @@ model and the scheduler are the same.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
@@ -119,9 +119,6 @@ class SimConfig:
         """Context of one request: llama-server splits ``-c`` over its ``-np`` slots; vLLM does not."""
         return self.context_size // self.max_batch if self.llamacpp else self.context_size
 
-    @classmethod
-    def field_names(cls) -> tuple[str, ...]:
-        return tuple(f.name for f in fields(cls))
 
 
 def _finite(x: float) -> bool:

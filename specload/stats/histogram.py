@@ -31,10 +31,6 @@ class LogHistogram:
         self.counts += np.bincount(idx, minlength=_NBINS)
         self.n += a.size
 
-    def merge(self, other: LogHistogram) -> None:
-        self.counts += other.counts
-        self.n += other.n
-
     def percentile(self, q: float) -> float | None:
         """The q-th percentile in ns: the geometric centre of the bin holding it."""
         if self.n == 0:

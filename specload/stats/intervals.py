@@ -181,16 +181,6 @@ class Estimate:
             return None
         return 100.0 * (self.ci_high - self.ci_low) / 2.0 / abs(self.value)
 
-    def as_dict(self) -> dict:
-        return {
-            "value": _round(self.value),
-            "ci_low": _round(self.ci_low),
-            "ci_high": _round(self.ci_high),
-            "n": self.n,
-            "method": self.method,
-            "note": self.note,
-        }
-
 
 def missing(method: str, note: str, n: int = 0) -> Estimate:
     """A figure the data cannot give (the source lacks it, or no samples): shown as missing, not 0."""

@@ -78,9 +78,6 @@ class LevelRequests:
     def n_ok(self) -> int:
         return int(self.ok.sum())
 
-    def has(self, column: str) -> bool:
-        return getattr(self, column) is not None
-
     def steady(self) -> SteadyState:
         if not self._steady:
             self._steady.append(steady_state(self))
@@ -364,20 +361,3 @@ def estimate(level: LevelRequests, metric: str, *, seed: int = 0,
     return METRICS[metric].fn(level, seed=seed, server=server, n_boot=0 if fast else iv.N_BOOT)
 
 
-def requests_column_ci(level: LevelRequests, values: np.ndarray, p: float | None = None, *,
-                       steady_only: bool = True, seed: int = 0) -> Estimate:
-    """A percentile (``p``) or the mean (``p`` None) of any per-request array aligned with the level's
-    requests (a goodput objective's per-request value, say), over its steady-state successful requests."""
-    sel = level.steady().mask & level.ok if steady_only else level.ok
-    vals = np.asarray(values, dtype=np.float64)[sel]
-    vals = vals[np.isfinite(vals)]
-    est = iv.mean_ci(vals, seed=seed) if p is None else iv.percentile_ci(vals, p, seed=seed)
-    return _insufficient_steady(level, est, int(vals.size)) if steady_only else est
-
-
-def share_of_requests(level: LevelRequests, met: np.ndarray, *, steady_only: bool = False) -> Estimate:
-    """The share of the level's requests for which ``met`` (bool per request) is true (failed requests
-    count as not met), with Wilson's interval."""
-    sel = level.steady().mask if steady_only else np.ones(level.n, bool)
-    met = np.asarray(met, dtype=bool) & level.ok
-    return iv.share_ci(int((met & sel).sum()), int(sel.sum()))

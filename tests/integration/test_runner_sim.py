@@ -10,7 +10,7 @@ import pytest
 
 from specload.engine.load import LevelSpec, LoadPlan, build_plan
 from specload.engine.prompts import PromptSource
-from specload.engine.runner import Runner
+from specload.engine.runner import Runner, scaled
 from specload.records import ErrorKind, RequestRecord, RunEvent
 from specload.stats.levels import LevelSummary
 from tests.conftest import make_client
@@ -97,7 +97,7 @@ async def test_raising_and_lowering_concurrency_live_never_cancels(sim) -> None:
         await wait_for(lambda: runner.in_flight == 1 and len(sink.records) >= n_before + 5)
         # lowering the target let the extra requests finish: none was cancelled
         assert all(r.error_kind is not ErrorKind.CANCELLED for r in sink.records)
-        runner.scale_target(2.0)
+        runner.set_target(scaled(runner.requested, 2.0))  # the TUI's ']'
         assert runner.target == 2 or runner._manual == 2
         runner.stop("interrupted")
         runner.cancel_in_flight()

@@ -17,8 +17,6 @@ from specload.stats.level_metrics import (
     METRICS,
     LevelRequests,
     estimate,
-    requests_column_ci,
-    share_of_requests,
 )
 
 TOKENS = 100
@@ -114,16 +112,6 @@ def test_a_five_request_level_is_insufficient() -> None:
         assert e.value is not None and not e.estimable, m
         assert "at least 8" in (e.note or ""), (m, e.note)
     assert iv.ratio(estimate(lv, "throughput"), estimate(lv, "throughput")) is None
-
-
-def test_per_request_helpers_for_objectives() -> None:
-    lv = closed_loop(2, 60, np.random.default_rng(7))
-    e2e = lv.e2e_ms
-    p90 = requests_column_ci(lv, e2e, 90)  # type: ignore[arg-type]
-    assert p90.value == pytest.approx(np.percentile(e2e[lv.steady().mask], 90))  # type: ignore[index]
-    share = share_of_requests(lv, e2e < 1000.0)  # type: ignore[operator]
-    assert share.value == pytest.approx(float(np.mean(e2e < 1000.0)))  # type: ignore[operator]
-    assert share.ci_low < share.value < share.ci_high  # type: ignore[operator]
 
 
 def test_missing_columns_are_missing_not_zero() -> None:

@@ -17,14 +17,14 @@ from specload.engine.prompts import (
     PromptSource,
     TokenModel,
     load_dataset,
-    synthetic_prompt,
+    synthetic_text,
 )
 from specload.sim import tokenizer
 
 
 def test_guessed_prompts_have_the_guessed_length_and_differ() -> None:
     rng = random.Random(0)
-    a, b = synthetic_prompt(400, rng, 1), synthetic_prompt(400, rng, 2)
+    a, b = synthetic_text(400, TokenModel(), rng), synthetic_text(400, TokenModel(), rng)  # no server to ask
     assert abs(len(a.split()) * TOKENS_PER_WORD - 400) < 0.05 * 400
     assert a != b
 
