@@ -75,11 +75,18 @@ async def hostile() -> AsyncIterator[Callable[[], Awaitable[HostileServer]]]:
 # ------------------------------------------------------------------ configs and clients
 
 
+# What a test run wants unless it says otherwise (each is the CLI's default otherwise): no API
+# discovery (its probe requests would count on the server and cost a round trip), exact output
+# lengths, short answers, and a bound on the whole run so a test that goes wrong ends.
+TEST_DEFAULTS: dict[str, object] = {"api": "chat", "ignore_eos": True, "max_tokens": 16, "max_duration_s": 60}
+
+
 def make_config(url: str | None = None, **fields: object) -> RunConfig:
     """The one way tests build a ``RunConfig``: field values by name, whatever section they are in
-    (``make_config(url, concurrency=(2,), requests_per_level=4, max_tokens=5, path=rec)``), checked
-    by the dataclasses as any config is. Unset fields keep the defaults ``specload run`` has."""
-    return RunConfig.of(url, **fields)
+    (``make_config(url, concurrency=(2,), requests_per_level=4, path=rec)``), checked by the
+    dataclasses as any config is. ``TEST_DEFAULTS`` first (``api="auto"`` to probe, ``max_duration_s=None``
+    to lift the bound, as a virtual-time run may), then the defaults ``specload run`` has."""
+    return RunConfig.of(url, **{**TEST_DEFAULTS, **fields})
 
 
 def make_client(url: str, flavour: str = CHAT, *, model: str | None = None, **kw: object) -> StreamingClient:

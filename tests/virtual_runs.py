@@ -14,11 +14,11 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from specload.config import RunConfig
 from specload.session import Session
 from specload.sim.config import SimConfig
 from specload.sim.server import SimServer
 from specload.sim.virtual_time import LoopClock, run_virtual
+from tests.conftest import make_config
 
 
 def virtual_record(path: Path, *, levels: tuple[int, ...] = (1, 4), n: int | None = None, seed: int = 1,
@@ -33,10 +33,9 @@ def virtual_record(path: Path, *, levels: tuple[int, ...] = (1, 4), n: int | Non
         server = SimServer(SimConfig(**{"quiet": True, "seed": seed, **(sim or {})}))
         url = await server.start()
         try:
-            cfg = RunConfig.of(url, **{"api": "chat", "concurrency": levels, "requests_per_level": n,
-                                       "max_duration_s": 3600, "max_tokens": max_tokens, "ignore_eos": True,
-                                       "continuous_usage": True, "path": str(path), "label": label,
-                                       "command": f"virtual run seed={seed} sim={sim}", **(fields or {})})
+            cfg = make_config(url, **{"concurrency": levels, "requests_per_level": n, "max_duration_s": 3600,
+                                      "max_tokens": max_tokens, "continuous_usage": True, "path": str(path), "label": label,
+                                      "command": f"virtual run seed={seed} sim={sim}", **(fields or {})})
             session = Session(cfg, clock=LoopClock(asyncio.get_running_loop()), stay_open=stay_open)
             driver = asyncio.ensure_future(script(session)) if script is not None else None
             result = await session.run()

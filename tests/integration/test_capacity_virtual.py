@@ -29,13 +29,13 @@ from pathlib import Path
 
 import pytest
 
-from specload.config import RunConfig
 from specload.record.reader import read_record
 from specload.session import Session, SessionResult
 from specload.sim.config import SimConfig
 from specload.sim.server import SimServer
 from specload.sim.virtual_time import LoopClock, run_virtual
 from specload.stats.slo import parse_slo
+from tests.conftest import make_config
 
 BATCH = {"prefill_base_ms": 0.0, "prefill_per_token_ms": 0.0, "spec_tokens": 0, "step_jitter": 0.0,
          "prefill_jitter": 0.0, "eos_prob": 0.0}
@@ -47,10 +47,10 @@ def virtual_search(*, sim: dict, start: int = 2, slo: str | None = None, max_tok
         server = SimServer(SimConfig(**{"quiet": True, "seed": 1, **sim}))
         url = await server.start()
         try:
-            cfg = RunConfig.of(url, api="chat", concurrency=(start,), rate=rate, max_duration_s=3600,
-                               max_tokens=max_tokens, ignore_eos=True, continuous_usage=True, prompt="hi",
-                               path=str(record) if record else None, slo=parse_slo(slo) if slo else None,
-                               find_max=True, **capacity)
+            cfg = make_config(url, concurrency=(start,), rate=rate, max_duration_s=3600,
+                              max_tokens=max_tokens, continuous_usage=True, prompt="hi",
+                              path=str(record) if record else None, slo=parse_slo(slo) if slo else None,
+                              find_max=True, **capacity)
             return await Session(cfg, clock=LoopClock(asyncio.get_running_loop())).run()
         finally:
             await server.stop()
@@ -131,8 +131,8 @@ def test_a_level_table_of_a_plain_ramp_gets_goodput() -> None:
         server = SimServer(SimConfig(quiet=True, seed=1, **BATCH, step_ms=10, step_slope=0.1, max_batch=64))
         url = await server.start()
         try:
-            cfg = RunConfig.of(url, api="chat", concurrency=(2, 16), requests_per_level=64, max_tokens=16,
-                               ignore_eos=True, prompt="hi", slo=parse_slo("tpot_p50<=20ms,e2e<=2s"))
+            cfg = make_config(url, concurrency=(2, 16), requests_per_level=64, max_tokens=16,
+                              prompt="hi", slo=parse_slo("tpot_p50<=20ms,e2e<=2s"))
             return await Session(cfg, clock=LoopClock(asyncio.get_running_loop())).run()
         finally:
             await server.stop()
@@ -150,8 +150,7 @@ def test_a_server_that_goes_away_mid_search_ends_it_without_a_best_point() -> No
     async def main() -> SessionResult:
         server = SimServer(SimConfig(quiet=True, seed=1, **BATCH, step_ms=10, step_slope=0.03, max_batch=64))
         url = await server.start()
-        cfg = RunConfig.of(url, api="chat", concurrency=(2,), max_duration_s=3600, max_tokens=20, ignore_eos=True,
-                           prompt="hi", find_max=True)
+        cfg = make_config(url, concurrency=(2,), max_duration_s=3600, max_tokens=20, prompt="hi", find_max=True)
         session = Session(cfg, clock=LoopClock(asyncio.get_running_loop()))
 
         async def kill_when_probing_eight() -> None:
@@ -187,8 +186,8 @@ def test_report_judges_a_record_against_objectives_as_the_run_would_have(tmp_pat
         server = SimServer(SimConfig(quiet=True, seed=1, **BATCH, step_ms=10, step_slope=0.1, max_batch=64))
         url = await server.start()
         try:
-            cfg = RunConfig.of(url, api="chat", concurrency=(2, 16), requests_per_level=64, max_tokens=16,
-                               ignore_eos=True, prompt="hi", slo=parse_slo(slo), path=str(rec))
+            cfg = make_config(url, concurrency=(2, 16), requests_per_level=64, max_tokens=16,
+                              prompt="hi", slo=parse_slo(slo), path=str(rec))
             return await Session(cfg, clock=LoopClock(asyncio.get_running_loop())).run()
         finally:
             await server.stop()

@@ -12,16 +12,16 @@ import sys
 import orjson
 import pytest
 
-from specload.config import RunConfig
 from specload.record.reader import read_record
 from specload.session import Session
+from tests.conftest import make_config
 
 
 async def test_a_levels_acceptance_is_the_servers_over_that_level(sim, tmp_path) -> None:
     server = await sim(ttft_ms=5, itl_ms=8, spec_tokens=4, accept_rate=0.6, max_batch=8)
     rec = tmp_path / "r.jsonl"
-    cfg = RunConfig.of(server.url, api="chat", concurrency=(4,), requests_per_level=12, drain=True, max_tokens=60,
-                       ignore_eos=True, health=False, metrics_interval_s=0.2, path=str(rec))
+    cfg = make_config(server.url, concurrency=(4,), requests_per_level=12, drain=True, max_tokens=60,
+                      health=False, metrics_interval_s=0.2, path=str(rec))
     result = await asyncio.wait_for(Session(cfg).run(), 60)
     assert result.reason == "completed"
     st = server.stats

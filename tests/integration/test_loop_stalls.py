@@ -66,8 +66,8 @@ class _Reports(logging.Handler):
 async def test_no_callback_blocks_the_loop_for_more_than_2ms_during_a_level(sim_process, tmp_path) -> None:
     url, log = sim_process
     rec = tmp_path / "run.jsonl"
-    cfg = make_config(url, api="chat", concurrency=(4,), requests_per_level=40, drain=True, max_tokens=64,
-                      ignore_eos=True, server_log=str(log), server_log_from_start=True, metrics_interval_s=0.5,
+    cfg = make_config(url, concurrency=(4,), requests_per_level=40, drain=True, max_tokens=64,
+                      server_log=str(log), server_log_from_start=True, metrics_interval_s=0.5,
                       path=str(rec))
     session = Session(cfg)
     loop = asyncio.get_running_loop()

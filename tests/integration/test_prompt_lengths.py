@@ -17,12 +17,13 @@ from specload.record.reader import read_record
 from specload.session import NullListener, Session
 from specload.sim.model import estimate_chat_tokens
 from specload.stats.levels import LevelSummary
+from tests.conftest import make_config
 
 
 def _cfg(url: str, rec, *, api: str = "chat", c: int = 2, n: int = 12, prompt_tokens: str = "128",
          shared: int = 0, dataset: str | None = None, max_tokens: int = 4) -> RunConfig:
-    return RunConfig.of(
-        url, api=api, concurrency=(c,), requests_per_level=n, drain=True, max_tokens=max_tokens, ignore_eos=True,
+    return make_config(
+        url, api=api, concurrency=(c,), requests_per_level=n, drain=True, max_tokens=max_tokens,
         prompt_tokens=prompt_tokens, shared_prefix_tokens=shared, dataset=dataset, health=False, metrics_url="off",
         path=str(rec),
     )

@@ -47,8 +47,8 @@ def ray_instance():
 
 def config(url: str, record: str, *, ray: str | None, levels=(2, 4), n: int = 16, warmup: int = 2,
            **more) -> RunConfig:
-    return make_config(url, api="chat", concurrency=tuple(levels), requests_per_level=n, warmup_requests=warmup,
-                       drain=True, max_tokens=40, ignore_eos=True, health=False, metrics_url="off", path=record,
+    return make_config(url, concurrency=tuple(levels), requests_per_level=n, warmup_requests=warmup,
+                       drain=True, max_tokens=40, health=False, metrics_url="off", path=record,
                        workers=2, ray=ray, **more)
 
 

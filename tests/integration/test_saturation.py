@@ -79,8 +79,8 @@ async def test_monitor_catches_every_10ms_stall() -> None:
 async def test_session_records_and_announces_saturation_with_the_level(sim, tmp_path) -> None:
     server = await sim(ttft_ms=5, itl_ms=10, spec_tokens=0)
     rec = tmp_path / "sat.jsonl"
-    cfg = make_config(server.url, api="chat", concurrency=(3,), duration_per_level_s=2.5, drain=True,
-                      max_tokens=20, ignore_eos=True, health=False, metrics_url="off", path=str(rec))
+    cfg = make_config(server.url, concurrency=(3,), duration_per_level_s=2.5, drain=True,
+                      max_tokens=20, health=False, metrics_url="off", path=str(rec))
     heard = Heard()
     session = Session(cfg, listener=heard)
     task = asyncio.ensure_future(session.run())

@@ -24,9 +24,9 @@ from tests.conftest import Heard, make_config
 def cfg(url: str | None, record: Path, *, watch: WatchConfig, levels=(4,), n=10_000, duration=None,
         max_tokens=20, sim_args=()) -> RunConfig:
     return make_config(
-        url, api="chat", stall_timeout_s=5, concurrency=tuple(levels), requests_per_level=None if duration else n,
-        duration_per_level_s=duration, drain=True, max_duration_s=60, max_tokens=max_tokens, ignore_eos=True,
-        watch=watch, path=str(record), sim_args=tuple(sim_args),
+        url, stall_timeout_s=5, concurrency=tuple(levels), requests_per_level=None if duration else n,
+        duration_per_level_s=duration, drain=True, max_tokens=max_tokens, watch=watch, path=str(record),
+        sim_args=tuple(sim_args),
     )
 
 

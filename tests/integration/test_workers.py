@@ -17,8 +17,8 @@ from tests.waiting import until
 
 
 def config(url: str, record: str, *, workers: int, levels=(2, 6), n: int = 12, max_tokens: int = 20) -> RunConfig:
-    return make_config(url, api="chat", concurrency=tuple(levels), requests_per_level=n, warmup_requests=2,
-                       drain=True, max_tokens=max_tokens, ignore_eos=True, health=False, metrics_url="off",
+    return make_config(url, concurrency=tuple(levels), requests_per_level=n, warmup_requests=2,
+                       drain=True, max_tokens=max_tokens, health=False, metrics_url="off",
                        path=record, workers=workers)
 
 
