@@ -6,10 +6,16 @@ and drives ``SpecloadApp`` with Pilot. Every wait is bounded (``wait_for``); not
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from textual.pilot import Pilot
 from textual.widgets import Input, Sparkline
 
 from specload.record.reader import read_record
-from specload.ui.app import create_app
+from specload.ui.app import SpecloadApp, create_app
 from specload.ui.screens import ConcurrencyScreen, HelpScreen, MarkerScreen
 from specload.ui.widgets.header import RunHeader
 from specload.ui.widgets.levels import LevelTable
@@ -45,37 +51,50 @@ async def test_levels_fill_the_table_and_sparklines_fill(sim, tmp_path) -> None:
     assert data.end is not None and len(data.levels) == 2
 
 
-async def test_keys_drive_the_engine_and_land_in_the_record(sim, tmp_path) -> None:
-    # a slow stream keeps the process mostly idle: Pilot waits for idle (up to 1 s) after each key
+class _Run:
+    """A dashboard driving a real session against a slow simulator (Pilot waits for idle, up to 1 s,
+    after each key: a slow stream keeps the process mostly idle), on the first of its long levels."""
+
+    def __init__(self, pilot: Pilot, app: SpecloadApp, record: Path) -> None:
+        self.pilot, self.app, self.record = pilot, app, record
+        self.runner = app.source.session.runner
+
+    def events(self, kind: str) -> list[object]:
+        """The values of the record's events of ``kind`` (read once the app has quit)."""
+        return [e["value"] for e in read_record(str(self.record)).events if e["kind"] == kind]
+
+
+@contextlib.asynccontextmanager
+async def _running(sim, tmp_path: Path) -> AsyncIterator[_Run]:
+    """The app on its first level (levels 2,4,8 of 60 s each), quit with 'q' at the end."""
     server = await sim(ttft_ms=5, itl_ms=100, spec_tokens=0)
     record = tmp_path / "keys.jsonl"
-    # long duration levels: the run is still on its first level while keys are pressed
-    cfg = tui_config(server.url, "-c", "2,4,8", "-d", "60", "--max-tokens", "8", "--record", str(record))
-    app = create_app(cfg)
+    app = create_app(tui_config(server.url, "-c", "2,4,8", "-d", "60", "--max-tokens", "8", "--record", str(record)))
     async with app.run_test(size=(120, 40)) as pilot:
         await wait_for(pilot, lambda: app.source.session.runner is not None and app.source.frame().runner.in_flight > 0,
                        "the load to start")
-        runner = app.source.session.runner
+        yield _Run(pilot, app, record)
+        await pilot.press("q")
+        await wait_for(pilot, lambda: app.return_code is not None, "the app to exit after q")
 
-        await pilot.press("up")
+
+@pytest.mark.parametrize(("key", "want"), [("up", 3), ("plus", 3), ("down", 1), ("minus", 1),
+                                           ("right_square_bracket", 4), ("left_square_bracket", 1)])
+async def test_a_concurrency_key_sets_a_held_manual_level(sim, tmp_path, key: str, want: int) -> None:
+    async with _running(sim, tmp_path) as run:
+        await run.pilot.press(key)
         # shown at once, handed to the runner when no further key follows within key_settle_s
-        await wait_for(pilot, lambda: "2→3" in str(app.query_one("#load-conc").render())
-                       or runner.target == 3, "the keyed concurrency shown")
-        await wait_for(pilot, lambda: runner.target == 3, "C=3 after up")
-        assert app.pending_target is None
-        await pilot.press("plus")
-        await wait_for(pilot, lambda: runner.target == 4, "C=4 after +")
-        await pilot.press("down")
-        await wait_for(pilot, lambda: runner.target == 3, "C=3 after down")
-        await pilot.press("minus")
-        await wait_for(pilot, lambda: runner.target == 2, "C=2 after -")
-        await pilot.press("right_square_bracket")
-        await wait_for(pilot, lambda: runner.target == 4, "C=4 after ]")
-        await pilot.press("left_square_bracket")
-        await wait_for(pilot, lambda: runner.target == 2, "C=2 after [")
-        assert runner.held  # a user-set concurrency is a held manual level
+        await wait_for(run.pilot, lambda: f"2→{want}" in str(run.app.query_one("#load-conc").render())
+                       or run.runner.target == want, "the keyed concurrency shown")
+        await wait_for(run.pilot, lambda: run.runner.target == want, f"C={want} after {key}")
+        assert run.app.pending_target is None
+        assert run.runner.held  # a user-set concurrency is a held manual level
+    assert run.events("concurrency")[:1] == [want]
 
-        # c: an exact concurrency; bad input keeps the modal open with a notice
+
+async def test_c_sets_an_exact_concurrency_and_keeps_the_dialog_on_bad_input(sim, tmp_path) -> None:
+    async with _running(sim, tmp_path) as run:
+        pilot, app = run.pilot, run.app
         await pilot.press("c")
         await wait_for(pilot, lambda: isinstance(app.screen, ConcurrencyScreen), "the concurrency modal")
         app.screen.query_one(Input).value = ""
@@ -89,57 +108,69 @@ async def test_keys_drive_the_engine_and_land_in_the_record(sim, tmp_path) -> No
         app.screen.query_one(Input).value = ""
         await pilot.press("5", "enter")
         await wait_for(pilot, lambda: not isinstance(app.screen, ConcurrencyScreen), "the modal to close")
-        await wait_for(pilot, lambda: runner.target == 5, "C=5 typed")
+        await wait_for(pilot, lambda: run.runner.target == 5, "C=5 typed")
+    assert run.events("concurrency")[:1] == [5]
 
-        # space pauses and resumes
-        await pilot.press("space")
-        assert runner.paused
-        await wait_for(pilot, lambda: "paused" in str(app.query_one("#h-state", ValueLabel).render()),
+
+async def test_space_pauses_and_resumes(sim, tmp_path) -> None:
+    async with _running(sim, tmp_path) as run:
+        await run.pilot.press("space")
+        assert run.runner.paused
+        await wait_for(run.pilot, lambda: "paused" in str(run.app.query_one("#h-state", ValueLabel).render()),
                        "the paused state in the header")
-        await pilot.press("space")
-        assert not runner.paused
+        await run.pilot.press("space")
+        assert not run.runner.paused
+    assert len(run.events("pause")) == 1 and len(run.events("resume")) == 1
 
+
+async def test_h_releases_a_manual_level_and_holds_a_planned_one(sim, tmp_path) -> None:
+    async with _running(sim, tmp_path) as run:
+        await run.pilot.press("up")
+        await wait_for(run.pilot, lambda: run.runner.target == 3 and run.runner.held, "a held C=3")
         # h releases the hold of the manual level: the plan resumes with its next level
-        await pilot.press("h")
-        assert not runner.held
-        await wait_for(pilot, lambda: runner.snapshot().level_number >= 1, "the plan to resume")
-        before = runner.snapshot().level_index
-        # n: next level
-        await pilot.press("n")
-        await wait_for(pilot, lambda: runner.snapshot().level_index > before, "the next level")
+        await run.pilot.press("h")
+        assert not run.runner.held
+        await wait_for(run.pilot, lambda: run.runner.snapshot().level_number >= 1, "the plan to resume")
         # h again holds the planned level
-        await pilot.press("h")
-        assert runner.held
+        await run.pilot.press("h")
+        assert run.runner.held
+    assert run.events("hold") == [False, True]
 
-        # m: a marker with a note, and one with an empty note
-        await pilot.press("m")
-        await wait_for(pilot, lambda: isinstance(app.screen, MarkerScreen), "the marker modal")
-        await pilot.press("n", "o", "t", "e", "enter")  # 'n' is typed, not 'next level'
-        await wait_for(pilot, lambda: not isinstance(app.screen, MarkerScreen), "the marker modal to close")
-        await pilot.press("m")
-        await wait_for(pilot, lambda: isinstance(app.screen, MarkerScreen), "the marker modal")
-        await pilot.press("enter")
-        await wait_for(pilot, lambda: not isinstance(app.screen, MarkerScreen), "the marker modal to close")
 
-        # ? shows the keys
-        await pilot.press("question_mark")
-        await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen), "the help screen")
-        await pilot.press("escape")
-        await wait_for(pilot, lambda: not isinstance(app.screen, HelpScreen), "the help screen to close")
+async def test_n_starts_the_next_level(sim, tmp_path) -> None:
+    async with _running(sim, tmp_path) as run:
+        before = run.runner.snapshot().level_index
+        await run.pilot.press("n")
+        await wait_for(run.pilot, lambda: run.runner.snapshot().level_index > before, "the next level")
+    assert len(run.events("next")) == 1
 
-        await pilot.press("q")
-        await wait_for(pilot, lambda: app.return_code is not None, "the app to exit after q")
 
-    data = read_record(str(record))
+async def test_m_records_a_marker_with_its_note(sim, tmp_path) -> None:
+    async with _running(sim, tmp_path) as run:
+        pilot, app = run.pilot, run.app
+        for typed in (("n", "o", "t", "e", "enter"), ("enter",)):  # 'n' is typed, not 'next level'
+            await pilot.press("m")
+            await wait_for(pilot, lambda: isinstance(app.screen, MarkerScreen), "the marker modal")
+            await pilot.press(*typed)
+            await wait_for(pilot, lambda: not isinstance(app.screen, MarkerScreen), "the marker modal to close")
+        assert run.runner.snapshot().level_index == 0  # the typed 'n' did not start the next level
+    assert run.events("marker") == ["note", ""]
+
+
+async def test_question_mark_shows_the_keys(sim, tmp_path) -> None:
+    async with _running(sim, tmp_path) as run:
+        await run.pilot.press("question_mark")
+        await wait_for(run.pilot, lambda: isinstance(run.app.screen, HelpScreen), "the help screen")
+        await run.pilot.press("escape")
+        await wait_for(run.pilot, lambda: not isinstance(run.app.screen, HelpScreen), "the help screen to close")
+
+
+async def test_q_records_in_flight_requests_as_cancelled(sim, tmp_path) -> None:
+    async with _running(sim, tmp_path) as run:
+        assert run.app.source.frame().runner.in_flight > 0
+    data = read_record(str(run.record))
+    assert run.app.return_code == 0
     assert data.end is not None and data.end["reason"] == "interrupted"
-    kinds = [e["kind"] for e in data.events]
-    conc = [e["value"] for e in data.events if e["kind"] == "concurrency"]
-    assert conc[:7] == [3, 4, 3, 2, 4, 2, 5]
-    for kind in ("pause", "resume", "hold", "next", "marker"):
-        assert kind in kinds, kind
-    assert [e["value"] for e in data.events if e["kind"] == "marker"] == ["note", ""]
-    holds = [e["value"] for e in data.events if e["kind"] == "hold"]
-    assert holds == [False, True]
     # the quit recorded in-flight requests as cancelled rather than dropping them
     assert any((r.get("error") or {}).get("kind") == "cancelled" for r in data.requests)
 
