@@ -12,6 +12,7 @@ import asyncio
 import sys
 
 import orjson
+import pytest
 
 PEAK_MB = 250  # the process idles at ~70 MB; 16 streams each holding a capped 4 MiB event: < 150 MB
 
@@ -58,6 +59,7 @@ async def test_dev_zero_as_a_dataset_is_refused_within_bounded_memory(tmp_path) 
     assert peak_mb < 150, f"peak RSS {peak_mb:.0f} MB"
 
 
+@pytest.mark.slow
 async def test_endless_fast_streams_keep_bounded_detail(hostile) -> None:
     # before: every chunk offset of every request was kept; 4 endless fast streams reached 938 MB in 40 s
     server = await hostile()

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import orjson
+import pytest
 
 from specload.record.reader import read_record
 
@@ -27,6 +28,7 @@ def search_json(proc: subprocess.CompletedProcess) -> dict:
     return orjson.loads(proc.stdout)
 
 
+@pytest.mark.slow
 def test_a_crash_mid_search_ends_it_without_a_best_point(tmp_path: Path) -> None:
     rec = tmp_path / "crash.jsonl"
     # pinned timing, 4 slots: C=2 takes at most 56 requests (its cap), the crash comes after 70, in a later probe

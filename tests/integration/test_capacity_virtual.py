@@ -58,6 +58,7 @@ def virtual_search(*, sim: dict, start: int = 2, slo: str | None = None, max_tok
     return run_virtual(main())
 
 
+@pytest.mark.slow
 def test_the_knee_is_the_batch_limit(tmp_path: Path) -> None:
     rec = tmp_path / "knee.jsonl"
     result = virtual_search(sim={**BATCH, "step_ms": 10, "step_slope": 0.03, "max_batch": 6}, record=rec)
@@ -91,6 +92,7 @@ def test_the_objective_limit_is_what_the_step_time_implies() -> None:
     assert s.best.goodput_tok_s.value == pytest.approx(13 * 16 / (15 * 0.044), rel=0.03)
 
 
+@pytest.mark.slow
 def test_a_p99_objective_gets_the_requests_it_needs() -> None:
     # a p99 objective can only be confirmed by about 381 steady-state requests: probes are that big
     result = virtual_search(sim={**BATCH, "step_ms": 2, "step_slope": 0.1, "max_batch": 64},
@@ -106,6 +108,7 @@ def test_a_p99_objective_gets_the_requests_it_needs() -> None:
     assert levels[s.best.value].goodput.steady >= 381
 
 
+@pytest.mark.slow
 def test_the_rate_search_brackets_the_servers_capacity() -> None:
     result = virtual_search(sim={"ttft_ms": 20, "itl_ms": 5, "spec_tokens": 0, "max_batch": 4, "eos_prob": 0.0},
                             rate=4.0, start=64)

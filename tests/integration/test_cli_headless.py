@@ -231,6 +231,7 @@ def test_tui_headless_is_the_same_as_run(sim_url: str) -> None:
     assert orjson.loads(p.stdout)["levels"][0]["requests"] == 4
 
 
+@pytest.mark.slow
 def test_a_terminal_gets_a_status_line_a_pipe_does_not(sim_url: str) -> None:
     """stderr on a terminal (a real pty): a status line rewritten in place during the level and
     erased before the level line; stderr on a pipe: plain lines only."""

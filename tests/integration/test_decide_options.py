@@ -85,6 +85,7 @@ def test_repeats_interleave_and_give_report_the_run_to_run_variation(baseline: P
     assert len(c1["sides"]["rep"]["metrics"]["throughput"]["runs"]) == 3
 
 
+@pytest.mark.slow
 def test_a_tui_session_replays_with_schedule_from(tmp_path: Path) -> None:
     async def person(session: Session) -> None:
         # what a user did at the keyboard of the TUI, at these seconds of the run

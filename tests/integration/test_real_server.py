@@ -276,6 +276,7 @@ def test_speculative_decoding_counts_bursts_and_acceptance(tmp_path: Path) -> No
 # 3. /metrics scraping of llamacpp:* and the server's log lines as server stats
 
 
+@pytest.mark.slow
 def test_metrics_and_log_stats_of_a_launched_server(tmp_path: Path) -> None:
     """llamacpp:* gauges and counters become server samples; 'eval time' lines match each request's timings."""
     port = free_port()
@@ -392,6 +393,7 @@ def _record_count(path: Path, kind: str = '"type":"request"') -> int:
         return 0
 
 
+@pytest.mark.slow
 def test_server_killed_mid_run_gives_disconnects_down_event_and_clean_end(tmp_path: Path) -> None:
     """SIGKILL under load: in-flight streams fail as disconnects, health goes down, the run ends by itself."""
     rec = tmp_path / "killed.jsonl"
@@ -445,6 +447,7 @@ def _streams_open(url: str, n: int) -> bool:
     return len(busy) >= n
 
 
+@pytest.mark.slow
 def test_sigterm_hang_ends_in_stalls_and_bounded_run(tmp_path: Path) -> None:
     """SIGTERM with 8 streams open and 8 queued: llama-server hangs; --stall-timeout ends those requests."""
     rec = tmp_path / "hung.jsonl"

@@ -134,6 +134,7 @@ def crashed_record(tmp_path: Path) -> Path:
     return rec
 
 
+@pytest.mark.slow
 async def test_report_of_a_crashed_run_in_chromium(tmp_path: Path) -> None:
     rec = crashed_record(tmp_path)
     html = tmp_path / "crash.html"

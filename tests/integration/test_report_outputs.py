@@ -35,6 +35,7 @@ def two_records(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return out[0], out[1]
 
 
+@pytest.mark.slow
 def test_html_and_plot_of_a_comparison(two_records: tuple[Path, Path], tmp_path: Path) -> None:
     if importlib.util.find_spec("matplotlib") is None:  # not imported here: it would grow this process
         pytest.skip('matplotlib is the [report] extra: pip install "specload[report]"')

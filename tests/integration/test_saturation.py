@@ -132,6 +132,7 @@ def _unstarve(pid: int) -> None:
             pass
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not hasattr(os, "SCHED_IDLE") or not os.path.exists("/proc/self/task"), reason="needs Linux")
 def test_a_process_that_gets_no_cpu_is_starved_not_saturated(tmp_path) -> None:
     """A controlled CPU hog: specload and the hog share one CPU, specload at the idle priority, so it

@@ -101,6 +101,7 @@ def test_cli_counts_failures_like_the_live_run_and_shows_consequences() -> None:
     assert len(roots) == 1 and {o["consequence_of"] for o in objs} == {None, *roots}
 
 
+@pytest.mark.slow
 def test_cli_streams_a_big_log_in_bounded_memory(tmp_path: Path) -> None:
     # 64 MB of long normal lines (the whole file used to be read, decoded and split in memory: about
     # 3.5x its size, 170 MB for 48 MB), a crash at the very end, and 3 MB without a newline (cut at 1 MiB)

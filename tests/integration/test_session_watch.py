@@ -234,6 +234,7 @@ async def test_a_crash_line_printed_in_a_loop_is_one_record_line(sim, tmp_path) 
     assert [(c["exception_type"], c["count"]) for c in crashes] == [("SIGSEGV", 1)]
 
 
+@pytest.mark.slow
 async def test_a_flood_of_stats_lines_is_sampled_at_the_scrape_interval(sim, tmp_path) -> None:
     # 50,000 SGLang stats lines at once: one record line per --metrics-interval, not one per line
     # (100,017 server lines in 10 s before)

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from specload.record.reader import read_record
 from tests.tui_pty import TuiInPty
 
@@ -28,6 +30,7 @@ def test_closing_the_terminal_stops_the_simulator_and_closes_the_record(tmp_path
         tui.wait_sims_gone()
 
 
+@pytest.mark.slow
 def test_terminal_closed_while_the_app_paints_a_crash(tmp_path: Path) -> None:
     # The orphans found after 'tmux kill-server': the simulator crashed, the load paused, the app kept
     # painting. Textual's writer thread died on the dead tty, its queue filled and the main thread

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from specload.record.reader import read_record
 from tests.tui_pty import TuiInPty
 
@@ -16,6 +18,7 @@ SIM = "--ttft-ms 5 --itl-ms 50 --spec-tokens 0 --quiet"
 RIGHT, LEFT = b"\x1b[C", b"\x1b[D"
 
 
+@pytest.mark.slow
 def test_keys_in_one_read_of_a_real_terminal(tmp_path: Path) -> None:
     rec = tmp_path / "keys.jsonl"
     with TuiInPty(["-c", "2", "-d", "60", "--max-tokens", "100", "--ignore-eos", "--record", str(rec),

@@ -7,6 +7,8 @@ import dataclasses
 import os
 import signal
 
+import pytest
+
 from specload.config import RequestConfig, RunConfig
 from specload.engine.workers import WorkerPoolClient
 from specload.exitcode import ExitCode
@@ -53,6 +55,7 @@ async def test_one_and_two_workers_write_the_same_record_structure(sim, tmp_path
     assert shapes[0] == shapes[1]
 
 
+@pytest.mark.slow
 async def test_interrupt_with_workers_records_in_flight_as_cancelled(sim, tmp_path) -> None:
     server = await sim(ttft_ms=5, itl_ms=30, spec_tokens=0)
     rec = tmp_path / "cut.jsonl"

@@ -9,6 +9,8 @@ the digits typed before it had mounted (``c 7 enter`` gave ``'' is not a concurr
 
 from __future__ import annotations
 
+import pytest
+
 from specload.record.reader import read_record
 from specload.ui.app import create_app
 from specload.ui.layout import DETAIL_PANELS, Dashboard
@@ -36,6 +38,7 @@ async def _settled_panel(pilot, app) -> str:
     return dash.shown_panel
 
 
+@pytest.mark.slow
 async def test_tab_keys_in_one_burst_settle_on_the_right_panel() -> None:
     n = len(DETAIL_PANELS)
     for keys, steps in ((("right", "right"), 2), (("left", "left"), -2), (("right", "left"), 0),

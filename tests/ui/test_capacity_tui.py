@@ -5,6 +5,8 @@ rows, f stops it, b holds the load at the best point. What the search finds is t
 
 from __future__ import annotations
 
+import pytest
+
 from specload.record.reader import read_record
 from specload.ui.app import create_app
 from specload.ui.widgets.levels import KneeChart, LevelTable, chart_title
@@ -16,6 +18,7 @@ def _text(app, selector: str) -> str:  # the app
     return str(app.query_one(selector).render())
 
 
+@pytest.mark.slow
 async def test_f_runs_a_search_that_shows_on_screen_and_b_holds_its_best_point(sim, tmp_path) -> None:
     # 4 slots, pinned timing: throughput stops growing past C=4
     server = await sim(ttft_ms=5, itl_ms=4, spec_tokens=0, max_batch=4)
