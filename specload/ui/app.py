@@ -1,11 +1,12 @@
-"""The Textual app: the live dashboard over one ``RunSource`` (a run in this process, in an engine
-process, or fixed data).
+"""The Textual app: the live dashboard over one ``RunSource`` (a run on an engine thread of its own,
+a record played back, or fixed data).
 
 How data reaches the screen (one path each):
 
 * State is *pulled*: a 4 Hz timer reads ``source.frame()`` into the app's reactives, and the panels
-  receive them through ``data_bind``. The engine never calls into the UI per token or per request, so a
-  busy screen cannot slow the load (and in an engine process of its own, cannot delay it at all).
+  receive them through ``data_bind``. The engine never calls into the UI per token or per request, and
+  a live run's engine has an event loop of its own on a thread of its own
+  (``specload.session.engine_thread``), so a busy screen (a modal, a resize) does not delay the load.
 * One-off happenings are *pushed*: the source's ``SessionListener`` calls become messages
   (``messages.py``) the app handles between frames: a notice, a new crash (alert, bell, flash), a
   saturation warning, the end of the run.
@@ -38,7 +39,8 @@ from specload.engine.runner import MAX_CONCURRENCY, RunnerState, scaled
 from specload.exitcode import ExitCode
 from specload.record.live import LiveView
 from specload.session import SessionResult
-from specload.session.source import Frame, RunControl, RunSource, SessionSource
+from specload.session.engine_thread import ThreadedSessionSource
+from specload.session.source import Frame, RunControl, RunSource
 from specload.stats.live import StatsSnapshot
 from specload.ui.keys import open_modal, take_key
 from specload.ui.layout import Dashboard, DetailGrid, PanelTabs, TopRow
@@ -579,12 +581,12 @@ def create_app(
     source: RunSource | None = None,
     theme_dirs: list[Path] | None = None,
 ) -> SpecloadApp:
-    """The app for a run (``cfg``: a session in this process) or for a given source (fixed data, an
-    engine process): used by the CLI and the tests."""
+    """The app for a run (``cfg``: a session on an engine thread of its own) or for a given source
+    (fixed data, a replay): used by the CLI and the tests."""
     if source is None:
         if cfg is None:
             raise ValueError("create_app needs a RunConfig or a source")
-        source = SessionSource(cfg)
+        source = ThreadedSessionSource(cfg)
     return SpecloadApp(source, theme=theme, theme_dirs=theme_dirs)
 
 

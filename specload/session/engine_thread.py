@@ -1,0 +1,228 @@
+"""A ``Session`` on an event loop of its own, in a thread of its own: the UI cannot delay the load.
+
+Issue 11: with the load client on Textual's event loop, every millisecond the UI spent (a modal
+opened, the terminal resized, a tab switched: 46-122 ms) was a millisecond every stream waited, and
+every timestamp taken then was late. ``ThreadedSessionSource`` is the ``RunSource`` the TUI uses: the
+session, its streaming client, its watchers and its loop-lag monitor run on the engine thread's loop;
+the UI's loop only reads frames and sends commands. What crosses between the two, and how:
+
+* **Frames** (UI -> engine -> UI): ``frame()`` asks the engine's loop to build the frame and waits
+  for it (a few hundred microseconds of the engine's time, 4 times a second). The frame is built
+  where the state changes, so it is never torn (a deque or a dict read while the other thread
+  appends to it raises); the UI thread waits on a future, which lets go of the GIL. If the engine
+  does not answer within ``FRAME_WAIT_S`` (its loop blocked by something), the UI shows the last
+  frame it had: the UI never waits on the engine for long.
+* **Controls** (UI -> engine): each ``RunControl`` method runs on the engine's loop
+  (``call_soon_threadsafe``); the UI waits (bounded) until it has run, so the frame it samples
+  right after a key shows the key's effect. The engine never waits on the UI: no deadlock.
+* **Happenings** (engine -> UI): every ``SessionListener`` call is queued onto the UI's loop
+  (``call_soon_threadsafe``) in the order the session made them; the listener runs there, never on
+  the engine's thread (the app's handlers touch widgets). A blocked UI delays what it hears, not
+  the load.
+* **The end**: ``run`` resolves with the session's result when the engine's loop has finished the
+  run (the record closed, a launched server stopped). Signals stay with the UI (only the main thread
+  gets them): the app turns them into a quit, which crosses as a control. If the UI stops awaiting
+  the run (the app closed without a quit), the run is quit and its teardown awaited for a bounded
+  time; the thread is a daemon, so a teardown that hangs cannot keep the process alive (the app's
+  quit watchdog ends it).
+
+A thread shares the GIL with the UI: Python work in the UI still takes turns with the engine (at most
+the interpreter's switch interval at a time, ``sys.setswitchinterval``), where the event loop made
+the engine wait for a whole UI callback. ``benchmarks/tui_vs_headless.py`` measures what remains.
+Nothing here imports Textual.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from specload.session.source import Frame, RunControl, SessionControl, SessionSource
+
+if TYPE_CHECKING:
+    from specload.config import RunConfig
+    from specload.session import SessionResult
+    from specload.session.listener import SessionListener
+
+T = TypeVar("T")
+
+FRAME_WAIT_S = 0.5  # the longest the UI waits for a frame before showing the last one
+CONTROL_WAIT_S = 2.0  # the longest the UI waits for a command to have run (it runs anyway, later)
+TEARDOWN_WAIT_S = 30.0  # an abandoned run's teardown (the app closed without a quit), at most
+
+
+class EngineBusy(Exception):
+    """The engine's loop did not answer in time."""
+
+
+class EngineThread:
+    """An event loop in a daemon thread, and calls into it from other threads."""
+
+    def __init__(self, name: str = "specload-engine") -> None:
+        self.name = name
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._open = False  # the loop takes calls (set once it runs, cleared before it closes)
+
+    def start(self, main: Callable[[], Any], done: concurrent.futures.Future) -> None:
+        """Run the coroutine ``main()`` on a new loop in a new thread; its outcome goes to ``done``."""
+        started = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(main, done, started), name=self.name, daemon=True)
+        self._thread.start()
+        started.wait()  # calls made after start() returns reach the loop
+
+    def _run(self, main: Callable[[], Any], done: concurrent.futures.Future, started: threading.Event) -> None:
+        # the running policy's loop: uvloop when installed (run_app installs it), as in headless mode
+        loop = self.loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)
+        with self._lock:
+            self._open = True
+        started.set()
+        try:
+            result = loop.run_until_complete(main())
+        except BaseException as e:  # noqa: BLE001 - handed to the awaiting side, whatever it is
+            done.set_exception(e)
+        else:
+            done.set_result(result)
+        finally:
+            with self._lock:
+                self._open = False
+            # calls queued before the loop stopped taking them still run (their callers may wait)
+            with contextlib.suppress(Exception):
+                loop.run_until_complete(asyncio.sleep(0))
+            with contextlib.suppress(Exception):
+                loop.run_until_complete(loop.shutdown_asyncgens())
+            with contextlib.suppress(Exception):
+                loop.run_until_complete(loop.shutdown_default_executor())
+            asyncio.set_event_loop(None)
+            loop.close()
+
+    @property
+    def in_engine(self) -> bool:
+        return self._thread is not None and threading.current_thread() is self._thread
+
+    def call(self, fn: Callable[..., T], *args: object, timeout: float, cancel_late: bool = False) -> T:
+        """``fn(*args)`` on the engine's loop, waiting up to ``timeout`` s for its result. Runs
+        ``fn`` here when the loop is not running (not started yet, or finished: nothing else runs
+        the session then). On timeout, raises ``EngineBusy``; the call still runs later unless
+        ``cancel_late``."""
+        if self.in_engine:
+            return fn(*args)
+        fut: concurrent.futures.Future = concurrent.futures.Future()
+
+        def run() -> None:
+            if not fut.set_running_or_notify_cancel():
+                return
+            try:
+                fut.set_result(fn(*args))
+            except BaseException as e:  # noqa: BLE001 - the caller's to see
+                fut.set_exception(e)
+
+        with self._lock:
+            queued = self._open and self.loop is not None
+            if queued:
+                self.loop.call_soon_threadsafe(run)  # type: ignore[union-attr]
+        if not queued:
+            return fn(*args)
+        try:
+            return fut.result(timeout)
+        except concurrent.futures.TimeoutError:
+            if cancel_late:
+                fut.cancel()
+            raise EngineBusy from None
+
+    def join(self, timeout: float | None = None) -> None:
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+
+class _OnLoop:
+    """A ``SessionListener`` whose every call is queued onto ``loop`` (the UI's), in order; the engine
+    never waits for the listener. Calls after that loop closed are dropped (nobody is listening)."""
+
+    def __init__(self, target: SessionListener, loop: asyncio.AbstractEventLoop) -> None:
+        self._target, self._loop = target, loop
+
+    def __getattr__(self, name: str) -> Callable[..., None]:
+        method = getattr(self._target, name)
+
+        def queued(*args: object) -> None:
+            with contextlib.suppress(RuntimeError):  # the UI's loop is closed: the app is gone
+                self._loop.call_soon_threadsafe(method, *args)
+
+        return queued
+
+
+class ThreadedControl:
+    """``RunControl`` whose commands run on the engine's loop."""
+
+    def __init__(self, inner: SessionControl, engine: EngineThread) -> None:
+        self._inner, self._engine = inner, engine
+
+    def _do(self, fn: Callable[..., object], *args: object) -> None:
+        with contextlib.suppress(EngineBusy):  # queued: it runs when the engine's loop gets to it
+            self._engine.call(fn, *args, timeout=CONTROL_WAIT_S)
+
+    def set_target(self, n: int) -> None:
+        self._do(self._inner.set_target, n)
+
+    def toggle_pause(self) -> None:
+        self._do(self._inner.toggle_pause)
+
+    def next_level(self) -> None:
+        self._do(self._inner.next_level)
+
+    def toggle_hold(self) -> None:
+        self._do(self._inner.toggle_hold)
+
+    def marker(self, note: str) -> None:
+        self._do(self._inner.marker, note)
+
+    def find_max(self, start: float | None) -> None:
+        self._do(self._inner.find_max, start)
+
+    def hold_best(self) -> None:
+        self._do(self._inner.hold_best)
+
+    def quit(self) -> None:
+        self._do(self._inner.quit)
+
+
+class ThreadedSessionSource(SessionSource):
+    """``specload tui``'s source: the session runs on the engine thread's loop (see the module
+    docstring); the same options and defaults as ``SessionSource``."""
+
+    def __init__(self, cfg: RunConfig, **session_options: object) -> None:
+        super().__init__(cfg, **session_options)
+        self.engine = EngineThread()
+        self.control: RunControl | None = ThreadedControl(SessionControl(self.session), self.engine)
+        self._last: Frame | None = None
+
+    def frame(self) -> Frame:
+        try:
+            self._last = self.engine.call(super().frame, timeout=FRAME_WAIT_S, cancel_late=True)
+        except EngineBusy:
+            if self._last is None:
+                raise
+        return self._last
+
+    async def run(self, listener: SessionListener) -> SessionResult | None:
+        self._relay.target = _OnLoop(listener, asyncio.get_running_loop())
+        done: concurrent.futures.Future = concurrent.futures.Future()
+        done.set_running_or_notify_cancel()  # a cancelled await below must not cancel the result
+        self.engine.start(self.session.run, done)
+        try:
+            return await asyncio.wrap_future(done)
+        except asyncio.CancelledError:
+            # the app is closing without a quit (a test's end, the app's own error): end the run as
+            # 'q' does and let its teardown finish (the record closed, a launched server stopped)
+            assert self.control is not None
+            self.control.quit()
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(done)), TEARDOWN_WAIT_S)
+            raise
