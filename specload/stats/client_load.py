@@ -11,11 +11,15 @@ look alike from inside (the event loop wakes up late) and need different answers
   held the CPUs (a busy-polling server on the same machine starves every other process for
   hundreds of ms). specload's own CPU is low; the latencies include scheduling delay.
 
-The monitor wakes every ``tick_s`` (5 ms: a 10 ms stall of the loop delays at least one wake-up by
-5 ms or more, so it shows) and measures how late it woke; on Linux it also reads its thread's
-run-queue wait (``/proc/thread-self/schedstat``) around each wait, so the worst late wake-up of an
-interval comes with how much of it was spent waiting for a CPU. Once per ``interval_s`` it takes
-the process's CPU share and judges the interval. Without schedstat, "starved" falls back to the
+The monitor runs on the loop it watches (the engine's: in the TUI, a thread of its own beside the
+UI's, session/engine_thread.py). It wakes every ``tick_s`` (5 ms: a 10 ms stall of the loop delays
+at least one wake-up by 5 ms or more, so it shows) and measures how late it woke; on Linux it also
+reads its thread's run-queue wait (``/proc/thread-self/schedstat``) around each wait, so the worst
+late wake-up of an interval comes with how much of it was spent waiting for a CPU. Once per
+``interval_s`` it takes the CPU share of the loop's thread (not the process's: in the TUI the
+dashboard's rendering, on the main thread, is not the engine's work and must not make it look
+saturated; headless, the loop's thread does nearly all of the process's work) and judges the
+interval. Without schedstat, "starved" falls back to the
 issue's rule of thumb: loop lag high while specload's CPU is low.
 """
 
@@ -136,7 +140,7 @@ class ClientLoadMonitor:
         # a virtual-time run (specload.sim.virtual_time) a clock under which nothing is ever late
         clock = asyncio.get_running_loop().time
         wall0 = clock()
-        cpu0 = time.process_time()
+        cpu0 = time.thread_time()  # this thread's: the loop's (see the module docstring)
         worst_lag = 0.0
         worst_wait: float | None = None
         next_report = wall0 + self.interval_s
@@ -152,7 +156,7 @@ class ClientLoadMonitor:
                 worst_lag = lag
                 worst_wait = None if w0 is None or w1 is None else (w1 - w0) / 1e9
             if now >= next_report:
-                cpu = time.process_time()
+                cpu = time.thread_time()
                 cpu_pct = 100.0 * (cpu - cpu0) / max(1e-9, now - wall0)
                 s = self.sample(
                     time.perf_counter_ns(), cpu_pct, worst_lag * 1e3, None if worst_wait is None else worst_wait * 1e3
