@@ -123,7 +123,12 @@ async def drive_tui(argv: list[str], idle: bool = False) -> None:
     params.pop("headless", None)
     params.pop("theme", None)
     cfg = build_config(params, ui=True)
-    app = create_app(cfg)
+    try:  # as run_app does (older trees, measured for a before/after, have no such option)
+        from specload.session.engine_thread import UI_NICE
+
+        app = create_app(cfg, ui_nice=UI_NICE)
+    except ImportError:
+        app = create_app(cfg)
     async with app.run_test(size=(160, 48)) as pilot:
         deadline = time.monotonic() + RUN_TIMEOUT_S - 10
         actions = 0

@@ -28,8 +28,14 @@ the UI's loop only reads frames and sends commands. What crosses between the two
 
 A thread shares the GIL with the UI: Python work in the UI still takes turns with the engine (at most
 the interpreter's switch interval at a time, ``sys.setswitchinterval``), where the event loop made
-the engine wait for a whole UI callback. ``benchmarks/tui_vs_headless.py`` measures what remains.
-Nothing here imports Textual.
+the engine wait for a whole UI callback. And both threads share the machine's CPUs: measured on a
+busy 2-core machine, most of the engine's remaining late wake-ups were time spent waiting for a CPU
+(the record's ``lag_cpu_wait_ms``), the UI's rendering among its competitors. So ``specload tui``
+lowers the UI thread's CPU priority (``ui_nice``, Linux, where a thread has a nice value of its own;
+set after the engine thread started, which keeps the default): when the CPUs are short, the streams
+get them before the screen does. A process can only lower its priority, never raise it back, so
+this is for the CLI's process, not for a test suite's. ``benchmarks/tui_vs_headless.py`` measures
+what remains. Nothing here imports Textual.
 """
 
 from __future__ import annotations
@@ -37,6 +43,8 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import os
+import sys
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -53,6 +61,7 @@ T = TypeVar("T")
 FRAME_WAIT_S = 0.5  # the longest the UI waits for a frame before showing the last one
 CONTROL_WAIT_S = 2.0  # the longest the UI waits for a command to have run (it runs anyway, later)
 TEARDOWN_WAIT_S = 30.0  # an abandoned run's teardown (the app closed without a quit), at most
+UI_NICE = 10  # what ``specload tui`` adds to the UI thread's nice value (CFS: about a tenth of the weight)
 
 
 class EngineBusy(Exception):
@@ -197,8 +206,9 @@ class ThreadedSessionSource(SessionSource):
     """``specload tui``'s source: the session runs on the engine thread's loop (see the module
     docstring); the same options and defaults as ``SessionSource``."""
 
-    def __init__(self, cfg: RunConfig, **session_options: object) -> None:
+    def __init__(self, cfg: RunConfig, *, ui_nice: int = 0, **session_options: object) -> None:
         super().__init__(cfg, **session_options)
+        self.ui_nice = ui_nice  # added to the nice value of the thread that runs the UI (0: left alone)
         self.engine = EngineThread()
         self.control: RunControl | None = ThreadedControl(SessionControl(self.session), self.engine)
         self._last: Frame | None = None
@@ -216,6 +226,8 @@ class ThreadedSessionSource(SessionSource):
         done: concurrent.futures.Future = concurrent.futures.Future()
         done.set_running_or_notify_cancel()  # a cancelled await below must not cancel the result
         self.engine.start(self.session.run, done)
+        if self.ui_nice:
+            lower_thread_priority(self.ui_nice)
         try:
             return await asyncio.wrap_future(done)
         except asyncio.CancelledError:
@@ -226,3 +238,17 @@ class ThreadedSessionSource(SessionSource):
             with contextlib.suppress(Exception, asyncio.CancelledError):
                 await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(done)), TEARDOWN_WAIT_S)
             raise
+
+
+def lower_thread_priority(by: int) -> bool:
+    """Add ``by`` to the calling thread's nice value (Linux: a thread's own; threads it starts later
+    inherit it). False where that is not possible: elsewhere ``setpriority`` would renice the whole
+    process or another one."""
+    if sys.platform != "linux":
+        return False
+    tid = threading.get_native_id()
+    try:
+        os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + by))
+    except OSError:
+        return False
+    return True

@@ -39,7 +39,7 @@ from specload.engine.runner import MAX_CONCURRENCY, RunnerState, scaled
 from specload.exitcode import ExitCode
 from specload.record.live import LiveView
 from specload.session import SessionResult
-from specload.session.engine_thread import ThreadedSessionSource
+from specload.session.engine_thread import UI_NICE, ThreadedSessionSource
 from specload.session.source import Frame, RunControl, RunSource
 from specload.stats.live import StatsSnapshot
 from specload.ui.keys import open_modal, take_key
@@ -580,13 +580,15 @@ def create_app(
     theme: str | None = None,
     source: RunSource | None = None,
     theme_dirs: list[Path] | None = None,
+    ui_nice: int = 0,
 ) -> SpecloadApp:
     """The app for a run (``cfg``: a session on an engine thread of its own) or for a given source
-    (fixed data, a replay): used by the CLI and the tests."""
+    (fixed data, a replay): used by the CLI and the tests. ``ui_nice``: lower the UI thread's CPU
+    priority by that much once the engine thread runs (the CLI's process only: it cannot be undone)."""
     if source is None:
         if cfg is None:
             raise ValueError("create_app needs a RunConfig or a source")
-        source = ThreadedSessionSource(cfg)
+        source = ThreadedSessionSource(cfg, ui_nice=ui_nice)
     return SpecloadApp(source, theme=theme, theme_dirs=theme_dirs)
 
 
@@ -596,7 +598,7 @@ def run_app(cfg: RunConfig, theme: str | None = None, notice: str | None = None)
     from specload.headless import _install_loop, print_tui_end
 
     _install_loop()
-    app = create_app(cfg, theme=theme)
+    app = create_app(cfg, theme=theme, ui_nice=UI_NICE)
     app.owns_process = True
     if notice:
         app._startup_notices.append((notice, "information"))
