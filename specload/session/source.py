@@ -5,10 +5,10 @@ state label, the target, the newest log lines, the capacity search) and hears on
 through a ``SessionListener``; it steers the run only through a ``RunControl``. Nothing in that
 interface says where the run is, so one dashboard serves several sources:
 
-* ``SessionSource``: a ``Session`` in this process and event loop (the tests, ``--engine inline``);
-* ``specload.session.remote.EngineSource``: a session in an engine process of its own, which the UI
-  cannot slow down (``specload tui``; issue 11), and the same protocol for viewers attaching to an
-  engine that is already running (``specload tui --web``: one engine, a viewer per browser);
+* ``SessionSource``: a ``Session`` on the caller's event loop (a front end that has nothing else on
+  its loop; the base of the next one);
+* ``specload.session.engine_thread.ThreadedSessionSource``: a session on an event loop of its own in
+  an engine thread, which the UI's loop cannot delay (``specload tui`` and its tests; issue 11);
 * ``StaticSource``: fixed data (snapshot tests); a record played back (``--replay``) fits the same
   way: frames from a ``LiveStats`` fed the record's lines on a moving clock, no control.
 
@@ -191,9 +191,9 @@ def run_info(cfg: RunConfig, t0_ns: int, on_crash: str) -> RunInfo:
 
 
 class SessionSource:
-    """A run in this process: the TUI's session shares the app's event loop (tests, ``--engine
-    inline``). It stays open when its plan ends (the user may set a concurrency) and pauses on a crash
-    unless ``--on-crash`` says otherwise (the TUI defaults)."""
+    """A run on the caller's event loop. It stays open when its plan ends (the user may set a
+    concurrency) and pauses on a crash unless ``--on-crash`` says otherwise (the TUI defaults).
+    ``specload tui`` uses its threaded form (``engine_thread.ThreadedSessionSource``)."""
 
     def __init__(self, cfg: RunConfig, **session_options: object) -> None:
         from specload.session import Session
