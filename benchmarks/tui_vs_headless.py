@@ -76,7 +76,9 @@ def summarize(record: str) -> dict:
     data = read_record(record)
     levels, _ = summaries_from_record(data)
     lv = levels[0]
-    lags = sorted(c.get("loop_lag_ms") for c in data.clients if c.get("loop_lag_ms") is not None)
+    samples = [c for c in data.clients if c.get("loop_lag_ms") is not None]
+    lags = sorted(c["loop_lag_ms"] for c in samples)
+    worst = max(samples, key=lambda c: c["loop_lag_ms"], default={})
     return {
         "requests": lv.requests,
         "ok": lv.ok,
@@ -87,6 +89,9 @@ def summarize(record: str) -> dict:
         "loop_lag_p99_ms": lags[min(len(lags) - 1, int(0.99 * len(lags)))] if lags else None,
         "loop_lag_mean_ms": sum(lags) / len(lags) if lags else None,
         "lag_samples": len(lags),
+        # of the worst second's late wake-up, the time the loop's thread waited for a CPU (Linux): a
+        # shared machine's noise, not specload's own work
+        "worst_lag_cpu_wait_ms": worst.get("lag_cpu_wait_ms"),
     }
 
 
@@ -206,6 +211,8 @@ def main() -> None:
     row("  max ms", "loop_lag_max_ms")
     row("  p99 ms", "loop_lag_p99_ms")
     row("  mean ms", "loop_lag_mean_ms")
+    if h["worst_lag_cpu_wait_ms"] is not None and t["worst_lag_cpu_wait_ms"] is not None:
+        row("  max: CPU wait ms", "worst_lag_cpu_wait_ms")
     print(f"{'wall s':<22}{h_wall:>12.1f}{t_wall:>12.1f}")
     print(f"{'CPU s (process)':<22}{h_cpu:>12.2f}{t_cpu:>12.2f}{t_cpu / h_cpu if h_cpu else 0:>10.2f}")
     print(f"{'CPU share of a core':<22}{h_cpu / h_wall:>11.1%}{t_cpu / t_wall:>12.1%}")
