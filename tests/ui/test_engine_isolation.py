@@ -68,3 +68,22 @@ async def test_a_blocked_ui_loop_does_not_stall_the_engine(tmp_path) -> None:
     # and its streams kept being read: requests finished while the UI's loop was held
     finished = [r for r in data.requests if t_block0 < r["end_s"] * 1e9 + t0 < t_block1]
     assert len(finished) >= 4, f"only {len(finished)} requests finished while the UI was blocked"
+
+
+async def test_an_app_closed_without_a_quit_still_ends_the_run_and_its_thread(sim, tmp_path) -> None:
+    # the app goes away under the run (a test's end, the app's own error): the run is quit as 'q'
+    # quits it, on the engine's loop, and the app's close waits for its teardown (bounded)
+    server = await sim(ttft_ms=5, itl_ms=50, spec_tokens=0)
+    record = tmp_path / "run.jsonl"
+    cfg = tui_config(server.url, "-c", "4", "-d", "60", "--max-tokens", "50", "--record", str(record))
+    app = create_app(cfg)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for(pilot, lambda: (rs := app.source.frame().runner) is not None and rs.in_flight > 0,
+                       "the load to run")
+        engine = app.source.engine
+        assert engine.loop is not None and engine.loop.is_running()
+    engine.join(10)
+    assert not engine._thread.is_alive()
+    data = read_record(str(record))
+    assert data.end is not None and data.end["reason"] == "interrupted"
+    assert any(r["error"] and r["error"]["kind"] == "cancelled" for r in data.requests)  # in flight at the close
