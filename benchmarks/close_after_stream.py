@@ -33,7 +33,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import simulator  # noqa: E402
+from _common import simulator
 
 REPO = Path(__file__).resolve().parents[1]
 SIM_ARGS = ("--close-after-stream", "--usage-in-last-chunk", "--ttft-ms", "20", "--itl-ms", "5", "--spec-tokens", "0")

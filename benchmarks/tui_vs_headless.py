@@ -98,11 +98,11 @@ def summarize(record: str) -> dict:
 # ---------------------------------------------------------------------------------- the TUI child
 
 
-async def work_the_ui(app, pilot) -> int:  # noqa: ANN001 - a running SpecloadApp and its Pilot
+async def work_the_ui(app, pilot) -> int:
     """One round of what a user does while watching a run; the number of UI actions taken."""
     actions = 0
 
-    async def act(coro, settle: float = 0.4) -> None:  # noqa: ANN001 - a Pilot call
+    async def act(coro, settle: float = 0.4) -> None:
         nonlocal actions
         await coro
         actions += 1

@@ -187,7 +187,7 @@ def run_headless(cfg: RunConfig, *, as_json: bool) -> int:
     return result.exit_code
 
 
-def print_tui_end(result: SessionResult | None, record_path: str | None, stream=None) -> None:  # noqa: ANN001
+def print_tui_end(result: SessionResult | None, record_path: str | None, stream=None) -> None:
     """After the TUI quits: the level table a headless run prints, how the run ended and where its
     record is (the dashboard's screen is gone with the alternate screen; a two-minute ramp once left
     nothing behind)."""

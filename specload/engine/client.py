@@ -71,7 +71,7 @@ _FAST_KEYS: dict[str, tuple[bytes, bytes]] = {
 }
 
 
-def _noop_tokens(now_ns: int, n: int) -> None:
+def _noop_tokens(now_ns: int, n: float) -> None:
     return None
 
 
@@ -344,7 +344,8 @@ class StreamingClient:
         extra_chunks = 0  # text chunks beyond MAX_CHUNK_DETAIL: counted, their times not kept
         extra_tokens = 0
         last_offset = 0
-        text_key, empty_text = _FAST_KEYS.get(self.flavour, (None, None))
+        fast = _FAST_KEYS.get(self.flavour)
+        text_key, empty_text = (fast[0], fast[1]) if fast is not None else (None, b"")
         decoder = SSEDecoder(learn=self._learn if text_key is not None else None)
         feed = decoder.feed_runs
         read_event = reader.read

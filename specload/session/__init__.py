@@ -263,7 +263,8 @@ class Session:
         self.client = client = _client(cfg, url, api, self.model, headers, self.clock, self.stats, self.scrub)
         if hasattr(client, "on_worker_lost"):
             client.on_worker_lost = self.policy.worker_lost
-        client.on_event, client.on_notice = fan.event, fan.notice  # the switch to new connections (client.py)
+        if hasattr(client, "on_event") and hasattr(client, "on_notice"):  # the switch to new connections
+            client.on_event, client.on_notice = fan.event, fan.notice
         await _start_client(client, cfg)
         # --find-max: the search decides every level; the ramp's levels only give it its start
         plan = dataclasses.replace(cfg.plan, levels=()) if cfg.capacity.find_max else cfg.plan

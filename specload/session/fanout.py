@@ -85,9 +85,9 @@ class Fanout:
         if summary.requests == 0:
             # a level that started no request (skipped with n, paused all along) is shown in the
             # tables but has nothing to judge, scrape or record: after the levels before it
-            pending = self.level_chain is not None and not self.level_chain.done()
-            if self.tg is not None and pending:
-                self.level_chain = self.tg.create_task(self._empty_level_after(self.level_chain, summary))
+            chain = self.level_chain
+            if self.tg is not None and chain is not None and not chain.done():
+                self.level_chain = self.tg.create_task(self._empty_level_after(chain, summary))
             else:
                 self._show_empty_level(summary)
             return

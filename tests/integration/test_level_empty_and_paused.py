@@ -20,10 +20,10 @@ from specload.sim.virtual_time import LoopClock, run_virtual
 from tests.waiting import until
 
 
-def _run(tmp_path, script):  # noqa: ANN001, ANN202
+def _run(tmp_path, script):
     path = tmp_path / "run.jsonl"
 
-    async def main():  # noqa: ANN202
+    async def main():
         server = SimServer(SimConfig(quiet=True, seed=1, spec_tokens=0))
         url = await server.start()
         try:

@@ -74,7 +74,7 @@ async def test_a_small_wobble_of_throughput_is_not_drawn_as_a_cliff() -> None:
     from specload.ui.widgets.metrics import LimitSparkline
 
     class One(App[None]):
-        def compose(self):  # noqa: ANN202
+        def compose(self):
             yield LimitSparkline([100.0, 98.0, 100.0, 99.0], summary_function=max)
 
     app = One()
@@ -105,7 +105,7 @@ async def test_at_120x40_the_crashes_and_the_log_stay_in_view_with_the_levels() 
     from specload.ui.widgets.levels import LevelTable
     from specload.ui.widgets.logtail import LogTail
 
-    def visible(app, cls) -> bool:  # noqa: ANN001
+    def visible(app, cls) -> bool:
         w = app.query_one(cls)
         return w.display and w.region.height >= 5
 

@@ -14,7 +14,7 @@ import pytest
 from specload.session.engine_thread import EngineBusy, EngineThread, _OnLoop, lower_thread_priority
 
 
-def _started(main) -> tuple[EngineThread, concurrent.futures.Future]:  # noqa: ANN001 - a coroutine function
+def _started(main) -> tuple[EngineThread, concurrent.futures.Future]:
     engine = EngineThread(name="test-engine")
     done: concurrent.futures.Future = concurrent.futures.Future()
     engine.start(main, done)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from typing import Any
 
 from rich.style import Style
 from rich.text import Text
@@ -37,11 +38,10 @@ class LogTail(RichLog):
         if tail:
             self.pull(tail)
 
-    def __init__(self, **kwargs: object) -> None:
+    def __init__(self, **kwargs: Any) -> None:
         # wrapped at the panel's width (a long line was cut at its edge: a traceback's message is at
         # the end); min_width: RichLog's default of 78 columns would still cut in a narrow panel
-        super().__init__(max_lines=1000, wrap=True, min_width=20, markup=False, highlight=False,  # type: ignore[arg-type]
-                         **kwargs)
+        super().__init__(max_lines=1000, wrap=True, min_width=20, markup=False, highlight=False, **kwargs)
         self.can_focus = False
         self.last_seq = 0
         self._wrap_width: int | None = None  # the width lines are wrapped at, once the panel has one
