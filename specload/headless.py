@@ -17,9 +17,9 @@ import sys
 from collections.abc import Set as AbstractSet
 
 from specload.config import RunConfig
+from specload.datatypes import CrashEvent, RunEvent
 from specload.exitcode import ExitCode
 from specload.formatting import level_line, verdict_text
-from specload.records import CrashEvent, RunEvent
 from specload.session import Session, SessionResult
 from specload.stats.client_load import ClientLoad
 from specload.stats.levels import LevelSummary

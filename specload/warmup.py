@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import gc
 
-from specload.records import RequestRecord
+from specload.datatypes import RequestRecord
 
 _frozen = False
 

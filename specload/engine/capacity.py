@@ -25,6 +25,7 @@ from dataclasses import dataclass, replace
 from typing import TypeVar
 
 from specload.clock import SYSTEM_CLOCK, Clock
+from specload.datatypes import RequestRecord
 from specload.engine.load import LevelSpec
 from specload.engine.search import (
     CONCURRENCY,
@@ -35,7 +36,6 @@ from specload.engine.search import (
     SearchResult,
     SearchSettings,
 )
-from specload.records import RequestRecord
 from specload.stats.goodput import LevelCollector, LevelEvaluation, evaluate_level
 from specload.stats.levels import LevelSummary
 from specload.stats.slo import Interval, SloSpec

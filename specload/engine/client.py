@@ -29,6 +29,7 @@ import orjson
 
 from specload.clock import SYSTEM_CLOCK, Clock
 from specload.config import RequestConfig, TargetConfig
+from specload.datatypes import ErrorKind, RequestRecord, RunEvent
 from specload.engine.api import (
     CHAT,
     COMPLETIONS,
@@ -42,7 +43,6 @@ from specload.engine.api import (
 )
 from specload.engine.sse import DONE, MAX_EVENT_BYTES, EventTemplate, SSEDecoder, SSEEventTooLarge
 from specload.neterrors import connect_reason, is_client_side
-from specload.records import ErrorKind, RequestRecord, RunEvent
 from specload.secrets import Scrubber
 
 # Stale pooled connections (a server that closes after each stream, as llama-server does) fail

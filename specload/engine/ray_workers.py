@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from specload.config import RequestConfig, TargetConfig
+from specload.datatypes import RequestRecord
 from specload.engine.client import StreamingClient
 from specload.engine.workers import (
     cancelled_record,
@@ -48,7 +49,6 @@ from specload.engine.workers import (
     record_to_wire,
     worker_init,
 )
-from specload.records import RequestRecord
 from specload.secrets import Scrubber
 
 RAY_MISSING = 'Ray is not installed: pip install "specload[ray]"'

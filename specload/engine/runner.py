@@ -26,9 +26,9 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from specload.clock import SYSTEM_CLOCK, Clock
+from specload.datatypes import ErrorKind, RequestRecord, RunEvent
 from specload.engine.load import Arrivals, LevelSpec, LoadPlan
 from specload.engine.prompts import Prompt, PromptSource
-from specload.records import ErrorKind, RequestRecord, RunEvent
 from specload.stats.levels import LevelBook, LevelSummary
 
 MAX_CONCURRENCY = 100_000

@@ -35,9 +35,9 @@ from collections.abc import Callable
 import orjson
 
 from specload.config import RequestConfig, TargetConfig
+from specload.datatypes import ErrorKind, RequestRecord, RunEvent
 from specload.engine.client import StreamingClient
 from specload.options import from_dict, to_dict
-from specload.records import ErrorKind, RequestRecord, RunEvent
 from specload.secrets import Scrubber
 from specload.stats.client_load import ClientLoadMonitor
 

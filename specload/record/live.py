@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from specload.datatypes import RequestRecord
 from specload.record.compare import LevelKey, level_keys
 from specload.record.runs import Run
-from specload.records import RequestRecord
 from specload.stats import intervals as iv
 from specload.stats.intervals import Decision, Estimate, Ratio
 from specload.stats.judgement import LevelJudgement

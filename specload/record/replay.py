@@ -23,9 +23,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from specload.clock import SYSTEM_CLOCK, Clock
+from specload.datatypes import CrashEvent, ErrorKind, RequestRecord, RunEvent, ServerSample
 from specload.engine.runner import RunnerState
 from specload.record.reader import RecordData
-from specload.records import CrashEvent, ErrorKind, RequestRecord, RunEvent, ServerSample
 from specload.session.listener import SessionListener
 from specload.session.source import LOG_TAIL, Frame, RunInfo
 from specload.stats.levels import LevelSummary

@@ -15,10 +15,10 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from specload.datatypes import ServerSample
 from specload.exitcode import ExitCode
 from specload.formatting import level_cells, pct_interval, seconds, table_columns
 from specload.record.reader import RecordData, RecordReadError, read_record
-from specload.records import ServerSample
 from specload.stats.level_metrics import DEFAULT_PRIMARY, METRICS
 from specload.stats.levels import LevelColumns, LevelSummary
 from specload.stats.server_levels import ServerLevels

@@ -9,7 +9,7 @@ keys; tests check that every line the engine writes has them. What is secret and
 
 from __future__ import annotations
 
-from specload.records import CrashEvent, RequestRecord, RunEvent, ServerSample
+from specload.datatypes import CrashEvent, RequestRecord, RunEvent, ServerSample
 
 SCHEMA_VERSION = 1
 

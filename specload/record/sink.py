@@ -15,8 +15,8 @@ from typing import Any
 
 from specload.clock import Clock
 from specload.config import RecordConfig
+from specload.datatypes import CrashEvent, RequestRecord, RunEvent, ServerSample
 from specload.record.writer import Recorder, RecordError
-from specload.records import CrashEvent, RequestRecord, RunEvent, ServerSample
 from specload.secrets import Scrubber
 from specload.stats.client_load import ClientLoad
 from specload.stats.levels import LevelSummary

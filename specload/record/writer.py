@@ -17,8 +17,8 @@ import orjson
 
 from specload import __version__
 from specload.clock import SYSTEM_CLOCK, Clock
+from specload.datatypes import CrashEvent, RequestRecord, RunEvent, ServerSample
 from specload.record import schema
-from specload.records import CrashEvent, RequestRecord, RunEvent, ServerSample
 from specload.secrets import Scrubber, redact_config
 from specload.stats.client_load import ClientLoad
 from specload.stats.levels import LevelSummary

@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 
 from specload.clock import SYSTEM_CLOCK, Clock
 from specload.config import RunConfig
+from specload.datatypes import RunEvent
 from specload.engine.capacity import SearchView
 from specload.engine.probe import TargetError, discover
 from specload.engine.prompts import Lengths, PromptError, PromptSource
@@ -33,7 +34,6 @@ from specload.engine.search import SearchResult
 from specload.exitcode import ExitCode
 from specload.record.live import LiveJudge, LiveView
 from specload.record.sink import RecordError, RecordSink
-from specload.records import RunEvent
 from specload.secrets import Scrubber
 from specload.session import search
 from specload.session.fanout import Fanout

@@ -12,10 +12,10 @@ import asyncio
 import dataclasses
 from collections import deque
 
+from specload.datatypes import CrashEvent, ErrorKind, RequestRecord, RunEvent, ServerSample
 from specload.engine.capacity import CapacityPart
 from specload.record.live import LiveJudge
 from specload.record.sink import RecordSink
-from specload.records import CrashEvent, ErrorKind, RequestRecord, RunEvent, ServerSample
 from specload.secrets import Scrubber, redact_command
 from specload.session.listener import SessionListener
 from specload.session.policy import RunPolicy

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from specload.records import CrashEvent, RunEvent
+    from specload.datatypes import CrashEvent, RunEvent
     from specload.session import SessionResult
     from specload.stats.client_load import ClientLoad
     from specload.stats.levels import LevelSummary

@@ -19,9 +19,9 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
+from specload.datatypes import CrashEvent, RunEvent
 from specload.engine.capacity import CapacityPart
 from specload.engine.runner import Runner
-from specload.records import CrashEvent, RunEvent
 
 
 class RunPolicy:

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from specload.records import ErrorKind, RequestRecord
+from specload.datatypes import ErrorKind, RequestRecord
 from specload.stats import intervals as iv
 from specload.stats.histogram import LogHistogram
 from specload.stats.level_metrics import LevelRequests, estimate

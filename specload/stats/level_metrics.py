@@ -32,7 +32,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from specload.records import RequestRecord
+from specload.datatypes import RequestRecord
 from specload.stats import intervals as iv
 from specload.stats.intervals import Estimate
 from specload.stats.levels import LevelSummary

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from specload.records import RequestRecord
+from specload.datatypes import RequestRecord
 from specload.stats.histogram import LogHistogram
 from specload.stats.judgement import LevelJudgement
 from specload.stats.quantiles import percentiles

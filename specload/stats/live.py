@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from specload.clock import SYSTEM_CLOCK, Clock
-from specload.records import CrashEvent, RequestRecord, RunEvent, ServerSample
+from specload.datatypes import CrashEvent, RequestRecord, RunEvent, ServerSample
 from specload.stats.levels import LevelSummary
 from specload.stats.quantiles import percentiles
 

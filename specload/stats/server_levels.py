@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from specload.records import ServerSample
+from specload.datatypes import ServerSample
 from specload.stats.levels import ServerFigures
 
 

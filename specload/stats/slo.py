@@ -36,7 +36,7 @@ import math
 import re
 from dataclasses import dataclass
 
-from specload.records import ErrorKind, RequestRecord
+from specload.datatypes import ErrorKind, RequestRecord
 
 METRICS = ("ttft", "tpot", "itl", "e2e")
 MET, MISSED, UNDECIDED = "met", "missed", "undecided"

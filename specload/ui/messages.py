@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from textual.message import Message
 
-from specload.records import CrashEvent, RunEvent
+from specload.datatypes import CrashEvent, RunEvent
 from specload.session import SessionResult
 from specload.stats.client_load import ClientLoad
 from specload.stats.levels import LevelSummary

@@ -16,9 +16,9 @@ from textual.screen import ModalScreen
 from textual.widgets import Input, Label, OptionList, Static
 from textual.widgets.option_list import Option
 
+from specload.datatypes import CrashEvent
 from specload.engine.runner import MAX_CONCURRENCY
 from specload.formatting import clock
-from specload.records import CrashEvent
 from specload.ui.keys import KeyTaker
 
 T = TypeVar("T")

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 import aiohttp
 
 from specload.clock import SYSTEM_CLOCK, Clock
+from specload.datatypes import RunEvent
 from specload.neterrors import connect_reason, is_client_side
-from specload.records import RunEvent
 
 HealthFn = Callable[[RunEvent, str], None]
 

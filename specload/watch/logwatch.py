@@ -23,7 +23,7 @@ from collections.abc import Callable
 
 from specload.clock import Clock
 from specload.config import WatchConfig
-from specload.records import CrashEvent, ServerSample
+from specload.datatypes import CrashEvent, ServerSample
 from specload.secrets import Scrubber
 from specload.watch.tail import LogSource
 

@@ -39,7 +39,7 @@ import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
 from specload.clock import SYSTEM_CLOCK, Clock
-from specload.records import ServerSample
+from specload.datatypes import ServerSample
 from specload.watch.tail import NoticeFn, NoticeLog
 
 SampleFn = Callable[[ServerSample], None]

@@ -22,8 +22,8 @@ from collections.abc import Iterator
 import click
 import orjson
 
+from specload.datatypes import CrashEvent
 from specload.exitcode import ExitCode
-from specload.records import CrashEvent
 from specload.watch.signatures import CrashEntry, LogScanner
 from specload.watch.tail import LineSplitter
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import re
 
-from specload.records import ServerSample
+from specload.datatypes import ServerSample
 from specload.watch.logline import clean_line
 
 _NUM = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|inf", re.IGNORECASE)

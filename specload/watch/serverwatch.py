@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from specload.clock import Clock
 from specload.config import WatchConfig
-from specload.records import RunEvent, ServerSample
+from specload.datatypes import RunEvent, ServerSample
 from specload.stats.client_load import ClientLoad, ClientLoadMonitor
 
 if TYPE_CHECKING:  # imported when used: a run without a health endpoint or /metrics needs neither

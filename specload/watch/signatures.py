@@ -44,7 +44,7 @@ A server that dies prints more than its cause: the parent's ``Received sigquit f
 entries that follow it closely (:data:`SAME_FAILURE`; longer for lines that are consequences by nature,
 :data:`CONSEQUENCE_WINDOW`) belong to it, as more processes showing the root signature or as its
 consequences. A process exit ends a failure: after it only lines within :data:`AFTER_EXIT` join. A
-:class:`~specload.records.CrashEvent` is one root signature; its ``count`` is the number of failures it
+:class:`~specload.datatypes.CrashEvent` is one root signature; its ``count`` is the number of failures it
 caused, its ``consequences`` what followed. ``specload scan-log`` and the live run use this same book, so
 they count alike (offline, where lines carry no time, only the line distances apply).
 """
@@ -58,7 +58,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
-from specload.records import CrashConsequence, CrashEvent
+from specload.datatypes import CrashConsequence, CrashEvent
 from specload.watch.logline import LogLine, parse_line
 
 __all__ = [
@@ -1286,7 +1286,7 @@ def _consequence_of(entry: CrashEntry) -> CrashConsequence:
 
 
 class SignatureBook:
-    """Groups entries live into failures and :class:`~specload.records.CrashEvent` (see "Failures" in the
+    """Groups entries live into failures and :class:`~specload.datatypes.CrashEvent` (see "Failures" in the
     module docstring).
 
     One event per root signature; ``count`` is the number of failures with that root. ``processes``

@@ -11,8 +11,8 @@ import asyncio
 import pytest
 
 from specload.clock import FakeClock
+from specload.datatypes import ErrorKind
 from specload.engine.client import MAX_CHUNK_DETAIL, StreamingClient
-from specload.records import ErrorKind
 from tests.conftest import make_client
 from tests.hostile import chunk, usage
 from tests.waiting import until

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import orjson
 
-from specload.records import ErrorKind
+from specload.datatypes import ErrorKind
 from tests.conftest import make_client
 from tests.hostile import chunk, usage
 

@@ -9,9 +9,9 @@ import statistics
 import pytest
 from aiohttp import web
 
+from specload.datatypes import ErrorKind
 from specload.engine.api import CHAT, COMPLETIONS, GENERATE
 from specload.engine.client import StreamingClient
-from specload.records import ErrorKind
 from specload.secrets import Scrubber, secret_values
 from tests import conftest
 

@@ -15,10 +15,10 @@ import io
 import time
 
 from specload.config import RunConfig
+from specload.datatypes import RunEvent
 from specload.engine.client import FRESH_AFTER_STALE
 from specload.headless import HeadlessPrinter
 from specload.record.reader import read_record
-from specload.records import RunEvent
 from specload.session import Session
 from tests import conftest
 

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from aiohttp import web
 
 from specload.clock import FakeClock
-from specload.records import RunEvent
+from specload.datatypes import RunEvent
 from specload.watch.health import HealthCheck, HealthMonitor
 
 DEADLINE = 5.0

@@ -15,11 +15,11 @@ import orjson
 import pytest
 
 from specload.config import RequestConfig
+from specload.datatypes import ErrorKind, RequestRecord
 from specload.engine.load import build_plan
 from specload.engine.probe import discover
 from specload.engine.prompts import PromptSource
 from specload.engine.runner import Runner
-from specload.records import ErrorKind, RequestRecord
 from tests.conftest import make_client, unchecked
 from tests.hostile import chunk, usage
 

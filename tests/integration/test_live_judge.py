@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from specload.datatypes import RunEvent
 from specload.engine.load import LevelSpec, LoadPlan
 from specload.engine.prompts import PromptSource
 from specload.engine.runner import Runner
 from specload.record.live import LiveJudge, min_requests
 from specload.record.runs import load_run
-from specload.records import RunEvent
 from specload.sim.config import SimConfig
 from specload.sim.server import SimServer
 from specload.sim.virtual_time import LoopClock, run_virtual

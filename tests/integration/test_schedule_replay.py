@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import asyncio
 
+from specload.datatypes import RequestRecord, RunEvent
 from specload.engine.load import LoadPlan, build_plan, repeat_levels
 from specload.engine.prompts import PromptSource
 from specload.engine.runner import Runner
 from specload.record.reader import RecordData
 from specload.record.schedule import schedule_from_record
 from specload.record.schema import event_line, request_line
-from specload.records import RequestRecord, RunEvent
 from specload.sim.config import SimConfig
 from specload.sim.server import SimServer
 from specload.sim.virtual_time import LoopClock, run_virtual

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from specload.config import RunConfig, WatchConfig
+from specload.datatypes import CrashEvent
 from specload.exitcode import ExitCode
 from specload.record.reader import read_record
-from specload.records import CrashEvent
 from specload.session import NullListener, Session
 from tests.conftest import Heard, make_config
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from specload.datatypes import CrashEvent, ServerSample
 from specload.engine.runner import RunnerState
 from specload.record.live import LiveView
-from specload.records import CrashEvent, ServerSample
 from specload.session.source import StaticSource
 from specload.stats import intervals as iv
 from specload.stats.judgement import LevelJudgement

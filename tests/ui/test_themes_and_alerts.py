@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from specload.records import CrashConsequence
+from specload.datatypes import CrashConsequence
 from specload.session.source import StaticSource
 from specload.ui.app import create_app
 from specload.ui.messages import CrashReported, MessageListener

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import pytest
 
-from specload.records import ErrorKind, RequestRecord
+from specload.datatypes import ErrorKind, RequestRecord
 from specload.stats.goodput import LevelRequestColumns, evaluate_level
 from specload.stats.slo import MET, MISSED, UNDECIDED, LevelGoodput, parse_slo
 

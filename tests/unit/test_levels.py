@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from specload.records import ErrorKind, RequestRecord
+from specload.datatypes import ErrorKind, RequestRecord
 from specload.stats.histogram import LogHistogram
 from specload.stats.levels import LevelBook, LevelColumns, LevelSummary
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from specload.records import ErrorKind, RequestRecord
+from specload.datatypes import ErrorKind, RequestRecord
 from specload.stats.levels import LevelBook, LevelSummary
 
 S = 1_000_000_000

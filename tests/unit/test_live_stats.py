@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from specload.clock import FakeClock
-from specload.records import RequestRecord
+from specload.datatypes import RequestRecord
 from specload.stats.live import LiveStats
 
 NS = 1_000_000_000

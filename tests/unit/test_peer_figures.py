@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from specload.records import RequestRecord, ServerSample
+from specload.datatypes import RequestRecord, ServerSample
 from specload.stats.levels import LevelColumns
 from specload.stats.server_levels import ServerLevels
 

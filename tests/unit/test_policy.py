@@ -7,8 +7,8 @@ import inspect
 
 import pytest
 
+from specload.datatypes import CrashEvent, RunEvent
 from specload.headless import HeadlessPrinter
-from specload.records import CrashEvent, RunEvent
 from specload.session.listener import NullListener, SessionListener
 from specload.session.policy import RunPolicy
 from tests.waiting import until

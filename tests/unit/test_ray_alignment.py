@@ -3,8 +3,8 @@ driver's timeline with durations untouched. Pure arithmetic, no Ray needed."""
 
 from __future__ import annotations
 
+from specload.datatypes import RequestRecord
 from specload.engine.ray_workers import RayPoolClient, _Actor
-from specload.records import RequestRecord
 
 SKEW = 5_000_000_000  # the actor's CLOCK_MONOTONIC reads 5 s ahead of the driver's
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from specload.clock import FakeClock
 from specload.config import RecordConfig
+from specload.datatypes import ServerSample
 from specload.record.reader import read_record
 from specload.record.sink import MAX_STASH, RecordSink
-from specload.records import ServerSample
 from specload.secrets import Scrubber
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from specload.records import ErrorKind, RequestRecord
+from specload.datatypes import ErrorKind, RequestRecord
 from specload.stats.slo import Objective, SloError, parse_slo
 
 MS = 1_000_000

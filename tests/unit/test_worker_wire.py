@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import orjson
 
+from specload.datatypes import ErrorKind, RequestRecord
 from specload.engine.workers import record_from_wire, record_to_wire
-from specload.records import ErrorKind, RequestRecord
 
 
 def test_record_round_trips_through_json() -> None:

@@ -17,7 +17,7 @@ import textwrap
 from textual import events
 from textual.reactive import var
 
-from specload.records import CrashEvent
+from specload.datatypes import CrashEvent
 from specload.stats.live import StatsSnapshot
 from specload.ui.widgets.keyed import KeyedTable
 
