@@ -62,6 +62,15 @@ def _standard_fds() -> None:
                 setattr(sys, name, open(fd, "r" if fd == 0 else "w", closefd=False))  # noqa: SIM115
 
 
+def error_text(e: click.ClickException) -> str:
+    """A click error's message on one line: click quotes what the user typed (an extra argument, a bad
+    choice) as it came, and an argument holding a line break would split the error line."""
+    message = e.format_message()
+    if any(ch < " " or ch == "\x7f" for ch in message):
+        message = "".join(repr(ch)[1:-1] if ch < " " or ch == "\x7f" else ch for ch in message)
+    return message
+
+
 def main(argv: list[str] | None = None) -> None:
     """Run the CLI. Usage errors are one line (``specload: error: ...``, exit 2), never a usage dump."""
     _standard_fds()
@@ -69,10 +78,10 @@ def main(argv: list[str] | None = None) -> None:
         rc = cli.main(args=argv, prog_name="specload", standalone_mode=False)
     except click.exceptions.UsageError as e:
         hint = f" (see 'specload {e.ctx.info_name} --help')" if e.ctx is not None and e.ctx.parent else ""
-        click.echo(f"specload: error: {e.format_message()}{hint}", err=True)
+        click.echo(f"specload: error: {error_text(e)}{hint}", err=True)
         sys.exit(e.exit_code)
     except click.ClickException as e:
-        click.echo(f"specload: error: {e.format_message()}", err=True)
+        click.echo(f"specload: error: {error_text(e)}", err=True)
         sys.exit(e.exit_code)
     except (KeyboardInterrupt, click.exceptions.Abort):
         click.echo("specload: interrupted", err=True)

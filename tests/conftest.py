@@ -15,9 +15,11 @@ empty config directory, so a developer's own key or theme files never reach a se
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
+from hypothesis import settings as hypothesis_settings
 
 from specload.config import RequestConfig, RunConfig, TargetConfig
 from specload.engine.api import CHAT
@@ -25,6 +27,13 @@ from specload.engine.client import StreamingClient
 from specload.sim.config import SimConfig
 from specload.sim.server import SimServer
 from tests.hostile import HostileServer
+
+# Property tests draw the same examples on every run (derandomized): a suite run must not pass or
+# fail by the luck of the draw. SPECLOAD_HYPOTHESIS=explore draws new ones (and keeps what fails in
+# .hypothesis/), which is how new cases are found; each found case becomes a test of its own.
+hypothesis_settings.register_profile("suite", derandomize=True, database=None)
+hypothesis_settings.register_profile("explore")
+hypothesis_settings.load_profile("explore" if os.environ.get("SPECLOAD_HYPOTHESIS") == "explore" else "suite")
 
 SimFactory = Callable[..., Awaitable[SimServer]]
 
