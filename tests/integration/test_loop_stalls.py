@@ -6,25 +6,29 @@ going on (the record and its flushes, /health, /metrics scrapes, the server log 
 load monitor, the first second of live statistics closing) against a simulator that closes the
 connection after every stream, as llama-server does.
 
-asyncio's own slow-callback report is on with a 2 ms threshold, and every report fails the test
-unless the slow-callback probe shows the callback was slow only by run-queue wait: its thread was
-runnable but not running (another process held the CPUs, which a shared 2-core CI machine does),
-so the time was not the callback's. What it did by itself (wall time minus run-queue wait) must
-stay within 2 ms.
+The slow-callback report is the probe's (stats/slow_callbacks.py): it times every callback the
+loop runs, as asyncio's debug mode does with ``slow_callback_duration`` at 2 ms, but without debug
+mode's own cost. Debug mode records a stack trace for every handle, future and task it creates, and
+that alone took the connection set-up callbacks of this level to 1.3-2.0 ms of CPU (2.03 ms failed a
+clean CI run) where they take at most 1.1 ms in a real run; a measurement with debug mode on measures
+debug mode. Every report fails the test unless the probe shows the callback was slow only by
+run-queue wait: its thread was runnable but not running (another process held the CPUs, which a
+shared 2-core CI machine does), so the time was not the callback's. What it did by itself (wall
+time minus run-queue wait) must stay within 2 ms.
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
 import subprocess
 import sys
+import time
 
 import pytest
 
 from specload.record.reader import read_record
 from specload.session import Session
-from specload.stats.slow_callbacks import SlowCallback, SlowCallbackProbe
+from specload.stats.slow_callbacks import SlowCallbackProbe
 from tests.conftest import make_config
 from tests.waiting import until
 
@@ -48,21 +52,6 @@ def sim_process(tmp_path):
         proc.wait(10)
 
 
-class _Reports(logging.Handler):
-    """asyncio's debug-mode reports ("Executing <Handle ...> took 0.003 seconds"), each paired with
-    the probe's timing of the same callback (asyncio logs it right after the callback returns)."""
-
-    def __init__(self, probe: SlowCallbackProbe) -> None:
-        super().__init__(logging.WARNING)
-        self.probe = probe
-        self.reports: list[tuple[str, SlowCallback | None]] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        msg = record.getMessage()
-        if msg.startswith("Executing") and self.probe.active:
-            self.reports.append((msg[:200], self.probe.last))
-
-
 async def test_no_callback_blocks_the_loop_for_more_than_2ms_during_a_level(sim_process, tmp_path) -> None:
     url, log = sim_process
     rec = tmp_path / "run.jsonl"
@@ -70,31 +59,28 @@ async def test_no_callback_blocks_the_loop_for_more_than_2ms_during_a_level(sim_
                       server_log=str(log), server_log_from_start=True, metrics_interval_s=0.5,
                       path=str(rec))
     session = Session(cfg)
-    loop = asyncio.get_running_loop()
-    was_debug, was_threshold = loop.get_debug(), loop.slow_callback_duration
-    asyncio_log = logging.getLogger("asyncio")
     with SlowCallbackProbe(threshold_ms=THRESHOLD_MS) as probe:
-        reports = _Reports(probe)
-        asyncio_log.addHandler(reports)
-        loop.set_debug(True)
-        loop.slow_callback_duration = THRESHOLD_MS / 1e3
-        try:
-            probe.active = False  # start-up (imports, the server probe) is not the load
-            task = asyncio.ensure_future(session.run())
-            await until(lambda: task.done() or (session.runner is not None and session.runner.started > 0), 30)
-            probe.active = True
-            await until(lambda: task.done() or session.runner.state in ("finished", "stopped"), 60)
-            probe.active = False
-            result = await asyncio.wait_for(task, 30)
-        finally:
-            loop.set_debug(was_debug)
-            loop.slow_callback_duration = was_threshold
-            asyncio_log.removeHandler(reports)
+        probe.active = False  # start-up (imports, the server probe) is not the load
+        task = asyncio.ensure_future(session.run())
+        await until(lambda: task.done() or (session.runner is not None and session.runner.started > 0), 30)
+        probe.active = True
+        await until(lambda: task.done() or session.runner.state in ("finished", "stopped"), 60)
+        probe.active = False
+        result = await asyncio.wait_for(task, 30)
     assert result.reason == "completed"
     data = read_record(str(rec))
     assert sum(1 for r in data.requests if r["ok"]) == 40
     assert probe.callbacks > 1000  # the probe saw the load's callbacks
-    # a report with no timing is about the callback that switched the probe on or off
-    blocking = [r for r in reports.reports if r[1] is not None and r[1].own_ms > THRESHOLD_MS]
-    assert not blocking, "\n".join(f"{msg} -> {s}" for msg, s in blocking)
-    assert not probe.blocking(), probe.blocking()
+    blocking = probe.blocking()
+    assert not blocking, "\n".join(str(b) for b in blocking)
+
+
+async def test_the_probe_reports_a_callback_that_blocks_the_loop() -> None:
+    # what the level test relies on: a callback holding the loop in a blocking call is reported with
+    # its own time (the thread slept: no run-queue wait to discount)
+    loop = asyncio.get_running_loop()
+    with SlowCallbackProbe(threshold_ms=THRESHOLD_MS) as probe:
+        done = loop.create_future()
+        loop.call_soon(lambda: (time.sleep(0.01), done.set_result(None)))
+        await done
+    assert any(s.own_ms >= 8 for s in probe.blocking()), probe.slow
