@@ -158,6 +158,11 @@ def _level_notes(lv: Any) -> list[str]:
     st_note = lv.steady().note if lv.start_s is not None else None
     if st_note:
         notes.append(st_note)
+    summary = getattr(lv, "summary", None)
+    if summary is not None and summary.cut is not None:  # its rates are over its active time only
+        from specload.formatting import cut_text
+
+        notes.append(cut_text(summary))
     return notes
 
 

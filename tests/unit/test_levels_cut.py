@@ -147,3 +147,21 @@ def test_the_line_the_table_and_the_report_say_a_level_was_cut() -> None:
     out = StringIO()
     Console(file=out, width=200).print(level_table([uncut, cut]))
     assert "crash, 1 lost" in out.getvalue()
+
+
+def test_the_html_reports_level_table_notes_a_cut_level() -> None:
+    from types import SimpleNamespace
+
+    from specload.record.figures import _level_notes
+
+    book = LevelBook()
+    book.open(1, 4)
+    book.started(1)
+    book.started(1)
+    book.add(rec(10, 20, 1000, idx=1))
+    book.cut_begin("crash", 20 * S)
+    book.add(rec(15, 80, 0, ok=False, idx=1))
+    (cut,) = book.close(1)
+    lv = SimpleNamespace(manual=False, open_loop=False, start_s=None, summary=cut)
+    assert "cut by crash: active 10.0 of 70.0 s, 1 request lost" in _level_notes(lv)
+    assert _level_notes(SimpleNamespace(manual=False, open_loop=False, start_s=None, summary=None)) == []
