@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from specload.config import RequestConfig, TargetConfig
-from specload.datatypes import RequestRecord
+from specload.datatypes import RequestRecord, RunEvent
 from specload.engine.client import StreamingClient
 from specload.engine.workers import (
     cancelled_record,
@@ -107,6 +107,8 @@ class StreamWorker:
         self._tokens_t = 0
         self._load: tuple[float, float, float | None] | None = None
         self._monitor_task: asyncio.Task | None = None
+        # the client's run events and notices (the switch to new connections), until the next poll
+        self._said: list[dict] = []
 
     def _on_tokens(self, t: int, n: float) -> None:
         self._tokens += n
@@ -119,6 +121,8 @@ class StreamWorker:
         from specload.stats.client_load import ClientLoadMonitor
 
         self._client = client_from_init(self._init, self._on_tokens, self._on_cancelled)
+        self._client.on_event = lambda ev: self._said.append({"t": ev.t_ns, "kind": ev.kind, "value": ev.value})
+        self._client.on_notice = lambda text: self._said.append({"text": text})
         await self._client.start()
 
         def sample(s) -> None:
@@ -157,7 +161,8 @@ class StreamWorker:
 
     async def poll(self) -> dict:
         n, self._tokens = self._tokens, 0
-        return {"now_ns": time.perf_counter_ns(), "n": n, "t": self._tokens_t, "load": self._load}
+        said, self._said = self._said, []
+        return {"now_ns": time.perf_counter_ns(), "n": n, "t": self._tokens_t, "load": self._load, "said": said}
 
     async def stop(self) -> None:
         for t in list(self._tasks.values()):
@@ -217,6 +222,9 @@ class RayPoolClient:
         self.on_tokens = on_tokens or (lambda t, n: None)
         self.on_cancelled: Callable[[RequestRecord], None] = lambda rec: None
         self.on_worker_lost: Callable[[int, str, int], None] = lambda index, why, left: None
+        # what the actors' clients say (the switch to new connections), as WorkerPoolClient passes on
+        self.on_event: Callable[[RunEvent], None] = lambda ev: None
+        self.on_notice: Callable[[str], None] = lambda text: None
         self._actors: list[_Actor] = []
         self._alive: list[_Actor] = []
         self._owns_ray = False
@@ -430,6 +438,11 @@ class RayPoolClient:
             self.on_tokens(p["t"] - a.offset_ns, p["n"])
         if p["load"] is not None:
             a.load = tuple(p["load"])
+        for said in p.get("said", ()):  # the actor's client switched to new connections, say
+            if "text" in said:
+                self.on_notice(f"{a.name}: {said['text']}")
+            else:
+                self.on_event(RunEvent(said["t"] - a.offset_ns, said["kind"], {**said["value"], "worker": a.index}))
 
     def _gone(self, a: _Actor, why: str) -> None:
         if not a.alive:

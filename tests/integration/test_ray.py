@@ -152,3 +152,27 @@ def test_without_ray_the_option_says_how_to_install_it() -> None:
     err = out.stderr.strip()
     assert "Traceback" not in err and len(err.splitlines()) == 1
     assert '--ray needs Ray, which is not installed: pip install "specload[ray]"' in err
+
+
+async def test_an_actor_tells_its_switch_to_new_connections(ray_instance, sim, tmp_path) -> None:
+    # each actor's client switches on its own after stale pooled connections (llama-server closes
+    # after every stream); the event reaches the record tagged with the actor, its notice names it
+    from specload.engine.client import FRESH_AFTER_STALE
+
+    server = await sim(ttft_ms=2, itl_ms=1, spec_tokens=0, close_after_stream=True, stale_close_ms=60_000.0)
+    rec = tmp_path / "fresh.jsonl"
+    notices: list[str] = []
+
+    class Heard:
+        def __getattr__(self, name: str):  # noqa: ANN204 - every listener call but notices ignored
+            return (lambda text, *a, **k: notices.append(text)) if name == "notice" else (lambda *a, **k: None)
+
+    session = Session(config(server.url, str(rec), ray="local", levels=(4,), n=40, warmup=0, prompt="hello"),
+                      listener=Heard())
+    result = await asyncio.wait_for(session.run(), 90)
+    assert result.reason == "completed", result
+    data = read_record(str(rec))
+    switched = [e["value"] for e in data.events if e["kind"] == "fresh_connections"]
+    assert switched and all(v["stale_closes"] == FRESH_AFTER_STALE for v in switched)
+    assert len({v["worker"] for v in switched}) == len(switched)
+    assert sum("pooled connections in a row" in n for n in notices) == len(switched)
