@@ -164,7 +164,7 @@ async def test_an_actor_tells_its_switch_to_new_connections(ray_instance, sim, t
     notices: list[str] = []
 
     class Heard:
-        def __getattr__(self, name: str):  # noqa: ANN204 - every listener call but notices ignored
+        def __getattr__(self, name: str):
             return (lambda text, *a, **k: notices.append(text)) if name == "notice" else (lambda *a, **k: None)
 
     session = Session(config(server.url, str(rec), ray="local", levels=(4,), n=40, warmup=0, prompt="hello"),
