@@ -34,8 +34,11 @@ busy 2-core machine, most of the engine's remaining late wake-ups were time spen
 lowers the UI thread's CPU priority (``ui_nice``, Linux, where a thread has a nice value of its own;
 set after the engine thread started, which keeps the default): when the CPUs are short, the streams
 get them before the screen does. A process can only lower its priority, never raise it back, so
-this is for the CLI's process, not for a test suite's. ``benchmarks/tui_vs_headless.py`` measures
-what remains. Nothing here imports Textual.
+this is for the CLI's process, not for a test suite's. For the same reason the CLI's process alone
+gets ``TUI_PROCESS``'s settings (``run_app`` applies them): a shorter GIL switch interval, so the UI
+thread hands the GIL back to the engine sooner, and rarer full garbage collections, which with the
+UI's heap paused both threads for 15-30 ms each. ``benchmarks/tui_vs_headless.py --variants``
+measures each setting and what remains. Nothing here imports Textual.
 """
 
 from __future__ import annotations
@@ -43,10 +46,12 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import gc
 import os
 import sys
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from specload.session.source import Frame, RunControl, SessionControl, SessionSource
@@ -252,3 +257,32 @@ def lower_thread_priority(by: int) -> bool:
     except OSError:
         return False
     return True
+
+
+@dataclass(frozen=True)
+class TuiProcess:
+    """The process-global settings ``specload tui`` applies for its engine thread's sake (never
+    headless, never in a test suite's process: they cannot be scoped to one app). ``None``: left as
+    the interpreter has it. ``ui_nice`` is applied by ``ThreadedSessionSource`` once the engine thread
+    runs, the others by ``apply`` before the app starts."""
+
+    ui_nice: int = UI_NICE
+    gc_threshold: tuple[int, int, int] | None = None
+    switch_interval_s: float | None = None
+
+    def apply(self) -> None:
+        if self.gc_threshold is not None:
+            gc.set_threshold(*self.gc_threshold)
+        if self.switch_interval_s is not None:
+            sys.setswitchinterval(self.switch_interval_s)
+
+
+# What run_app applies; measured with ``benchmarks/tui_vs_headless.py --variants`` (C=64, the UI worked
+# during the load, 3 interleaved rounds on the shared 2-core machine, 2026-12-01): the UI's heap
+# (Textual, Rich: 140-175k objects) made each full collection during the load a 15-30 ms pause of
+# every thread, 3 a run; the default threshold2 of 10 runs one every 10 gen1 collections, 100 made
+# none in a run. A 1 ms switch interval (5 by default) gives the GIL back to the engine thread sooner
+# when the UI thread renders. Together: the engine's loop lag mean 10.3 ms (17.2 without), its worst
+# after the first second 22 ms (57; headless: 21). Headless keeps the interpreter's defaults (its own
+# heap is small: no full collection during a load, its worst collection 2.4 ms).
+TUI_PROCESS = TuiProcess(gc_threshold=(700, 10, 100), switch_interval_s=0.001)

@@ -39,7 +39,7 @@ from specload.engine.runner import MAX_CONCURRENCY, RunnerState, scaled
 from specload.exitcode import ExitCode
 from specload.record.live import LiveView
 from specload.session import SessionResult
-from specload.session.engine_thread import UI_NICE, ThreadedSessionSource
+from specload.session.engine_thread import TUI_PROCESS, ThreadedSessionSource
 from specload.session.source import Frame, RunControl, RunSource
 from specload.stats.live import StatsSnapshot
 from specload.ui.keys import open_modal, take_key
@@ -598,7 +598,8 @@ def run_app(cfg: RunConfig, theme: str | None = None, notice: str | None = None)
     from specload.headless import _install_loop, print_tui_end
 
     _install_loop()
-    app = create_app(cfg, theme=theme, ui_nice=UI_NICE)
+    TUI_PROCESS.apply()  # process-global: here only, never in a test suite's process
+    app = create_app(cfg, theme=theme, ui_nice=TUI_PROCESS.ui_nice)
     app.owns_process = True
     if notice:
         app._startup_notices.append((notice, "information"))
