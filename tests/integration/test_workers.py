@@ -146,9 +146,13 @@ async def test_when_every_worker_dies_the_run_stops_with_its_end_line(sim, tmp_p
     data = read_record(str(rec))
     assert data.end is not None and data.end["reason"] == "stopped"
     # the four in flight, and any the runner sent to the second worker between the two deaths
-    # (the second one may not have been seen dead yet) come back lost, and nothing else was sent
-    kinds = {(r["error"] or {}).get("kind") for r in data.requests}
-    assert kinds == {"lost"} and sum(in_flight.values()) == 4 <= len(data.requests) <= 8
+    # (the second one may not have been seen dead yet) come back lost, and nothing else was sent.
+    # A request launched between the deaths whose task the stop cancelled before it reached a worker
+    # is 'cancelled' (nothing was sent: seen once in a clean CI run)
+    kinds = [(r["error"] or {}).get("kind") for r in data.requests]
+    assert set(kinds) <= {"lost", "cancelled"} and kinds.count("lost") >= 4, kinds
+    assert all(r["chunks"] == 0 for r in data.requests if r["error"]["kind"] == "cancelled")
+    assert sum(in_flight.values()) == 4 <= len(data.requests) <= 8
     assert server.stats.requests <= len(data.requests)
 
 
