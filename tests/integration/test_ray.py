@@ -88,9 +88,12 @@ async def test_two_actors_give_the_run_two_worker_processes_give(ray_instance, s
     for lp, la in zip(procs.levels, actors.levels, strict=True):
         assert (lp["concurrency"], lp["requests"], lp["ok"], lp["output_tokens"]) == \
                (la["concurrency"], la["requests"], la["ok"], la["output_tokens"])
-        # timing is the server's (pinned), the client only adds: the same within noise
+        # timing is the server's (pinned), the client only adds: the same within noise. Noise is
+        # what two runs one after the other on a busy 2-core machine give (both cores held by other
+        # processes: TTFT p50 21.9 vs 29.2 ms); a clock not aligned between actor and driver would be
+        # off by far more
         for key in ("tpot_ms_p50", "ttft_ms_p50"):
-            assert abs(lp[key] - la[key]) <= max(3.0, 0.25 * lp[key]), (key, lp[key], la[key])
+            assert abs(lp[key] - la[key]) <= max(10.0, 0.5 * lp[key]), (key, lp[key], la[key])
         assert 0.6 <= la["throughput_tok_s"] / lp["throughput_tok_s"] <= 1.6
     timeline = actors.run["timeline"]
     assert [w["worker"] for w in timeline["workers"]] == [0, 1]
