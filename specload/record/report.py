@@ -375,15 +375,7 @@ def _single_report(record: str, as_json: bool, as_csv: bool, spec: SloSpec | Non
             _usage(str(e))
         levels = [replace(s, goodput=judged.get(s.level_index, s.goodput)) for s in levels]
     if as_csv:
-        import csv
-
-        rows = [s.as_record() for s in levels]
-        cols = list(rows[0]) if rows else ["level_index", "concurrency"]
-        w = csv.DictWriter(sys.stdout, fieldnames=cols, lineterminator="\n")
-        w.writeheader()
-        for row in rows:
-            row["errors"] = ";".join(f"{k} {n}" for k, n in row["errors"].items())
-            w.writerow({k: "" if v is None else v for k, v in row.items()})
+        _levels_csv(levels)
         return
     if as_json:
         import orjson
@@ -480,20 +472,27 @@ def _peer_run(path: str):  # a Run, or None
     return None if run.kind == "specload" else run
 
 
+def _levels_csv(levels: list[LevelSummary]) -> None:
+    """One CSV row per level on stdout, a level line's keys as columns (errors as 'kind n;...')."""
+    import csv
+
+    rows = [s.as_record() for s in levels]
+    # every key of every level, in order of first appearance: a level line carries optional keys
+    # (cut, active_s, lost; goodput) that the first level may lack
+    cols = list(dict.fromkeys(k for row in rows for k in row)) or ["level_index", "concurrency"]
+    w = csv.DictWriter(sys.stdout, fieldnames=cols, lineterminator="\n")
+    w.writeheader()
+    for row in rows:
+        row["errors"] = ";".join(f"{k} {n}" for k, n in row["errors"].items())
+        w.writerow({k: "" if v is None else v for k, v in row.items()})
+
+
 def _peer_report(run, as_json: bool, as_csv: bool) -> None:  # a Run
     from specload.record.outputs import peer_summaries, print_peer_report
 
     levels = peer_summaries(run)
     if as_csv:
-        import csv
-
-        rows = [s.as_record() for s in levels]
-        cols = list(rows[0]) if rows else ["level_index", "concurrency"]
-        w = csv.DictWriter(sys.stdout, fieldnames=cols, lineterminator="\n")
-        w.writeheader()
-        for row in rows:
-            row["errors"] = ";".join(f"{k} {n}" for k, n in row["errors"].items())
-            w.writerow({k: "" if v is None else v for k, v in row.items()})
+        _levels_csv(levels)
         return
     if as_json:
         import orjson

@@ -120,13 +120,8 @@ def test_a_cut_that_never_ended_runs_to_the_levels_last_request() -> None:
     assert s.throughput_tok_s == pytest.approx(100.0)
 
 
-def test_the_line_the_table_and_the_report_say_a_level_was_cut() -> None:
-    from specload.formatting import level_cells, level_line, table_columns
-    from specload.record.report import level_table
-
-    book = LevelBook()
-    book.open(0, 2)
-    uncut = level(book, [rec(0, 10, 1000)])
+def _crash_cut_level(book: LevelBook):
+    """Level 1 at C=4: one request done by t=20 s, a crash then, one request failing at t=80 s."""
     book.open(1, 4)
     book.started(1)
     book.started(1)
@@ -134,6 +129,17 @@ def test_the_line_the_table_and_the_report_say_a_level_was_cut() -> None:
     book.cut_begin("crash", 20 * S)
     book.add(rec(15, 80, 0, ok=False, idx=1))
     (cut,) = book.close(1)
+    return cut
+
+
+def test_the_line_the_table_and_the_report_say_a_level_was_cut() -> None:
+    from specload.formatting import level_cells, level_line, table_columns
+    from specload.record.report import level_table
+
+    book = LevelBook()
+    book.open(0, 2)
+    uncut = level(book, [rec(0, 10, 1000)])
+    cut = _crash_cut_level(book)
     assert "cut" not in level_line(uncut) and "cut" not in table_columns([uncut])
     assert "| req/s: 0.10 | cut by crash: active 10.0 of 70.0 s, 1 request lost |" in level_line(cut)
     cols = table_columns([uncut, cut])
@@ -154,14 +160,21 @@ def test_the_html_reports_level_table_notes_a_cut_level() -> None:
 
     from specload.record.figures import _level_notes
 
-    book = LevelBook()
-    book.open(1, 4)
-    book.started(1)
-    book.started(1)
-    book.add(rec(10, 20, 1000, idx=1))
-    book.cut_begin("crash", 20 * S)
-    book.add(rec(15, 80, 0, ok=False, idx=1))
-    (cut,) = book.close(1)
+    cut = _crash_cut_level(LevelBook())
     lv = SimpleNamespace(manual=False, open_loop=False, start_s=None, summary=cut)
     assert "cut by crash: active 10.0 of 70.0 s, 1 request lost" in _level_notes(lv)
     assert _level_notes(SimpleNamespace(manual=False, open_loop=False, start_s=None, summary=None)) == []
+
+
+def test_report_csv_has_the_columns_of_a_cut_level_after_an_uncut_one(capsys) -> None:
+    # the CSV's columns came from the first level only: a cut level after it raised ValueError
+    from specload.record.report import _levels_csv
+
+    book = LevelBook()
+    book.open(0, 2)
+    uncut = level(book, [rec(0, 10, 1000)])
+    _levels_csv([uncut, _crash_cut_level(book)])
+    header, first, second = capsys.readouterr().out.splitlines()
+    cols = header.split(",")
+    assert {"cut", "active_s", "lost"} <= set(cols)
+    assert second.split(",")[cols.index("cut")] == "crash" and first.split(",")[cols.index("cut")] == ""
