@@ -4,8 +4,9 @@ Starts the built-in simulator once (fixed TTFT and ITL, no speculative decoding,
 identical for both runs), then runs a fixed load twice, each in its own process:
 
 * headless: ``specload run URL -c 64 -n 640 --max-tokens 100 --ignore-eos --record ...``
-* TUI: this script re-invoked with ``--tui-child``: the real ``SpecloadApp`` driven by Textual's
-  headless test driver at 160x48 (rendering and compositing happen; only the terminal write is skipped),
+* TUI: this script re-invoked with ``--tui-child``: the real ``SpecloadApp`` with the engine where
+  ``run_app`` puts it (a process of its own; ``--variants thread`` for an engine thread), driven by
+  Textual's headless test driver at 160x48 (rendering and compositing happen; only the terminal write is skipped),
   quitting with 'q' once the load is done. While the load runs, the child works the UI as a user does
   (issue 11), over and over: opens the help (``?``) and closes it, resizes to 120x40 (the tabbed
   layout) and back, switches tabs (right, left), opens the ``c`` dialog and cancels it. ``--idle``
@@ -16,16 +17,17 @@ It prints TTFT p50, TPOT p50 and throughput from the two records (through the sa
 ``client`` lines: the worst wake-up delay of the loop the requests run on, each second), and each
 process's CPU seconds per wall second. Numbers only: no asserts, since the figures depend on the machine.
 
-Both children time every garbage collection (``gc.callbacks``: a collection holds the GIL, so it stops
+Both children time every garbage collection (for the TUI with an engine process: the UI's process,
+whose collections no longer stop the engine) (``gc.callbacks``: a collection holds the GIL, so it stops
 the engine's thread whichever thread set it off); from the first request on, each run's line gives
 their count, the worst pause (wall and CPU ms), the full collections, and the seconds whose loop lag a
-collection explains. ``--variants`` compares the TUI process's settings (``TuiProcess``: the GIL's
-switch interval, the GC's thresholds, the UI thread's nice value; "shipped" is what ``run_app``
-applies), each run once per round after a headless run, ``--rounds`` times with the order rotated;
+collection explains. ``--variants`` compares where the engine runs and the TUI process's settings
+(``TuiProcess``: the GIL's switch interval, the GC's thresholds, the UI thread's nice value; "shipped"
+is what ``run_app`` applies), each run once per round after a headless run, ``--rounds`` times with the order rotated;
 the summary gives each one's means and its ratios to the headless runs of the same invocation.
 
     python benchmarks/tui_vs_headless.py [--concurrency 64] [--requests 640] [--max-tokens 100] [--idle]
-    python benchmarks/tui_vs_headless.py --rounds 3 --variants nice-only,switch1,gen2-rare,shipped
+    python benchmarks/tui_vs_headless.py --rounds 3 --variants shipped,thread
 """
 
 from __future__ import annotations
@@ -204,7 +206,7 @@ async def work_the_ui(app, pilot) -> int:
     return actions
 
 
-async def drive_tui(argv: list[str], idle: bool = False, tuning: object = None) -> None:
+async def drive_tui(argv: list[str], idle: bool = False, tuning: object = None, engine: str = "process") -> None:
     from specload.cli_run import build_config, tui_command
     from specload.ui.app import create_app
 
@@ -213,7 +215,12 @@ async def drive_tui(argv: list[str], idle: bool = False, tuning: object = None) 
     params.pop("theme", None)
     cfg = build_config(params, ui=True)
     if tuning is not None:  # as run_app does
-        app = create_app(cfg, ui_nice=tuning.ui_nice)  # type: ignore[attr-defined]
+        try:
+            app = create_app(cfg, ui_nice=tuning.ui_nice, engine=engine)  # type: ignore[attr-defined]
+            if hasattr(tuning, "after_start"):
+                app.after_start = tuning.after_start
+        except TypeError:  # a tree from before the engine process
+            app = create_app(cfg, ui_nice=tuning.ui_nice)  # type: ignore[attr-defined]
     else:  # older trees, measured for a before/after
         try:
             from specload.session.engine_thread import UI_NICE
@@ -240,19 +247,24 @@ async def drive_tui(argv: list[str], idle: bool = False, tuning: object = None) 
             await pilot.pause(0.1)
 
 
-# the TUI process settings compared by --variants (see TuiProcess): each a change from "shipped", the
-# settings run_app applies; "nice-only" is run_app before the GC and switch-interval settings
+# what --variants compares: where the engine runs ("engine": process, what run_app does, or thread, its
+# own loop on a thread of the UI's process, run_app's before), and the TUI process's settings
+# (TuiProcess: each a change from "shipped", what run_app applies). The thread variants are the
+# settings that were measured for the engine thread; "thread" is run_app as it was before the process.
 VARIANTS: dict[str, dict] = {
     "shipped": {},
-    "nice-only": {"gc_threshold": None, "switch_interval_s": None},
-    "thresh-big": {"gc_threshold": (10_000, 50, 100)},
-    "gen2-rare": {"gc_threshold": (700, 10, 100)},
-    "no-thresh": {"gc_threshold": None},
-    "switch1": {"switch_interval_s": 0.001},
-    "switch05": {"switch_interval_s": 0.0005},
-    "no-switch": {"switch_interval_s": None},
-    "switch1+gen2-rare": {"switch_interval_s": 0.001, "gc_threshold": (700, 10, 100)},
-    "no-nice": {"ui_nice": 0},
+    "process-plain": {"gc_threshold": None, "switch_interval_s": None},
+    "process-no-nice": {"ui_nice": 0},
+    "no-freeze": {"freeze_ui_heap": False},
+    "thread": {"engine": "thread"},
+    "nice-only": {"engine": "thread", "gc_threshold": None, "switch_interval_s": None},
+    "thresh-big": {"engine": "thread", "gc_threshold": (10_000, 50, 100)},
+    "gen2-rare": {"engine": "thread", "gc_threshold": (700, 10, 100)},
+    "no-thresh": {"engine": "thread", "gc_threshold": None},
+    "switch1": {"engine": "thread", "switch_interval_s": 0.001},
+    "switch05": {"engine": "thread", "switch_interval_s": 0.0005},
+    "no-switch": {"engine": "thread", "switch_interval_s": None},
+    "no-nice": {"engine": "thread", "ui_nice": 0},
 }
 
 
@@ -268,13 +280,15 @@ def tui_child(argv: list[str]) -> None:
 
         from specload.session.engine_thread import TUI_PROCESS
 
-        tuning = dataclasses.replace(TUI_PROCESS, **VARIANTS[variant or "shipped"])
+        settings = dict(VARIANTS[variant or "shipped"])
+        engine = settings.pop("engine", "process")
+        tuning = dataclasses.replace(TUI_PROCESS, **settings)
         tuning.apply()
     except ImportError:  # a tree from before TuiProcess: run_app's UI nice only
-        pass
+        engine = "thread"
     GcPauses().install()
     _install_loop()  # as run_app does: the same event loop as the headless run
-    asyncio.run(drive_tui(argv, idle, tuning))
+    asyncio.run(drive_tui(argv, idle, tuning, engine))
 
 
 def headless_child(argv: list[str]) -> None:

@@ -94,7 +94,7 @@ class ReplayControls:
     def hold_best(self) -> None:
         pass
 
-    def quit(self) -> None:
+    def quit(self, sig: int | None = None) -> None:
         pass  # nothing to stop: the dashboard just leaves
 
 

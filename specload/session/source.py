@@ -8,7 +8,9 @@ interface says where the run is, so one dashboard serves several sources:
 * ``SessionSource``: a ``Session`` on the caller's event loop (a front end that has nothing else on
   its loop; the base of the next one);
 * ``specload.session.engine_thread.ThreadedSessionSource``: a session on an event loop of its own in
-  an engine thread, which the UI's loop cannot delay (``specload tui`` and its tests; issue 11);
+  an engine thread, which the UI's loop cannot delay (the Pilot tests that look into the session);
+* ``specload.session.engine_process.ProcessSessionSource``: a session in a process of its own, which
+  neither the UI's loop nor its interpreter can delay (``specload tui``; issue 11);
 * ``StaticSource``: fixed data (snapshot tests); a record played back (``--replay``) fits the same
   way: frames from a ``LiveStats`` fed the record's lines on a moving clock, no control.
 
@@ -83,8 +85,10 @@ class RunControl(Protocol):
     def hold_best(self) -> None:
         """Stop a search and hold the load at the best point it found."""
 
-    def quit(self) -> None:
-        """No new requests; in-flight ones recorded as cancelled; the record closed; the run ends."""
+    def quit(self, sig: int | None = None) -> None:
+        """No new requests; in-flight ones recorded as cancelled; the record closed; the run ends.
+        ``sig``: the signal that asked for it (the record's end says interrupted, the exit status
+        128 + sig); None: the end reason says what had happened by then."""
 
 
 class RunSource(Protocol):
@@ -162,8 +166,11 @@ class SessionControl:
         else:
             self.session.fan.notice(f"holding the best point: {result.message.split(';')[0]}")
 
-    def quit(self) -> None:
-        self.session.interrupt("interrupted")
+    def quit(self, sig: int | None = None) -> None:
+        if sig:
+            self.session.signalled(sig)
+        else:
+            self.session.interrupt("interrupted")
 
 
 def session_frame(session: Session, info: RunInfo) -> Frame:
@@ -193,7 +200,7 @@ def run_info(cfg: RunConfig, t0_ns: int, on_crash: str) -> RunInfo:
 class SessionSource:
     """A run on the caller's event loop. It stays open when its plan ends (the user may set a
     concurrency) and pauses on a crash unless ``--on-crash`` says otherwise (the TUI defaults).
-    ``specload tui`` uses its threaded form (``engine_thread.ThreadedSessionSource``)."""
+    ``specload tui`` runs it in a process of its own (``engine_process.ProcessSessionSource``)."""
 
     def __init__(self, cfg: RunConfig, **session_options: object) -> None:
         from specload.session import Session
@@ -203,9 +210,17 @@ class SessionSource:
         self.session = Session(cfg, listener=self._relay, **options)  # type: ignore[arg-type]
         self.control: RunControl | None = SessionControl(self.session)
         self.info = run_info(cfg, self.session.t0_ns, self.session.on_crash)
+        self.stop_grace_s = cfg.watch.stop_grace_s  # a launched server's: the quit watchdog's deadline
 
     def frame(self) -> Frame:
         return session_frame(self.session, self.info)
+
+    def process_groups(self) -> list[int]:
+        """What the quit watchdog kills when a quit does not finish in time: a launched server's
+        process group."""
+        launched = self.session.supervisor.launched
+        pid = launched.pid if launched is not None else None
+        return [pid] if pid is not None else []
 
     async def run(self, listener: SessionListener) -> SessionResult | None:
         self._relay.target = listener

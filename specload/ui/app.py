@@ -1,12 +1,12 @@
-"""The Textual app: the live dashboard over one ``RunSource`` (a run on an engine thread of its own,
-a record played back, or fixed data).
+"""The Textual app: the live dashboard over one ``RunSource`` (a run in an engine process of its own,
+or on an engine thread of its own; a record played back, or fixed data).
 
 How data reaches the screen (one path each):
 
 * State is *pulled*: a 4 Hz timer reads ``source.frame()`` into the app's reactives, and the panels
   receive them through ``data_bind``. The engine never calls into the UI per token or per request, and
-  a live run's engine has an event loop of its own on a thread of its own
-  (``specload.session.engine_thread``), so a busy screen (a modal, a resize) does not delay the load.
+  ``specload tui``'s engine is a process of its own (``specload.session.engine_process``), so a busy
+  screen (a modal, a resize) does not delay the load.
 * One-off happenings are *pushed*: the source's ``SessionListener`` calls become messages
   (``messages.py``) the app handles between frames: a notice, a new crash (alert, bell, flash), a
   saturation warning, the end of the run.
@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -39,6 +40,7 @@ from specload.engine.runner import MAX_CONCURRENCY, RunnerState, scaled
 from specload.exitcode import ExitCode
 from specload.record.live import LiveView
 from specload.session import SessionResult
+from specload.session.engine_process import EngineStartError, ProcessSessionSource
 from specload.session.engine_thread import TUI_PROCESS, ThreadedSessionSource
 from specload.session.source import Frame, RunControl, RunSource
 from specload.stats.live import StatsSnapshot
@@ -144,11 +146,13 @@ class SpecloadApp(App[int]):
         self._saturated_levels: set[tuple[int, bool]] = set()  # (level, starved) already announced
         self._startup_notices: list[tuple[str, str]] = []
         self._loop: asyncio.AbstractEventLoop | None = None
-        self.watchdog = QuitWatchdog(server_pid=self._launched_pid, exit_code=lambda: self.exit_code)
+        self.watchdog = QuitWatchdog(process_groups=self._process_groups, exit_code=lambda: self.exit_code)
         # The watchdog ends the whole process: only when the app is the process (run_app, run_replay),
         # never when it runs inside another one (tests under App.run_test(), an embedding program),
         # where a quit that outlived its deadline would take the host process down with it.
         self.owns_process = False
+        # called once after the first refresh (run_app: TUI_PROCESS.after_start, process-global)
+        self.after_start: Callable[[], None] | None = None
         self._register_themes(theme, theme_dirs)
 
     # ------------------------------------------------------------------ themes
@@ -202,6 +206,8 @@ class SpecloadApp(App[int]):
             self.notify(text, severity=severity, timeout=8)  # type: ignore[arg-type]
         self.sample()
         self.set_interval(self.refresh_s, self.sample)
+        if self.after_start is not None:
+            self.call_after_refresh(self.after_start)
         if self.control is not None:
             self._loop = asyncio.get_running_loop()
             # SIGINT and SIGTERM quit as 'q' does (record closed, in-flight requests recorded as
@@ -317,14 +323,13 @@ class SpecloadApp(App[int]):
         """The process ends at the deadline whatever blocks it (watchdog.py); the run's own teardown
         needs at most the launched server's stop grace and a few seconds."""
         if self.control is not None and self.owns_process:
-            session = getattr(self.source, "session", None)
-            grace = session.cfg.watch.stop_grace_s if session is not None else STOP_GRACE_S
+            grace = getattr(self.source, "stop_grace_s", STOP_GRACE_S)
             self.watchdog.arm(grace + QUIT_DEADLINE_S, why)
 
-    def _launched_pid(self) -> int | None:
-        session = getattr(self.source, "session", None)
-        launched = session.supervisor.launched if session is not None else None
-        return launched.pid if launched is not None else None
+    def _process_groups(self) -> list[int]:
+        """What the watchdog kills: the engine process's group, a launched server's (as the source says)."""
+        groups = getattr(self.source, "process_groups", None)
+        return groups() if groups is not None else []
 
     def _signalled(self, sig: int) -> None:
         """SIGINT/SIGTERM: what 'q' does; a second one while quitting changes nothing (the grace
@@ -561,16 +566,13 @@ class SpecloadApp(App[int]):
         if self._quitting:
             return
         self._quitting = True
-        session = getattr(self.source, "session", None)
-        if self._signal is not None and session is not None:
-            # the record says interrupted, as the exit status (128 + the signal) does; a plain quit's
-            # end reason says what had happened by then (session._quit_reason)
-            session.signal = session.signal or self._signal
         self._arm_watchdog("q")
         self._cancel_settle()
         self.pending_target = None
         self.notify("quitting: cancelling in-flight requests and closing the record", timeout=5)
-        self.control.quit()
+        # with a signal, the record says interrupted, as the exit status (128 + the signal) does; a
+        # plain quit's end reason says what had happened by then (session._quit_reason)
+        self.control.quit(self._signal)
         self.set_timer(QUIT_GRACE_S, lambda: self.exit(self.exit_code))
 
 
@@ -581,14 +583,22 @@ def create_app(
     source: RunSource | None = None,
     theme_dirs: list[Path] | None = None,
     ui_nice: int = 0,
+    engine: str = "thread",
 ) -> SpecloadApp:
-    """The app for a run (``cfg``: a session on an engine thread of its own) or for a given source
-    (fixed data, a replay): used by the CLI and the tests. ``ui_nice``: lower the UI thread's CPU
-    priority by that much once the engine thread runs (the CLI's process only: it cannot be undone)."""
+    """The app for a run (``cfg``) or for a given source (fixed data, a replay): used by the CLI and
+    the tests. A run's session runs where ``engine`` says: ``process``, a process of its own (the CLI:
+    nothing of the UI's can delay it), or ``thread``, a thread of this process with its own event loop
+    (tests that look into the session). ``ui_nice``: lower the UI thread's CPU priority by that much
+    once the engine runs (the CLI's process only: it cannot be undone)."""
     if source is None:
         if cfg is None:
             raise ValueError("create_app needs a RunConfig or a source")
-        source = ThreadedSessionSource(cfg, ui_nice=ui_nice)
+        if engine == "process":
+            source = ProcessSessionSource(cfg, ui_nice=ui_nice)
+        elif engine == "thread":
+            source = ThreadedSessionSource(cfg, ui_nice=ui_nice)
+        else:
+            raise ValueError(f"unknown engine {engine!r}: process or thread")
     return SpecloadApp(source, theme=theme, theme_dirs=theme_dirs)
 
 
@@ -599,16 +609,19 @@ def run_app(cfg: RunConfig, theme: str | None = None, notice: str | None = None)
 
     _install_loop()
     TUI_PROCESS.apply()  # process-global: here only, never in a test suite's process
-    app = create_app(cfg, theme=theme, ui_nice=TUI_PROCESS.ui_nice)
+    try:
+        app = create_app(cfg, theme=theme, ui_nice=TUI_PROCESS.ui_nice, engine="process")
+    except EngineStartError as e:
+        sys.stderr.write(f"specload: error: {e}\n")
+        return ExitCode.ERROR
     app.owns_process = True
+    app.after_start = TUI_PROCESS.after_start
     if notice:
         app._startup_notices.append((notice, "information"))
     code = app.run()
     result = app.result
     print_tui_end(result, cfg.record.path)
     if result is not None and result.message:
-        import sys
-
         sys.stderr.write(f"specload: error: {result.message}\n")
     return code if isinstance(code, int) else app.exit_code
 

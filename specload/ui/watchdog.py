@@ -5,9 +5,9 @@ records in-flight requests as cancelled, stops a launched server and closes the 
 on the app's event loop, and nothing guarantees the loop still runs: a third-party thread can block
 it (Textual's writer on a dead terminal did, for 40 minutes). ``QuitWatchdog`` is a plain thread,
 armed by the quit request itself (a signal handler or the thread that saw the terminal go, not a
-loop callback): if the process is still there at the deadline, it kills the launched server's
-process group (the built-in simulator also leaves by itself once specload is gone) and ends the
-process with the run's exit status. It never runs while the run ends normally: ``disarm`` is called
+loop callback): if the process is still there at the deadline, it kills the process groups the
+run's source names (the engine process's, a launched server's; the built-in simulator also leaves
+by itself once specload is gone) and ends the process with the run's exit status. It never runs while the run ends normally: ``disarm`` is called
 once the app has closed the record.
 """
 
@@ -22,8 +22,8 @@ from collections.abc import Callable
 
 
 class QuitWatchdog:
-    def __init__(self, *, server_pid: Callable[[], int | None], exit_code: Callable[[], int]) -> None:
-        self._server_pid = server_pid
+    def __init__(self, *, process_groups: Callable[[], list[int]], exit_code: Callable[[], int]) -> None:
+        self._process_groups = process_groups
         self._exit_code = exit_code
         self._lock = threading.Lock()
         self._deadline: float | None = None
@@ -60,10 +60,9 @@ class QuitWatchdog:
             self._disarmed.wait(min(left, 0.5))
 
     def _expire(self) -> None:
-        pid = self._server_pid()
-        if pid is not None:
+        for pgid in self._process_groups():  # the engine process's, a launched server's: each its own
             try:
-                os.killpg(pid, signal.SIGKILL)  # the launched server runs in a process group of its own
+                os.killpg(pgid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
         try:

@@ -19,7 +19,7 @@ CHILD = textwrap.dedent("""
     from specload.ui.watchdog import QuitWatchdog
     server = subprocess.Popen(["sleep", "60"], start_new_session=True)
     print(server.pid, flush=True)
-    dog = QuitWatchdog(server_pid=lambda: server.pid, exit_code=lambda: 129)
+    dog = QuitWatchdog(process_groups=lambda: [server.pid], exit_code=lambda: 129)
     dog.arm(float(sys.argv[1]), "test")
     if sys.argv[2] == "disarm":
         dog.disarm()

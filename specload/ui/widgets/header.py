@@ -30,6 +30,8 @@ STATES: dict[str, tuple[str, str]] = {
     "server down": ("✖ server down", "down"),
     "finished": ("■ finished", "done"),
     "stopped": ("■ stopped", "done"),
+    "engine failed": ("✖ engine failed", "down"),  # the engine process died (engine_process.py)
+    "engine silent": ("⚠ engine silent", "down"),  # ... sends nothing: stopped, or its loop blocked
 }
 
 

@@ -1,0 +1,473 @@
+"""A ``Session`` in a process of its own: ``specload tui``'s engine, which the UI cannot delay.
+
+Issue 11: on an engine *thread* (``engine_thread.py``) the load no longer waits for a whole UI
+callback, but the two threads still take turns with one GIL and one garbage collector: a worked
+dashboard (a modal, a resize, tab switches) left the engine's loop lagging 10-12 ms on average where
+headless lags 5-7, and Textual/Rich held the GIL three times as often as the engine. In a process of
+its own the engine has its own interpreter: the UI's Python work, its heap and its collections are
+not the engine's, and the kernel's scheduler, not the GIL, shares the CPUs (the UI's thread is niced,
+so the streams get a CPU first when they are short).
+
+``ProcessSessionSource`` is the ``RunSource`` ``specload tui`` uses. The engine process is
+``python -m specload.session.engine_process FD``: it builds the ``Session`` from the ``RunConfig`` it
+is sent and runs it on its own event loop (uvloop when installed, as headless). It has a session of
+its own (``setsid``: no terminal, so the terminal's signals and keys reach the UI alone), its standard
+output and error go to a file (nothing it prints can tear the screen; the tail is shown if it dies).
+Everything crosses one ``socketpair`` as length-prefixed pickles, nothing as argv or environment (a
+config's API key is not in ``ps``):
+
+* **Frames** (engine -> UI): the engine sends one every ``frame_s`` (the UI's refresh period), one
+  before each happening (so a crash's alert shows with its data) and one with each command's ack;
+  ``frame()`` returns the newest. A frame is built where the state changes, on the engine's loop
+  (a few hundred microseconds), and is never torn.
+* **Commands** (UI -> engine): each ``RunControl`` method is a message; the UI waits (bounded by
+  ``CONTROL_WAIT_S``) for its ack, which carries the frame built right after it ran, so the frame the
+  UI samples after a key shows the key's effect, as on the engine thread.
+* **Happenings** (engine -> UI): each ``SessionListener`` call is a message, queued onto the UI's
+  loop in the order the session made it (the app's handlers touch widgets).
+* **The end**: ``run`` resolves with the session's result, sent when the engine's loop finished the
+  run (the record closed, a launched server stopped); then the process exits. If the engine process
+  ends without a result (killed, or an error of its own), the run ends as an ``error`` with its exit
+  status and the last line it printed. If the UI goes away (its process killed, the app closed
+  without a quit), the engine sees its end of the socket close and quits as 'q' does: the record is
+  closed, in-flight requests recorded as cancelled, a launched server stopped. The quit watchdog
+  (``ui/watchdog.py``) kills the engine's process group and the launched server's if a quit does not
+  finish in time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import dataclasses
+import os
+import pickle
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from specload.exitcode import ExitCode
+from specload.session.engine_thread import CONTROL_WAIT_S, TEARDOWN_WAIT_S, _OnLoop, lower_thread_priority
+from specload.session.source import Frame, RunControl, RunInfo, SessionControl, run_info, session_frame
+
+if TYPE_CHECKING:
+    from specload.config import RunConfig
+    from specload.session import Session, SessionResult
+    from specload.session.listener import SessionListener
+
+FRAME_S = 0.25  # how often the engine sends a frame (the dashboard samples at 4 Hz)
+START_WAIT_S = 60.0  # the longest the UI waits for the engine process to have built its session
+EXIT_WAIT_S = 5.0  # after its socket closed, how long the engine process gets to exit
+# frames are skipped, never queued, while this much the UI has not read yet is waiting in the socket
+# (a UI that does not read, e.g. blocked, must not make the engine buffer without bound)
+BACKLOG_BYTES = 4 * 1024 * 1024
+ENGINE_FAILED = "engine failed"  # the state the last frame shows once the engine process died
+ENGINE_SILENT = "engine silent"  # ... while the engine process sends nothing (stopped, or its loop blocked)
+SILENT_AFTER_S = 3.0  # no message for this long (frames come every FRAME_S) and the engine is silent
+OUTPUT_TAIL_BYTES = 4096  # of the engine's own output, what an error shows the last line of
+
+_HEADER = struct.Struct("!I")
+
+
+class EngineStartError(Exception):
+    """The engine process could not build the run; the message is one line for the user."""
+
+
+def _pack(obj: object) -> bytes:
+    body = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    return _HEADER.pack(len(body)) + body
+
+
+def _recv_exact(sock: socket.socket, n: int) -> bytes | None:
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = sock.recv(n - len(buf))
+        if not chunk:
+            return None
+        buf += chunk
+    return bytes(buf)
+
+
+def _recv(sock: socket.socket) -> Any:
+    """One message, blocking; None at the end of the stream."""
+    head = _recv_exact(sock, _HEADER.size)
+    if head is None:
+        return None
+    body = _recv_exact(sock, _HEADER.unpack(head)[0])
+    return None if body is None else pickle.loads(body)
+
+
+# ---------------------------------------------------------------------------------- the UI's side
+
+
+class ProcessControl:
+    """``RunControl`` whose commands are messages to the engine process; each waits (bounded) for its
+    ack, so the frame sampled right after it shows its effect."""
+
+    def __init__(self, source: ProcessSessionSource) -> None:
+        self._source = source
+
+    def _do(self, name: str, *args: object) -> None:
+        self._source.command(name, *args)
+
+    def set_target(self, n: int) -> None:
+        self._do("set_target", n)
+
+    def toggle_pause(self) -> None:
+        self._do("toggle_pause")
+
+    def next_level(self) -> None:
+        self._do("next_level")
+
+    def toggle_hold(self) -> None:
+        self._do("toggle_hold")
+
+    def marker(self, note: str) -> None:
+        self._do("marker", note)
+
+    def find_max(self, start: float | None) -> None:
+        self._do("find_max", start)
+
+    def hold_best(self) -> None:
+        self._do("hold_best")
+
+    def quit(self, sig: int | None = None) -> None:
+        self._do("quit", sig)
+
+
+class ProcessSessionSource:
+    """``specload tui``'s source: the session runs in an engine process (see the module docstring);
+    the same options and defaults as ``SessionSource``. Building it starts the process and waits
+    until the session is built (``EngineStartError`` if it cannot be)."""
+
+    def __init__(self, cfg: RunConfig, *, ui_nice: int = 0, frame_s: float = FRAME_S,
+                 start_wait_s: float = START_WAIT_S, **session_options: object) -> None:
+        self.cfg = cfg
+        self.ui_nice = ui_nice
+        self.stop_grace_s = cfg.watch.stop_grace_s
+        self._lock = threading.Lock()  # one writer at a time on the socket
+        self._seq = 0
+        self._acks: dict[int, threading.Event] = {}
+        self._listener: SessionListener | None = None
+        self._early: list[tuple[str, tuple]] = []  # happenings heard before run() attached a listener
+        self._server_pid: int | None = None
+        self.silent_after_s = SILENT_AFTER_S
+        self._heard = time.monotonic()  # when the engine last sent anything
+        self._stalled = False  # a command's ack did not come in time: later ones do not wait (until one does)
+        self._result: SessionResult | None = None
+        self.done: concurrent.futures.Future = concurrent.futures.Future()
+        self.done.set_running_or_notify_cancel()  # a cancelled await must not cancel the result
+        self.control: RunControl | None = ProcessControl(self)
+        # the engine's stdout and stderr; open as long as the source (its tail explains an engine that died)
+        self._output = tempfile.TemporaryFile()  # noqa: SIM115
+        ours, theirs = socket.socketpair()
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "specload.session.engine_process", str(theirs.fileno())],
+                pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, stdout=self._output,
+                stderr=subprocess.STDOUT, start_new_session=True)
+        finally:
+            theirs.close()
+        self._sock = ours
+        try:
+            self._send(("init", cfg, session_options, frame_s))
+            ours.settimeout(start_wait_s)
+            msg = _recv(ours)
+        except TimeoutError:
+            msg = ("error", f"the engine process did not start within {start_wait_s:g} s")
+        except (OSError, pickle.PickleError) as e:
+            msg = ("error", f"{type(e).__name__}: {e}")
+        ours.settimeout(None)
+        if msg is None or msg[0] != "ready":
+            why = msg[1] if msg is not None and msg[0] == "error" else self._gone_why()
+            self._stop_process()
+            raise EngineStartError(why)
+        _, self.info, self._last = msg
+        self._reader = threading.Thread(target=self._read, name="specload-engine-reader", daemon=True)
+        self._reader.start()
+
+    # ------------------------------------------------------------------ RunSource
+
+    def frame(self) -> Frame:
+        """The newest frame the engine sent; marked ``engine silent`` while it sends nothing (the
+        UI must not show a stopped engine's last frame as if it were live)."""
+        last = self._last
+        if not self.done.done() and time.monotonic() - self._heard > self.silent_after_s:
+            return dataclasses.replace(last, state=ENGINE_SILENT)
+        return last
+
+    async def run(self, listener: SessionListener) -> SessionResult | None:
+        with self._lock:
+            self._listener = _OnLoop(listener, asyncio.get_running_loop())
+            early, self._early = self._early, []
+        for name, args in early:
+            getattr(self._listener, name)(*args)
+        self._send(("run",))
+        if self.ui_nice:
+            lower_thread_priority(self.ui_nice)  # the engine process keeps its priority
+        try:
+            return await asyncio.wrap_future(self.done)
+        except asyncio.CancelledError:
+            # the app is closing without a quit (a test's end, the app's own error): end the run as
+            # 'q' does and let the engine's teardown finish (the record closed, a launched server stopped)
+            self.command("quit", None)
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(self.done)), TEARDOWN_WAIT_S)
+            self._stop_process()
+            raise
+
+    # ------------------------------------------------------------------ what the app asks besides
+
+    def process_groups(self) -> list[int]:
+        """The process groups the quit watchdog kills when a quit does not finish in time: the
+        engine's and a launched server's (each a group of its own)."""
+        return [pid for pid in (self.proc.pid, self._server_pid) if pid is not None]
+
+    def command(self, name: str, *args: object) -> None:
+        """A ``RunControl`` method run in the engine; waits up to ``CONTROL_WAIT_S`` for its ack (a
+        command not acked by then still runs, later, in order). Once an ack did not come in time, the
+        next commands do not wait until the engine acks again: a stopped engine must not cost every
+        key the whole wait. Nothing happens once the engine is gone."""
+        with self._lock:
+            self._seq += 1
+            seq = self._seq
+            acked = self._acks[seq] = threading.Event()
+        if self._send(("control", seq, name, args)) and not self._stalled:
+            self._stalled = not acked.wait(CONTROL_WAIT_S)
+        with self._lock:
+            self._acks.pop(seq, None)
+
+    # ------------------------------------------------------------------ the socket
+
+    def _send(self, msg: object) -> bool:
+        data = _pack(msg)
+        with self._lock:
+            try:
+                self._sock.sendall(data)
+            except OSError:  # the engine is gone: its end is being handled by the reader
+                return False
+        return True
+
+    def _read(self) -> None:
+        """The reader thread: every message from the engine, until its socket closes."""
+        try:
+            while (msg := _recv(self._sock)) is not None:
+                self._handle(msg)
+        except (OSError, pickle.PickleError, EOFError, AttributeError, ValueError) as e:
+            self._result = self._result or self._error(f"the engine's message could not be read ({e})")
+        self._stop_process()
+        with self._lock:
+            for ev in self._acks.values():
+                ev.set()  # nobody waits for an ack that will never come
+            listener = self._listener
+        result = self._result
+        if result is None:  # the engine died without ending the run: the UI hears it ended in error
+            result = self._error(self._gone_why())
+            self._last = dataclasses.replace(self._last, state=ENGINE_FAILED)
+            if listener is not None:
+                listener.ended(result)
+        self.done.set_result(result)
+
+    def _handle(self, msg: tuple) -> None:
+        self._heard = time.monotonic()
+        kind = msg[0]
+        if kind == "frame":
+            self._last = msg[1]
+        elif kind == "call":
+            with self._lock:
+                target = self._listener
+                if target is None:
+                    self._early.append((msg[1], msg[2]))
+            if target is not None:
+                getattr(target, msg[1])(*msg[2])
+        elif kind == "ack":
+            self._last = msg[2]
+            self._stalled = False
+            with self._lock:
+                ev = self._acks.get(msg[1])
+            if ev is not None:
+                ev.set()
+        elif kind == "server_pid":
+            self._server_pid = msg[1]
+        elif kind == "result":
+            self._result = msg[1]
+
+    def _error(self, why: str) -> SessionResult:
+        from specload.session import SessionResult
+
+        return SessionResult("error", ExitCode.ERROR, (), f"internal error: {why}")
+
+    def _gone_why(self) -> str:
+        """Why the engine process ended without a result: its exit and the last line it printed."""
+        from specload.engine.workers import exit_description
+
+        code = None
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            code = self.proc.wait(EXIT_WAIT_S)
+        tail = ""
+        with contextlib.suppress(OSError, ValueError):
+            self._output.seek(0, os.SEEK_END)
+            size = self._output.tell()
+            self._output.seek(max(0, size - OUTPUT_TAIL_BYTES))
+            lines = [ln for ln in self._output.read().decode(errors="replace").splitlines() if ln.strip()]
+            tail = f": {lines[-1].strip()}" if lines else ""
+        return f"the engine process {exit_description(code)}{tail}"
+
+    def _stop_process(self) -> None:
+        """The engine process gone for sure (it exits by itself once its socket closed)."""
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RDWR)
+        try:
+            self.proc.wait(EXIT_WAIT_S)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(OSError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(EXIT_WAIT_S)
+
+
+# ---------------------------------------------------------------------------------- the engine's side
+
+
+class _Wire:
+    """The engine's ``SessionListener``: each call a message to the UI, after a frame of the state it
+    happened in (the UI's alert shows with its data). Never blocks: it writes into the socket's
+    buffer, which the event loop drains."""
+
+    def __init__(self, writer: asyncio.StreamWriter) -> None:
+        self.writer = writer
+        self.frame: Callable[[], Frame] | None = None
+
+    def send(self, msg: object) -> None:
+        if not self.writer.is_closing():
+            self.writer.write(_pack(msg))
+
+    def backlogged(self) -> bool:
+        return self.writer.transport.get_write_buffer_size() > BACKLOG_BYTES
+
+    def push_frame(self) -> None:
+        if self.frame is not None and not self.backlogged():
+            self.send(("frame", self.frame()))
+
+    def __getattr__(self, name: str) -> Callable[..., None]:
+        def call(*args: object) -> None:
+            if name != "client_load":  # every second: the periodic frame is recent enough
+                self.push_frame()
+            self.send(("call", name, args))
+
+        return call
+
+
+async def _read_msg(reader: asyncio.StreamReader) -> Any:
+    try:
+        head = await reader.readexactly(_HEADER.size)
+        return pickle.loads(await reader.readexactly(_HEADER.unpack(head)[0]))
+    except (asyncio.IncompleteReadError, ConnectionError):
+        return None
+
+
+class _Engine:
+    def __init__(self, session: Session, info: RunInfo, wire: _Wire, frame_s: float) -> None:
+        self.session, self.info, self.wire, self.frame_s = session, info, wire, frame_s
+        self.control = SessionControl(session)
+        self.started = False
+        wire.frame = self.frame
+
+    def frame(self) -> Frame:
+        return session_frame(self.session, self.info)
+
+    def command(self, seq: int, name: str, args: tuple) -> None:
+        getattr(self.control, name)(*args)
+        self.wire.send(("ack", seq, self.frame()))
+
+    async def frames(self) -> None:
+        sent_pid = None
+        while True:
+            await asyncio.sleep(self.frame_s)
+            launched = self.session.supervisor.launched
+            pid = launched.pid if launched is not None else None
+            if pid != sent_pid:
+                self.wire.send(("server_pid", pid))
+                sent_pid = pid
+            self.wire.push_frame()
+
+    async def commands(self, reader: asyncio.StreamReader, run_now: asyncio.Event) -> None:
+        while (msg := await _read_msg(reader)) is not None:
+            if msg[0] == "run":
+                run_now.set()
+            elif msg[0] == "control":
+                try:
+                    self.command(*msg[1:])
+                except Exception as e:  # noqa: BLE001 - a command's failure must not end the run
+                    self.wire.send(("call", "notice", (f"the command {msg[2]} failed: {e}",)))
+                    self.wire.send(("ack", msg[1], self.frame()))
+        # the UI is gone (its process ended, or it closed the socket): quit as 'q' does
+        self.control.quit()
+        run_now.set()
+
+
+async def _engine_main(sock: socket.socket) -> int:
+    from specload.session import Session
+
+    reader, writer = await asyncio.open_unix_connection(sock=sock)
+    wire = _Wire(writer)
+    init = await _read_msg(reader)
+    if init is None:
+        return 0
+    _, cfg, options, frame_s = init
+    try:
+        options = {"stay_open": True, "on_crash": cfg.watch.on_crash, **options}
+        session = Session(cfg, listener=wire, **options)
+    except Exception as e:  # noqa: BLE001 - one line for the user, in the UI's process
+        wire.send(("error", f"{type(e).__name__}: {e}"))
+        await writer.drain()
+        return 1
+    info = run_info(cfg, session.t0_ns, session.on_crash)
+    engine = _Engine(session, info, wire, frame_s)
+    with contextlib.suppress(NotImplementedError, RuntimeError):
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, session.signalled, signal.SIGTERM)
+    wire.send(("ready", info, engine.frame()))
+    run_now = asyncio.Event()
+    commands = asyncio.create_task(engine.commands(reader, run_now))
+    frames = asyncio.create_task(engine.frames())
+    try:
+        await run_now.wait()
+        result = await session.run()
+        wire.send(("frame", engine.frame()))
+        wire.send(("result", result))
+        with contextlib.suppress(ConnectionError):
+            await writer.drain()
+    finally:
+        frames.cancel()
+        commands.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.gather(frames, commands, return_exceptions=True)
+        writer.close()
+        with contextlib.suppress(ConnectionError, OSError):
+            await writer.wait_closed()
+    return 0
+
+
+def main() -> None:
+    # the terminal belongs to the UI (this process has a session of its own, setsid); a SIGTERM sent
+    # here alone quits the run as 'q' does (the UI then ends with it)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    sock = socket.socket(fileno=int(sys.argv[1]))
+    from specload.headless import _install_loop
+
+    _install_loop()
+
+    sys.exit(asyncio.run(_engine_main(sock)))
+
+
+if __name__ == "__main__":
+    main()

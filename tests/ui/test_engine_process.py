@@ -1,0 +1,253 @@
+"""``specload tui``'s engine in a process of its own (issue 11): the UI steers it, hears it, and
+neither side can take the other down with it.
+
+Real parts throughout: the engine is a real child process (``python -m
+specload.session.engine_process``), the server the built-in simulator or the test's, the UI the real
+app under Pilot. What each test would catch:
+
+* steering: a key's effect must be in the frame sampled right after it (the command's ack carries
+  the frame); without the ack the UI showed the state of up to a refresh before;
+* the engine killed: the run must end as an error the user reads (and the UI must not hang on a
+  frame that never comes);
+* the UI killed: the engine must still close the record (in-flight requests recorded as cancelled)
+  and stop; with the engine as a child of the UI and no end-of-socket rule it ran on, orphaned;
+* a SIGTERM to the engine alone ends the run as a quit does;
+* the UI's loop blocked: the engine's loop does not notice at all.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from specload.exitcode import ExitCode
+from specload.record.reader import read_record
+from specload.session.engine_process import EngineStartError, ProcessSessionSource
+from specload.ui.app import create_app
+from tests.ui.conftest import screen_text, tui_config, wait_for
+
+QUIET_SIM = "--ttft-ms 5 --itl-ms 5 --spec-tokens 0 --quiet"
+
+
+def _gone(pid: int, timeout: float = 15.0) -> bool:
+    """``pid`` has exited (and been reaped) within ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        try:  # our own child: reap it, or it stays a zombie that kill(0) still finds
+            if os.waitpid(pid, os.WNOHANG)[0] == pid:
+                return True
+        except ChildProcessError:
+            pass
+        time.sleep(0.05)
+    return False
+
+
+async def test_keys_steer_the_engine_process_and_q_closes_its_record(sim, tmp_path) -> None:
+    server = await sim(ttft_ms=5, itl_ms=20, spec_tokens=0)
+    record = tmp_path / "run.jsonl"
+    cfg = tui_config(server.url, "-c", "2", "-d", "60", "--max-tokens", "20", "--record", str(record))
+    app = create_app(cfg, engine="process")
+    source = app.source
+    assert isinstance(source, ProcessSessionSource)
+    engine_pid = source.proc.pid
+    assert engine_pid != os.getpid()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for(pilot, lambda: (rs := source.frame().runner) is not None and rs.started >= 4, "the load to run")
+        await pilot.press("space")
+        # the ack carried the frame built right after the pause ran: no refresh to wait for
+        assert source.frame().state == "paused"
+        await pilot.press("space")
+        assert source.frame().state != "paused"
+        app.key_settle_s = 0.05
+        await pilot.press("up")
+        await wait_for(pilot, lambda: source.frame().runner.target == 3, "C=3 in the engine's frame")
+        await pilot.press("q")
+        await wait_for(pilot, lambda: app.return_code is not None, "the app to exit after q", timeout=30)
+    assert app.exit_code == ExitCode.OK
+    assert _gone(engine_pid), "the engine process outlived the run"
+    data = read_record(str(record))
+    # a quit while holding a level set by hand, with the ramp done: the run completed
+    assert app.result is not None and app.result.reason == "completed"
+    assert data.end is not None and data.end["reason"] == "completed"
+    kinds = [e["kind"] for e in data.events]
+    assert "pause" in kinds and "resume" in kinds, kinds
+    assert any(e["kind"] == "concurrency" and e["value"] == 3 for e in data.events), data.events
+
+
+async def test_a_killed_engine_ends_the_run_as_an_error_the_user_reads(tmp_path) -> None:
+    record = tmp_path / "run.jsonl"
+    cfg = tui_config("-c", "2", "-d", "60", "--max-tokens", "8", "--record", str(record), "--sim-args", QUIET_SIM)
+    app = create_app(cfg, engine="process")
+    source = app.source
+    assert isinstance(source, ProcessSessionSource)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for(pilot, lambda: (rs := source.frame().runner) is not None and rs.started >= 4,
+                       "the load to run", timeout=20)
+        os.kill(source.proc.pid, signal.SIGKILL)
+        await wait_for(pilot, lambda: app.result is not None, "the run to end", timeout=15)
+        assert app.result is not None
+        assert app.result.reason == "error"
+        assert app.result.message == "internal error: the engine process was killed by SIGKILL"
+        await wait_for(pilot, lambda: "engine failed" in screen_text(app), "the header to say so")
+        await pilot.press("q")
+        await wait_for(pilot, lambda: app.return_code is not None, "the app to exit after q")
+    assert app.exit_code == ExitCode.ERROR  # what run_app exits with
+    # what the engine had written is kept (its last flush); the record has no end line: the run died
+    assert record.exists() and record.stat().st_size > 0
+
+
+UI_THEN_GONE = textwrap.dedent("""
+    import asyncio, json, os, sys
+    from specload.session.engine_process import ProcessSessionSource
+    from specload.session.listener import NullListener
+    from tests.ui.conftest import tui_config
+
+    cfg = tui_config(*sys.argv[1:])
+    source = ProcessSessionSource(cfg)
+
+    async def main():
+        task = asyncio.ensure_future(source.run(NullListener()))
+        for _ in range(400):  # 20 s at most
+            rs = source.frame().runner
+            if rs is not None and rs.in_flight > 0 and rs.started >= 4:
+                break
+            await asyncio.sleep(0.05)
+        print(json.dumps({"engine": source.proc.pid, "started": source.frame().runner.started}), flush=True)
+        os._exit(9)  # the UI gone at once: no quit, no close
+
+    asyncio.run(main())
+""")
+
+
+def test_the_engine_closes_the_record_when_the_ui_is_gone(tmp_path) -> None:
+    record = tmp_path / "run.jsonl"
+    root = Path(__file__).resolve().parents[2]
+    args = ["-c", "2", "-d", "60", "--max-tokens", "200", "--record", str(record),
+            "--sim-args", "--ttft-ms 5 --itl-ms 20 --spec-tokens 0 --quiet"]
+    ui = subprocess.run([sys.executable, "-c", UI_THEN_GONE, *args], cwd=root, capture_output=True, text=True,
+                        timeout=60)
+    assert ui.returncode == 9, ui.stderr
+    engine = json.loads(ui.stdout.strip().splitlines()[-1])["engine"]
+    assert _gone(engine, 30), "the engine process ran on without its UI"
+    data = read_record(str(record))
+    assert data.end is not None and data.end["reason"] == "interrupted"
+    # the streams in flight when the UI went away: recorded as cancelled, not lost
+    assert any(r["error"] and r["error"]["kind"] == "cancelled" for r in data.requests)
+
+
+async def test_sigterm_to_the_engine_alone_quits_the_run(tmp_path) -> None:
+    record = tmp_path / "run.jsonl"
+    cfg = tui_config("-c", "2", "-d", "60", "--max-tokens", "50", "--record", str(record), "--sim-args", QUIET_SIM)
+    app = create_app(cfg, engine="process")
+    source = app.source
+    assert isinstance(source, ProcessSessionSource)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for(pilot, lambda: (rs := source.frame().runner) is not None and rs.started >= 4,
+                       "the load to run", timeout=20)
+        os.kill(source.proc.pid, signal.SIGTERM)
+        await wait_for(pilot, lambda: app.result is not None, "the run to end", timeout=30)
+        assert app.result is not None and app.result.reason == "interrupted"
+        await pilot.press("q")
+        await wait_for(pilot, lambda: app.return_code is not None, "the app to exit after q")
+    data = read_record(str(record))
+    assert data.end is not None and data.end["reason"] == "interrupted"
+
+
+def test_an_engine_that_does_not_start_in_time_is_one_line_and_leaves_nothing_behind() -> None:
+    cfg = tui_config("http://127.0.0.1:9", "-c", "1")
+    with pytest.raises(EngineStartError) as caught:
+        ProcessSessionSource(cfg, start_wait_s=0.001)  # no interpreter starts in a millisecond
+    assert str(caught.value) == "the engine process did not start within 0.001 s"
+
+
+def test_a_secret_header_is_not_on_the_engine_command_line(tmp_path) -> None:
+    secret = "sk-test-" + "7" * 24
+    cfg = tui_config("http://127.0.0.1:9", "-c", "1", "--header", f"Authorization: Bearer {secret}",
+                     "--record", str(tmp_path / "r.jsonl"))
+    source = ProcessSessionSource(cfg)
+    try:
+        cmdline = Path(f"/proc/{source.proc.pid}/cmdline").read_bytes()
+        assert secret.encode() not in cmdline
+        assert b"specload.session.engine_process" in cmdline
+    finally:
+        source._stop_process()
+    assert source.proc.returncode is not None
+
+
+async def test_a_blocked_ui_loop_is_nothing_to_the_engine_process(tmp_path) -> None:
+    # as test_engine_isolation's thread test, for the process: the UI's loop held 0.5 s (a slow
+    # repaint) while the engine, a process of its own, measures its loop and finishes requests
+    record = tmp_path / "run.jsonl"
+    cfg = tui_config("-c", "4", "-d", "60", "--max-tokens", "8", "--record", str(record), "--sim-args", QUIET_SIM)
+    app = create_app(cfg, engine="process")
+    blocked: list[tuple[int, int]] = []
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for(pilot, lambda: (rs := app.source.frame().runner) is not None and rs.started >= 8,
+                       "the load to run", timeout=20)
+
+        def block_the_ui() -> None:
+            assert threading.current_thread() is threading.main_thread()
+            t0 = time.perf_counter_ns()  # the session's clock (CLOCK_MONOTONIC, shared by processes)
+            time.sleep(0.5)
+            blocked.append((t0, time.perf_counter_ns()))
+
+        app.call_later(block_the_ui)
+        await wait_for(pilot, lambda: bool(blocked), "the UI's handler to have run")
+        # the engine reports its loop every second: two reports after the block
+        await wait_for(pilot, lambda: time.perf_counter_ns() > blocked[0][1] + 2.5e9, "two more loop reports")
+        await pilot.press("q")
+        await wait_for(pilot, lambda: app.return_code is not None, "the app to exit after q", timeout=30)
+    t_block0, t_block1 = blocked[0]
+    data = read_record(str(record))
+    t0 = app.frame.info.t0_ns
+    during = [c for c in data.clients if c["t_s"] * 1e9 + t0 >= t_block0]
+    assert during, f"no loop-lag sample after the block: {data.clients}"
+    worst = max(c["loop_lag_ms"] for c in during[:2])
+    assert worst < 100, f"the engine's loop lagged {worst} ms while the UI was blocked"
+    finished = [r for r in data.requests if t_block0 < r["end_s"] * 1e9 + t0 < t_block1]
+    assert len(finished) >= 4, f"only {len(finished)} requests finished while the UI was blocked"
+
+
+async def test_a_stopped_engine_is_shown_and_does_not_freeze_the_keys(tmp_path) -> None:
+    # the engine process stopped (SIGSTOP: a debugger, a machine swapping): the UI says so instead of
+    # showing the last frame as if it were live, and keys do not each wait the whole ack timeout
+    record = tmp_path / "run.jsonl"
+    cfg = tui_config("-c", "2", "-d", "60", "--max-tokens", "8", "--record", str(record), "--sim-args", QUIET_SIM)
+    app = create_app(cfg, engine="process")
+    source = app.source
+    assert isinstance(source, ProcessSessionSource)
+    source.silent_after_s = 1.0
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for(pilot, lambda: (rs := source.frame().runner) is not None and rs.started >= 4,
+                       "the load to run", timeout=20)
+        os.kill(source.proc.pid, signal.SIGSTOP)
+        try:
+            await wait_for(pilot, lambda: "engine silent" in screen_text(app), "the header to say so")
+            await pilot.press("space")  # waits for its ack once, in vain
+            t = time.monotonic()
+            for _ in range(3):
+                await pilot.press("space")  # no ack can come: none is waited for now
+            assert time.monotonic() - t < 2.0, "each key waited for an engine that does not answer"
+        finally:
+            os.kill(source.proc.pid, signal.SIGCONT)
+        await wait_for(pilot, lambda: "engine silent" not in screen_text(app), "the engine to answer again")
+        await pilot.press("q")
+        await wait_for(pilot, lambda: app.return_code is not None, "the app to exit after q", timeout=30)
+    data = read_record(str(record))
+    assert data.end is not None
+    # the four presses reached the engine once it ran again, in order: paused, resumed, paused, resumed
+    kinds = [e["kind"] for e in data.events if e["kind"] in ("pause", "resume")]
+    assert kinds == ["pause", "resume", "pause", "resume"], kinds
