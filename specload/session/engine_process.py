@@ -153,7 +153,8 @@ class ProcessSessionSource:
         self.cfg = cfg
         self.ui_nice = ui_nice
         self.stop_grace_s = cfg.watch.stop_grace_s
-        self._lock = threading.Lock()  # one writer at a time on the socket
+        self._lock = threading.Lock()  # the acks, the listener (UI thread and reader thread)
+        self._send_lock = threading.Lock()  # one writer at a time on the socket (never held with _lock)
         self._seq = 0
         self._acks: dict[int, threading.Event] = {}
         self._listener: SessionListener | None = None
@@ -174,6 +175,9 @@ class ProcessSessionSource:
                 [sys.executable, "-m", "specload.session.engine_process", str(theirs.fileno())],
                 pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, stdout=self._output,
                 stderr=subprocess.STDOUT, start_new_session=True)
+        except OSError as e:  # no process to be had (out of memory, out of processes)
+            ours.close()
+            raise EngineStartError(f"the engine process could not be started: {e}") from None
         finally:
             theirs.close()
         self._sock = ours
@@ -249,7 +253,7 @@ class ProcessSessionSource:
 
     def _send(self, msg: object) -> bool:
         data = _pack(msg)
-        with self._lock:
+        with self._send_lock:
             try:
                 self._sock.sendall(data)
             except OSError:  # the engine is gone: its end is being handled by the reader

@@ -14,7 +14,7 @@ from specload.ui.app import create_app
 from specload.ui.messages import CrashReported, MessageListener
 from specload.ui.screens import CrashScreen, parse_concurrency
 from specload.ui.themes import DEFAULT_THEME, load_themes, shipped_themes_dir, user_themes_dir
-from specload.ui.widgets.crashes import CrashTable
+from specload.ui.widgets.crashes import CrashTable, crash_message_lines
 from specload.ui.widgets.levels import LevelTable
 from tests.ui.conftest import wait_for
 from tests.ui.fixed_data import CRASH, T0, idle_source, mid_run_source
@@ -208,3 +208,14 @@ async def test_a_level_cut_by_a_crash_says_so_in_the_table() -> None:
         assert labels[-2:] == ["cut", "errors"]
         assert table.get_row("level-4")[-2] == "crash, 3 lost"
         assert table.get_row("level-0")[-2] == "–"
+
+
+@pytest.mark.parametrize("width", [16, 18, 22])
+def test_a_long_identifier_in_a_crash_message_breaks_after_its_own_separators(width: int) -> None:
+    # at 160x48 the crash panel's message column is 18 wide: 'draft_model_runner' (20) broke as
+    # 'draft_m / odel_runner'; now after an underscore, and no line is wider than the column
+    crash = replace(CRASH, message="'EAGLEWorkerV2' object has no attribute 'draft_model_runner'", consequences=())
+    lines = crash_message_lines(crash, width, lines=8)
+    assert all(len(line) <= width for line in lines), lines
+    # every line ends at a space or right after an underscore (the message has no "_ " of its own)
+    assert " ".join(lines).replace("_ ", "_") == crash.message, lines

@@ -28,6 +28,27 @@ TYPE_MAX = 24
 PROCS_MAX = 18
 
 
+class _Wrapper(textwrap.TextWrapper):
+    """``textwrap`` that breaks a word longer than the column (an identifier, a dotted path) after
+    one of its own separators when it can, not at whatever character the column ends on:
+    ``'draft_model_`` / ``runner'``, not ``'draft_m`` / ``odel_runner'``. Such a word fills the end of
+    a line only up to a separator; else it starts the next line (cut at the width there only when it
+    has no separator that fits)."""
+
+    SEPARATORS = "_./:"
+
+    def _handle_long_word(self, reversed_chunks: list[str], cur_line: list[str], cur_len: int, width: int) -> None:
+        chunk = reversed_chunks[-1]
+        space_left = max(width - cur_len, 1)
+        cut = max(chunk.rfind(sep, 0, space_left) for sep in self.SEPARATORS) + 1
+        if cut > 0:
+            cur_line.append(chunk[:cut])
+            reversed_chunks[-1] = chunk[cut:]
+        elif not cur_line:  # a line of its own, and no separator within it: cut at the width
+            super()._handle_long_word(reversed_chunks, cur_line, cur_len, width)
+        # else: nothing here; the word starts the next line, where this is asked again
+
+
 def _clip(text: str, width: int) -> str:
     return text if len(text) <= width else text[: max(1, width - 1)] + "…"
 
@@ -52,7 +73,7 @@ def crash_message_lines(c: CrashEvent, width: int, lines: int | None = None) -> 
     if c.consequences:
         then = "↳ then " + ", ".join(dict.fromkeys(x.exception_type for x in c.consequences))
     room = lines - (1 if then else 0)
-    wrapped = textwrap.wrap(c.message or "(no message)", width) or [""]
+    wrapped = _Wrapper(width).wrap(c.message or "(no message)") or [""]
     if len(wrapped) > room:
         wrapped = wrapped[:room]
         wrapped[-1] = _clip(wrapped[-1] + " …", width) if len(wrapped[-1]) + 2 <= width else _clip(wrapped[-1], width)
