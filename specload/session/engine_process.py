@@ -148,10 +148,9 @@ class ProcessSessionSource:
     the same options and defaults as ``SessionSource``. Building it starts the process and waits
     until the session is built (``EngineStartError`` if it cannot be)."""
 
-    def __init__(self, cfg: RunConfig, *, ui_nice: int = 0, frame_s: float = FRAME_S,
+    def __init__(self, cfg: RunConfig, *, ui_nice: int = 0, ui_idle: bool = False, frame_s: float = FRAME_S,
                  start_wait_s: float = START_WAIT_S, **session_options: object) -> None:
         self.cfg = cfg
-        self.ui_nice = ui_nice
         self.stop_grace_s = cfg.watch.stop_grace_s
         self._lock = threading.Lock()  # the acks, the listener (UI thread and reader thread)
         self._send_lock = threading.Lock()  # one writer at a time on the socket (never held with _lock)
@@ -195,6 +194,11 @@ class ProcessSessionSource:
             self._stop_process()
             raise EngineStartError(why)
         _, self.info, self._last = msg
+        if ui_nice or ui_idle:
+            # the UI's priority lowered once the engine process runs (it keeps its own), in the thread
+            # that builds the source (the app's: run_app calls create_app before app.run), so the
+            # threads started from now on inherit it: the reader below, Textual's driver and writer
+            lower_thread_priority(ui_nice, idle=ui_idle)
         self._reader = threading.Thread(target=self._read, name="specload-engine-reader", daemon=True)
         self._reader.start()
 
@@ -215,8 +219,6 @@ class ProcessSessionSource:
         for name, args in early:
             getattr(self._listener, name)(*args)
         self._send(("run",))
-        if self.ui_nice:
-            lower_thread_priority(self.ui_nice)  # the engine process keeps its priority
         try:
             return await asyncio.wrap_future(self.done)
         except asyncio.CancelledError:

@@ -247,15 +247,20 @@ class ThreadedSessionSource(SessionSource):
             raise
 
 
-def lower_thread_priority(by: int) -> bool:
+def lower_thread_priority(by: int, *, idle: bool = False) -> bool:
     """Add ``by`` to the calling thread's nice value (Linux: a thread's own; threads it starts later
-    inherit it). False where that is not possible: elsewhere ``setpriority`` would renice the whole
-    process or another one."""
+    inherit it); with ``idle``, also put it in the ``SCHED_IDLE`` class: a thread of the normal class
+    that wakes up (the engine's loop, every 5 ms) takes the CPU from it at once, where a niced thread
+    of the normal class keeps it for the rest of its slice (EEVDF: measured as 2.5-4 ms of the
+    engine's late wake-ups spent waiting for a CPU). False where that is not possible: elsewhere
+    ``setpriority`` would renice the whole process or another one."""
     if sys.platform != "linux":
         return False
     tid = threading.get_native_id()
     try:
         os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + by))
+        if idle:
+            os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0))
     except OSError:
         return False
     return True
@@ -269,6 +274,7 @@ class TuiProcess:
     runs, the others by ``apply`` before the app starts."""
 
     ui_nice: int = UI_NICE
+    ui_idle: bool = False  # the UI's threads in SCHED_IDLE too (the engine process's source only)
     gc_threshold: tuple[int, int, int] | None = None
     switch_interval_s: float | None = None
     freeze_ui_heap: bool = False  # after the dashboard's first refresh: see ``after_start``

@@ -583,18 +583,20 @@ def create_app(
     source: RunSource | None = None,
     theme_dirs: list[Path] | None = None,
     ui_nice: int = 0,
+    ui_idle: bool = False,
     engine: str = "thread",
 ) -> SpecloadApp:
     """The app for a run (``cfg``) or for a given source (fixed data, a replay): used by the CLI and
     the tests. A run's session runs where ``engine`` says: ``process``, a process of its own (the CLI:
     nothing of the UI's can delay it), or ``thread``, a thread of this process with its own event loop
     (tests that look into the session). ``ui_nice``: lower the UI thread's CPU priority by that much
-    once the engine runs (the CLI's process only: it cannot be undone)."""
+    once the engine runs; ``ui_idle`` (process engine): put the UI's threads in ``SCHED_IDLE`` too
+    (the CLI's process only: neither can be undone)."""
     if source is None:
         if cfg is None:
             raise ValueError("create_app needs a RunConfig or a source")
         if engine == "process":
-            source = ProcessSessionSource(cfg, ui_nice=ui_nice)
+            source = ProcessSessionSource(cfg, ui_nice=ui_nice, ui_idle=ui_idle)
         elif engine == "thread":
             source = ThreadedSessionSource(cfg, ui_nice=ui_nice)
         else:
@@ -610,7 +612,7 @@ def run_app(cfg: RunConfig, theme: str | None = None, notice: str | None = None)
     _install_loop()
     TUI_PROCESS.apply()  # process-global: here only, never in a test suite's process
     try:
-        app = create_app(cfg, theme=theme, ui_nice=TUI_PROCESS.ui_nice, engine="process")
+        app = create_app(cfg, theme=theme, ui_nice=TUI_PROCESS.ui_nice, ui_idle=TUI_PROCESS.ui_idle, engine="process")
     except EngineStartError as e:
         sys.stderr.write(f"specload: error: {e}\n")
         return ExitCode.ERROR
