@@ -249,11 +249,13 @@ class ThreadedSessionSource(SessionSource):
 
 def lower_thread_priority(by: int, *, idle: bool = False) -> bool:
     """Add ``by`` to the calling thread's nice value (Linux: a thread's own; threads it starts later
-    inherit it); with ``idle``, also put it in the ``SCHED_IDLE`` class: a thread of the normal class
-    that wakes up (the engine's loop, every 5 ms) takes the CPU from it at once, where a niced thread
-    of the normal class keeps it for the rest of its slice (EEVDF: measured as 2.5-4 ms of the
-    engine's late wake-ups spent waiting for a CPU). False where that is not possible: elsewhere
-    ``setpriority`` would renice the whole process or another one."""
+    inherit it); with ``idle``, also put it in the ``SCHED_IDLE`` class, which a waking thread of the
+    normal class should take the CPU from at once. Measured, not shipped (``TUI_PROCESS.ui_idle``
+    is off): against the engine process's 2.5-4 ms waits for a CPU at C=4 it made no difference
+    (``benchmarks/tui_vs_headless.py --variants ui-idle,ui-nice``), and a plain bursty SCHED_IDLE
+    process (30 ms busy, 10 ms asleep) delays a normal one as much on this machine, where a busy one
+    does not; it would only starve the dashboard on a machine whose CPUs are all taken. False where
+    that is not possible: elsewhere ``setpriority`` would renice the whole process or another one."""
     if sys.platform != "linux":
         return False
     tid = threading.get_native_id()
@@ -268,10 +270,11 @@ def lower_thread_priority(by: int, *, idle: bool = False) -> bool:
 
 @dataclass(frozen=True)
 class TuiProcess:
-    """The process-global settings ``specload tui`` applies for its engine thread's sake (never
+    """The process-global settings ``specload tui`` applies to the dashboard's process (never
     headless, never in a test suite's process: they cannot be scoped to one app). ``None``: left as
-    the interpreter has it. ``ui_nice`` is applied by ``ThreadedSessionSource`` once the engine thread
-    runs, the others by ``apply`` before the app starts."""
+    the interpreter has it. ``ui_nice`` (and ``ui_idle``) are applied by the source once the engine
+    runs (``ProcessSessionSource``: once its process started; ``ThreadedSessionSource``: once its
+    thread did), ``apply`` before the app starts, ``after_start`` after its first refresh."""
 
     ui_nice: int = UI_NICE
     ui_idle: bool = False  # the UI's threads in SCHED_IDLE too (the engine process's source only)
@@ -296,12 +299,15 @@ class TuiProcess:
             gc.freeze()
 
 
-# What run_app applies; measured with ``benchmarks/tui_vs_headless.py --variants`` (C=64, the UI worked
-# during the load, 3 interleaved rounds on the shared 2-core machine, 2026-12-01): the UI's heap
-# (Textual, Rich: 140-175k objects) made each full collection during the load a 15-30 ms pause of
-# every thread, 3 a run; the default threshold2 of 10 runs one every 10 gen1 collections, 100 made
-# none in a run. A 1 ms switch interval (5 by default) gives the GIL back to the engine thread sooner
-# when the UI thread renders. Together: the engine's loop lag mean 10.3 ms (17.2 without), its worst
-# after the first second 22 ms (57; headless: 21). Headless keeps the interpreter's defaults (its own
-# heap is small: no full collection during a load, its worst collection 2.4 ms).
+# What run_app applies; measured with ``benchmarks/tui_vs_headless.py --variants`` (the UI worked during
+# the load, 3 interleaved rounds on the shared 2-core machine, 2026-12-01). They were chosen for the
+# engine thread, which shared this process: the UI's heap (Textual, Rich: 140-175k objects) made each
+# full collection a 15-30 ms pause of every thread, 3 a run; the default threshold2 of 10 runs one
+# every 10 gen1 collections, 100 made none in a run; a 1 ms switch interval (5 by default) gave the
+# GIL back to the engine thread sooner. With the engine in a process of its own they are the UI's
+# alone; kept because the engine still did a little better with them (C=64: loop lag mean 4.22 vs
+# 4.82 ms, "process-plain"; headless 3.97), the UI process doing less collecting beside it. The heap
+# freeze moves the one full collection of a run (200-260 ms of the UI's own time at its size) from
+# the middle of the load, where a key waited for it, to the start. Headless keeps the interpreter's
+# defaults (its own heap is small: no full collection during a load, its worst collection 2.4 ms).
 TUI_PROCESS = TuiProcess(gc_threshold=(700, 10, 100), switch_interval_s=0.001, freeze_ui_heap=True)
