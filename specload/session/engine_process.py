@@ -384,7 +384,7 @@ class _Engine:
     def __init__(self, session: Session, info: RunInfo, wire: _Wire, frame_s: float) -> None:
         self.session, self.info, self.wire, self.frame_s = session, info, wire, frame_s
         self.control = SessionControl(session)
-        self.started = False
+        self.ui_gone = False
         wire.frame = self.frame
 
     def frame(self) -> Frame:
@@ -415,7 +415,9 @@ class _Engine:
                 except Exception as e:  # noqa: BLE001 - a command's failure must not end the run
                     self.wire.send(("call", "notice", (f"the command {msg[2]} failed: {e}",)))
                     self.wire.send(("ack", msg[1], self.frame()))
-        # the UI is gone (its process ended, or it closed the socket): quit as 'q' does
+        # the UI is gone (its process ended, or it closed the socket): quit as 'q' does; a run it
+        # never started is not started now
+        self.ui_gone = True
         self.control.quit()
         run_now.set()
 
@@ -446,6 +448,8 @@ async def _engine_main(sock: socket.socket) -> int:
     frames = asyncio.create_task(engine.frames())
     try:
         await run_now.wait()
+        if engine.ui_gone:
+            return 0
         result = await session.run()
         wire.send(("frame", engine.frame()))
         wire.send(("result", result))
