@@ -216,9 +216,8 @@ async def drive_tui(argv: list[str], idle: bool = False, tuning: object = None, 
     cfg = build_config(params, ui=True)
     if tuning is not None:  # as run_app does
         try:
-            ui_idle = getattr(tuning, "ui_idle", False)
-            app = create_app(cfg, ui_nice=tuning.ui_nice, engine=engine,  # type: ignore[attr-defined]
-                             **({"ui_idle": ui_idle} if ui_idle else {}))
+            extra = {k: True for k in ("ui_idle", "ui_pin") if getattr(tuning, k, False)}
+            app = create_app(cfg, ui_nice=tuning.ui_nice, engine=engine, **extra)  # type: ignore[attr-defined]
             if hasattr(tuning, "after_start"):
                 app.after_start = tuning.after_start
         except TypeError:  # a tree from before the engine process
@@ -259,6 +258,7 @@ VARIANTS: dict[str, dict] = {
     "process-no-nice": {"ui_nice": 0},
     "ui-idle": {"ui_idle": True},
     "ui-nice": {"ui_idle": False},
+    "ui-pin": {"ui_pin": True},
     "no-freeze": {"freeze_ui_heap": False},
     "thread": {"engine": "thread"},
     "nice-only": {"engine": "thread", "gc_threshold": None, "switch_interval_s": None},

@@ -55,7 +55,13 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from specload.exitcode import ExitCode
-from specload.session.engine_thread import CONTROL_WAIT_S, TEARDOWN_WAIT_S, _OnLoop, lower_thread_priority
+from specload.session.engine_thread import (
+    CONTROL_WAIT_S,
+    TEARDOWN_WAIT_S,
+    _OnLoop,
+    lower_thread_priority,
+    pin_thread_to_last_cpu,
+)
 from specload.session.source import Frame, RunControl, RunInfo, SessionControl, run_info, session_frame
 
 if TYPE_CHECKING:
@@ -148,7 +154,8 @@ class ProcessSessionSource:
     the same options and defaults as ``SessionSource``. Building it starts the process and waits
     until the session is built (``EngineStartError`` if it cannot be)."""
 
-    def __init__(self, cfg: RunConfig, *, ui_nice: int = 0, ui_idle: bool = False, frame_s: float = FRAME_S,
+    def __init__(self, cfg: RunConfig, *, ui_nice: int = 0, ui_idle: bool = False, ui_pin: bool = False,
+                 frame_s: float = FRAME_S,
                  start_wait_s: float = START_WAIT_S, **session_options: object) -> None:
         self.cfg = cfg
         self.stop_grace_s = cfg.watch.stop_grace_s
@@ -199,6 +206,8 @@ class ProcessSessionSource:
             # that builds the source (the app's: run_app calls create_app before app.run), so the
             # threads started from now on inherit it: the reader below, Textual's driver and writer
             lower_thread_priority(ui_nice, idle=ui_idle)
+        if ui_pin:
+            pin_thread_to_last_cpu()
         self._reader = threading.Thread(target=self._read, name="specload-engine-reader", daemon=True)
         self._reader.start()
 

@@ -247,6 +247,22 @@ class ThreadedSessionSource(SessionSource):
             raise
 
 
+def pin_thread_to_last_cpu() -> bool:
+    """Keep the calling thread (and the threads it starts later) on the last CPU this process may
+    use, when it may use two or more: the dashboard then takes turns with the engine on that CPU
+    only. False where that is not possible (one CPU, or no ``sched_setaffinity``)."""
+    if not hasattr(os, "sched_setaffinity"):
+        return False
+    try:
+        cpus = sorted(os.sched_getaffinity(0))
+        if len(cpus) < 2:
+            return False
+        os.sched_setaffinity(threading.get_native_id(), {cpus[-1]})
+    except OSError:
+        return False
+    return True
+
+
 def lower_thread_priority(by: int, *, idle: bool = False) -> bool:
     """Add ``by`` to the calling thread's nice value (Linux: a thread's own; threads it starts later
     inherit it); with ``idle``, also put it in the ``SCHED_IDLE`` class, which a waking thread of the
@@ -278,6 +294,7 @@ class TuiProcess:
 
     ui_nice: int = UI_NICE
     ui_idle: bool = False  # the UI's threads in SCHED_IDLE too (the engine process's source only)
+    ui_pin: bool = False  # the UI's threads on one CPU (the engine process's source only)
     gc_threshold: tuple[int, int, int] | None = None
     switch_interval_s: float | None = None
     freeze_ui_heap: bool = False  # after the dashboard's first refresh: see ``after_start``

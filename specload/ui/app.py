@@ -584,6 +584,7 @@ def create_app(
     theme_dirs: list[Path] | None = None,
     ui_nice: int = 0,
     ui_idle: bool = False,
+    ui_pin: bool = False,
     engine: str = "thread",
 ) -> SpecloadApp:
     """The app for a run (``cfg``) or for a given source (fixed data, a replay): used by the CLI and
@@ -596,7 +597,7 @@ def create_app(
         if cfg is None:
             raise ValueError("create_app needs a RunConfig or a source")
         if engine == "process":
-            source = ProcessSessionSource(cfg, ui_nice=ui_nice, ui_idle=ui_idle)
+            source = ProcessSessionSource(cfg, ui_nice=ui_nice, ui_idle=ui_idle, ui_pin=ui_pin)
         elif engine == "thread":
             source = ThreadedSessionSource(cfg, ui_nice=ui_nice)
         else:
@@ -612,7 +613,8 @@ def run_app(cfg: RunConfig, theme: str | None = None, notice: str | None = None)
     _install_loop()
     TUI_PROCESS.apply()  # process-global: here only, never in a test suite's process
     try:
-        app = create_app(cfg, theme=theme, ui_nice=TUI_PROCESS.ui_nice, ui_idle=TUI_PROCESS.ui_idle, engine="process")
+        app = create_app(cfg, theme=theme, ui_nice=TUI_PROCESS.ui_nice, ui_idle=TUI_PROCESS.ui_idle,
+                         ui_pin=TUI_PROCESS.ui_pin, engine="process")
     except EngineStartError as e:
         sys.stderr.write(f"specload: error: {e}\n")
         return ExitCode.ERROR
