@@ -17,9 +17,9 @@ It prints TTFT p50, TPOT p50 and throughput from the two records (through the sa
 ``client`` lines: the worst wake-up delay of the loop the requests run on, each second), and each
 process's CPU seconds per wall second. Numbers only: no asserts, since the figures depend on the machine.
 
-Both children time every garbage collection (for the TUI with an engine process: the UI's process,
-whose collections no longer stop the engine) (``gc.callbacks``: a collection holds the GIL, so it stops
-the engine's thread whichever thread set it off); from the first request on, each run's line gives
+Both children time every garbage collection (``gc.callbacks``: a collection holds the GIL, so it stops
+an engine thread whichever thread set it off; with the engine in a process of its own, the TUI child's
+figures are the UI's alone and stop nothing of the engine's); from the first request on, each run's line gives
 their count, the worst pause (wall and CPU ms), the full collections, and the seconds whose loop lag a
 collection explains. ``--variants`` compares where the engine runs and the TUI process's settings
 (``TuiProcess``: the GIL's switch interval, the GC's thresholds, the UI thread's nice value; "shipped"
@@ -111,6 +111,13 @@ def summarize(record: str, pauses: list | None = None) -> dict:
         # the first second holds the session's full collection before the first request (warmup.py)
         "loop_lag_max_after_1s_ms": max((c["loop_lag_ms"] for c in samples[1:]), default=None),
         "lag_samples": len(lags),
+        # from the second second on: the share of seconds whose worst late wake-up was 2 ms or less,
+        # and the mean of each second's worst minus its wait for a CPU (what the loop's own work, or
+        # another thread of its process, kept it late; a busy machine's scheduling taken out)
+        "loop_lag_le_2ms_share": (sum(c["loop_lag_ms"] <= 2 for c in samples[1:]) / len(samples[1:])
+                                  if samples[1:] else None),
+        "loop_lag_own_mean_ms": (sum(max(0.0, c["loop_lag_ms"] - (c.get("lag_cpu_wait_ms") or 0.0))
+                                     for c in samples[1:]) / len(samples[1:]) if samples[1:] else None),
         # of the worst second's late wake-up, the time the loop's thread waited for a CPU (Linux): a
         # shared machine's noise, not specload's own work
         "worst_lag_cpu_wait_ms": worst.get("lag_cpu_wait_ms"),
@@ -366,8 +373,14 @@ def one_line(f: dict) -> str:
     if "ttft_p50_ms" not in f:
         return f"failed (exit {f['rc']})"
     g = f["gc"]
+
+    def n(key: str, fmt: str) -> str:  # a figure a short run may not have (one loop-lag second): "-"
+        v = f.get(key)
+        return "-" if v is None else format(v, fmt)
+
     return (f"TTFT {f['ttft_p50_ms']:.2f} TPOT {f['tpot_p50_ms']:.2f} tok/s {f['throughput_tok_s']:.0f} | "
-            f"lag max {f['loop_lag_max_ms']:.1f} >1s {f['loop_lag_max_after_1s_ms']:.1f} mean {f['loop_lag_mean_ms']:.2f} "
+            f"lag max {n('loop_lag_max_ms', '.1f')} >1s {n('loop_lag_max_after_1s_ms', '.1f')} "
+            f"mean {n('loop_lag_mean_ms', '.2f')} "
             f"(cpu wait {f['worst_lag_cpu_wait_ms']}) | gc n {g.get('n')} max {g.get('max_ms', 0):.1f} ms "
             f"(cpu {g.get('max_cpu_ms', 0):.1f}) "
             f"gen2 {g.get('gen2', [0])[0]} >2ms {g.get('over_2ms')} lag s>=2ms {g.get('lag_s_over_2ms')} "
@@ -377,7 +390,8 @@ def one_line(f: dict) -> str:
 def print_summary(runs: dict[str, list[dict]], tmp: Path) -> None:
     """Each variant's mean over its rounds; ratios against the mean of the headless runs. Lag: the
     engine loop's worst wake-up delay per second (max over the run, max from the second second on,
-    mean); GC: the collections from the first request on (count, worst pause wall and CPU ms, full
+    mean, the share of seconds at 2 ms or less and the mean without the wait for a CPU, both from the
+    second second on); GC: the collections from the first request on (count, worst pause wall and CPU ms, full
     collections, pauses over 2 ms)."""
     def mean(name: str, key: str) -> float:
         vals = [f[key] for f in runs[name] if f.get(key) is not None]
@@ -388,14 +402,15 @@ def print_summary(runs: dict[str, list[dict]], tmp: Path) -> None:
 
     head = {k: mean("headless", k) for k in ("ttft_p50_ms", "tpot_p50_ms", "throughput_tok_s")}
     print(f"\nmeans over rounds ({', '.join(f'{n}: {len(v)}' for n, v in runs.items())}); ratios to headless")
-    print(f"{'':<18}{'TTFT':>7}{'TPOT':>7}{'tok/s':>7}{'lag max':>8}{'>1s':>6}{'mean':>7}"
+    print(f"{'':<18}{'TTFT':>7}{'TPOT':>7}{'tok/s':>7}{'lag max':>8}{'>1s':>6}{'mean':>7}{'<=2ms':>6}{'own':>6}"
           f"{'gc n':>6}{'max':>6}{'cpu':>6}{'gen2':>6}{'>2ms':>6}")
     for name in runs:
         ratios = [mean(name, k) / hv if hv else 0 for k, hv in head.items()]
         gen2 = statistics.fmean([f["gc"]["gen2"][0] for f in runs[name] if f.get("gc")] or [0])
         print(f"{name:<18}" + "".join(f"{x:>7.3f}" for x in ratios)
               + f"{mean(name, 'loop_lag_max_ms'):>8.1f}{mean(name, 'loop_lag_max_after_1s_ms'):>6.1f}"
-              f"{mean(name, 'loop_lag_mean_ms'):>7.2f}{gmean(name, 'n'):>6.0f}{gmean(name, 'max_ms'):>6.1f}"
+              f"{mean(name, 'loop_lag_mean_ms'):>7.2f}{mean(name, 'loop_lag_le_2ms_share'):>6.0%}"
+              f"{mean(name, 'loop_lag_own_mean_ms'):>6.2f}{gmean(name, 'n'):>6.0f}{gmean(name, 'max_ms'):>6.1f}"
               f"{gmean(name, 'max_cpu_ms'):>6.1f}{gen2:>6.1f}{gmean(name, 'over_2ms'):>6.1f}")
     print(f"records in {tmp}")
 
