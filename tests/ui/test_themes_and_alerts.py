@@ -173,7 +173,8 @@ async def test_crash_panel_shows_type_message_count_and_ranks_at_every_size(size
         table = app.query_one(CrashTable)
         await wait_for(pilot, lambda: table.row_count == 2, "the crash rows")
         app.query_one("Dashboard").show_panel("crashes")
-        pieces = ("AttributeError", "TP0, TP1", "draft_tokens", "OutOfMemory", "(8)", "then server_")
+        # the consequence named whole at every size ("↳ then server_fat…" at 160x48 before)
+        pieces = ("AttributeError", "TP0, TP1", "draft_tokens", "OutOfMemory", "(8)", "↳", "server_fatal")
 
         def shown() -> str:
             return "\n".join(str(table.render_line(y).text) for y in range(table.region.height))

@@ -71,7 +71,10 @@ def crash_message_lines(c: CrashEvent, width: int, lines: int | None = None) -> 
         lines = MESSAGE_LINES if width >= 40 else MESSAGE_LINES_NARROW
     then = ""
     if c.consequences:
-        then = "↳ then " + ", ".join(dict.fromkeys(x.exception_type for x in c.consequences))
+        kinds = ", ".join(dict.fromkeys(x.exception_type for x in c.consequences))
+        then = "↳ then " + kinds
+        if len(then) > width:  # a narrow column keeps the consequence's name whole, not the "then"
+            then = "↳ " + kinds
     room = lines - (1 if then else 0)
     wrapped = _Wrapper(width).wrap(c.message or "(no message)") or [""]
     if len(wrapped) > room:
