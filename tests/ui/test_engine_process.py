@@ -32,10 +32,24 @@ import pytest
 from specload.exitcode import ExitCode
 from specload.record.reader import read_record
 from specload.session.engine_process import EngineStartError, ProcessSessionSource
-from specload.ui.app import create_app
+from specload.ui.app import SpecloadApp, create_app
 from tests.ui.conftest import screen_text, tui_config, wait_for
 
 QUIET_SIM = "--ttft-ms 5 --itl-ms 5 --spec-tokens 0 --quiet"
+
+
+def process_app(record: Path, *, concurrency: int = 2, max_tokens: int = 8) -> tuple[SpecloadApp, ProcessSessionSource]:
+    """The app on an engine process running the built-in simulator (a process of its own too)."""
+    cfg = tui_config("-c", str(concurrency), "-d", "60", "--max-tokens", str(max_tokens), "--record", str(record),
+                     "--sim-args", QUIET_SIM)
+    app = create_app(cfg, engine="process")
+    assert isinstance(app.source, ProcessSessionSource)
+    return app, app.source
+
+
+async def load_running(pilot, source: ProcessSessionSource, started: int = 4) -> None:
+    await wait_for(pilot, lambda: (rs := source.frame().runner) is not None and rs.started >= started,
+                   "the load to run", timeout=20)
 
 
 def _gone(pid: int, timeout: float = 15.0) -> bool:
@@ -89,13 +103,9 @@ async def test_keys_steer_the_engine_process_and_q_closes_its_record(sim, tmp_pa
 
 async def test_a_killed_engine_ends_the_run_as_an_error_the_user_reads(tmp_path) -> None:
     record = tmp_path / "run.jsonl"
-    cfg = tui_config("-c", "2", "-d", "60", "--max-tokens", "8", "--record", str(record), "--sim-args", QUIET_SIM)
-    app = create_app(cfg, engine="process")
-    source = app.source
-    assert isinstance(source, ProcessSessionSource)
+    app, source = process_app(record)
     async with app.run_test(size=(120, 40)) as pilot:
-        await wait_for(pilot, lambda: (rs := source.frame().runner) is not None and rs.started >= 4,
-                       "the load to run", timeout=20)
+        await load_running(pilot, source)
         os.kill(source.proc.pid, signal.SIGKILL)
         await wait_for(pilot, lambda: app.result is not None, "the run to end", timeout=15)
         assert app.result is not None
@@ -150,13 +160,9 @@ def test_the_engine_closes_the_record_when_the_ui_is_gone(tmp_path) -> None:
 
 async def test_sigterm_to_the_engine_alone_quits_the_run(tmp_path) -> None:
     record = tmp_path / "run.jsonl"
-    cfg = tui_config("-c", "2", "-d", "60", "--max-tokens", "50", "--record", str(record), "--sim-args", QUIET_SIM)
-    app = create_app(cfg, engine="process")
-    source = app.source
-    assert isinstance(source, ProcessSessionSource)
+    app, source = process_app(record, max_tokens=50)
     async with app.run_test(size=(120, 40)) as pilot:
-        await wait_for(pilot, lambda: (rs := source.frame().runner) is not None and rs.started >= 4,
-                       "the load to run", timeout=20)
+        await load_running(pilot, source)
         os.kill(source.proc.pid, signal.SIGTERM)
         await wait_for(pilot, lambda: app.result is not None, "the run to end", timeout=30)
         assert app.result is not None and app.result.reason == "interrupted"
@@ -194,12 +200,10 @@ async def test_a_blocked_ui_loop_is_nothing_to_the_engine_process(tmp_path) -> N
     # as test_engine_isolation's thread test, for the process: the UI's loop held 0.5 s (a slow
     # repaint) while the engine, a process of its own, measures its loop and finishes requests
     record = tmp_path / "run.jsonl"
-    cfg = tui_config("-c", "4", "-d", "60", "--max-tokens", "8", "--record", str(record), "--sim-args", QUIET_SIM)
-    app = create_app(cfg, engine="process")
+    app, source = process_app(record, concurrency=4)
     blocked: list[tuple[int, int]] = []
     async with app.run_test(size=(120, 40)) as pilot:
-        await wait_for(pilot, lambda: (rs := app.source.frame().runner) is not None and rs.started >= 8,
-                       "the load to run", timeout=20)
+        await load_running(pilot, source, started=8)
 
         def block_the_ui() -> None:
             assert threading.current_thread() is threading.main_thread()
@@ -228,14 +232,10 @@ async def test_a_stopped_engine_is_shown_and_does_not_freeze_the_keys(tmp_path) 
     # the engine process stopped (SIGSTOP: a debugger, a machine swapping): the UI says so instead of
     # showing the last frame as if it were live, and keys do not each wait the whole ack timeout
     record = tmp_path / "run.jsonl"
-    cfg = tui_config("-c", "2", "-d", "60", "--max-tokens", "8", "--record", str(record), "--sim-args", QUIET_SIM)
-    app = create_app(cfg, engine="process")
-    source = app.source
-    assert isinstance(source, ProcessSessionSource)
+    app, source = process_app(record)
     source.silent_after_s = 1.0
     async with app.run_test(size=(120, 40)) as pilot:
-        await wait_for(pilot, lambda: (rs := source.frame().runner) is not None and rs.started >= 4,
-                       "the load to run", timeout=20)
+        await load_running(pilot, source)
         os.kill(source.proc.pid, signal.SIGSTOP)
         try:
             await wait_for(pilot, lambda: "engine silent" in screen_text(app), "the header to say so")
