@@ -311,8 +311,8 @@ class Session:
             self.capacity.run_ended(self.policy.end_reason or "stopped")
         if self.fan.level_chain is not None:  # the last levels' goodput and server figures, before the record closes
             await asyncio.gather(self.fan.level_chain, return_exceptions=True)
-        if self.watch is not None and self.phase == "running":
-            await self.watch.final_scrape()
+        if self.watch is not None and self.phase == "running" and not self.policy.server_down:
+            await self.watch.final_scrape()  # a server found down would only cost its 3 s timeout
         await self.logs.drain()
         self.fan.running = False
         for task in self._background:

@@ -275,3 +275,30 @@ async def test_a_crash_that_pauses_the_load_cuts_the_level_to_its_active_time(si
     assert level.lost == level.requests - level.ok and level.lost >= 1  # the hung streams, cancelled at the quit
     (line,) = read_record(str(rec)).levels
     assert (line["cut"], line["active_s"], line["lost"]) == ("crash", level.active_s, level.lost)
+
+
+async def test_a_quit_after_the_server_went_down_skips_the_last_metrics_scrape(sim, tmp_path) -> None:
+    # the last /metrics scrape before the server is stopped is for the last interval's counters; of a
+    # server found down it only waited out its 3 s timeout: a quit after a crash took 5.3 s, now 2.3
+    log = tmp_path / "server.log"
+    server = await sim(ttft_ms=5, itl_ms=5, spec_tokens=0, crash_after=10, log_file=str(log))
+    rec = tmp_path / "r.jsonl"
+    session = Session(cfg(server.url, rec, watch=WatchConfig(server_log=str(log), on_crash="pause")), stay_open=True)
+    task = asyncio.ensure_future(session.run())
+    tried: list[bool] = []
+    try:
+        await wait_until(lambda: session.watch is not None)
+        assert session.watch is not None
+        final_scrape = session.watch.final_scrape
+
+        async def spy() -> None:
+            tried.append(session.policy.server_down)
+            await final_scrape()
+
+        session.watch.final_scrape = spy  # type: ignore[method-assign]
+        await wait_until(lambda: session.policy.server_down)
+    finally:
+        session.interrupt()
+        result = await asyncio.wait_for(task, 30)
+    assert result.reason in ("server down", "crashed", "interrupted"), result
+    assert tried == [], "the teardown scraped /metrics of a server it had found down"
