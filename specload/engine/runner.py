@@ -237,6 +237,10 @@ class Runner:
         self._emit("next", self._level_index)
         self._wake.set()
 
+    def cut_levels(self) -> tuple[LevelSummary, ...]:
+        """The levels a cut going on has cut, as they stand (``LevelBook.cut_open``)."""
+        return self.book.cut_open(self.clock.now_ns())
+
     def cut(self, why: str) -> None:
         """The server crashed or went down and the run stops: the time from now does not count in the
         levels still open (their hung requests may take a minute to end)."""

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Protocol
 from specload.engine.capacity import SearchView
 from specload.engine.runner import RunnerState
 from specload.record.live import LiveView
+from specload.stats.levels import LevelSummary
 from specload.stats.live import StatsSnapshot
 from specload.stats.slo import SloSpec
 
@@ -62,6 +63,9 @@ class Frame:
     search: SearchView | None  # the capacity search, once one ran
     searching: bool  # a capacity search is running now
     live: LiveView | None = None  # --baseline / --target-ci: the running level against its goal
+    # while the load is cut (a crash, the server down, a pause): the levels it cut, as they stand; each
+    # is replaced by its final summary in ``stats.levels`` once it ends
+    cut_levels: tuple[LevelSummary, ...] = ()
 
 
 class RunControl(Protocol):
@@ -190,6 +194,7 @@ def session_frame(session: Session, info: RunInfo) -> Frame:
         search=session.search_view(),
         searching=cap is not None and cap.searching,
         live=session.live_view(),
+        cut_levels=session.runner.cut_levels() if session.runner is not None else (),
     )
 
 

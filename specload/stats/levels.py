@@ -399,11 +399,19 @@ class LevelColumns:
         order = np.lexsort((d, t))
         return int(np.cumsum(d[order]).max())
 
-    def _cut(self) -> tuple[str, float, int] | None:
+    def _end_ns(self, until_ns: int | None) -> int | None:
+        """The level's end: its last request's, or ``until_ns`` for a level summarised while it runs
+        (requests still in flight, perhaps hung by a crash)."""
+        end = self.last_end_ns
+        if until_ns is not None and self.first_start_ns is not None and (end is None or until_ns > end):
+            return until_ns
+        return end
+
+    def _cut(self, until_ns: int | None = None) -> tuple[str, float, int] | None:
         """(what cut the level first, its active seconds, the requests lost) or None: not cut. The
         crash or server-down time is out from its start; a pause only where none of the level's
         requests was in flight (those in flight when it began still streamed, and are counted)."""
-        a, b = self.first_start_ns, self.last_end_ns
+        a, b = self.first_start_ns, self._end_ns(until_ns)
         if a is None or b is None:
             return None
         hit = [(c0, b if c1 is None else min(c1, b), why) for c0, c1, why in self.cuts
@@ -428,11 +436,12 @@ class LevelColumns:
             if len(self.failed_ends_ns) else 0
         return hit[0][2], max(0.0, (b - a - cut_ns) / 1e9), lost
 
-    def summary(self) -> LevelSummary:
-        start, end = self.first_start_ns, self.last_end_ns
+    def summary(self, until_ns: int | None = None) -> LevelSummary:
+        """The level's figures; ``until_ns``: of a level still running, as if it ended then."""
+        start, end = self.first_start_ns, self._end_ns(until_ns)
         wall_ns = end - start if start is not None and end is not None else 0
         wall_s = wall_ns / 1e9
-        cut = self._cut()
+        cut = self._cut(until_ns)
         active_s = wall_s if cut is None else cut[1]
         toks = np.frombuffer(self.tokens, dtype=np.float64) if len(self.tokens) else np.zeros(0)
         e2e = np.frombuffer(self.e2e_ns, dtype=np.float64) if len(self.e2e_ns) else np.zeros(0)
@@ -569,8 +578,11 @@ class LevelBook:
         self._closed: set[int] = set()
         self._released: set[int] = set()
         self._cut: list | None = None  # the cut going on: [begin_ns, None, reason], shared by the levels
+        self._version = 0  # moves with every change the summaries depend on (cut_open's cache)
+        self._cut_open: tuple[tuple[int, int], tuple[LevelSummary, ...]] = ((-1, -1), ())
 
     def open(self, level_index: int, concurrency: int, rate: float | None = None) -> None:
+        self._version += 1
         self._cols[level_index] = cols = LevelColumns(level_index, concurrency, rate)
         self._in_flight[level_index] = 0
         if self._cut is not None:  # a level opened while paused or with the server down starts cut
@@ -582,6 +594,7 @@ class LevelBook:
         the load is cut by the crash, not the pause); a crash during a pause begins a cut of its own."""
         if self._cut is not None and (self._cut[2] != "pause" or reason == "pause"):
             return
+        self._version += 1
         if self._cut is not None:
             self._cut[1] = now_ns
         self._cut = [now_ns, None, reason]
@@ -591,6 +604,7 @@ class LevelBook:
 
     def cut_end(self, now_ns: int) -> None:
         """The load resumed."""
+        self._version += 1
         if self._cut is not None:
             self._cut[1] = now_ns
             self._cut = None
@@ -608,11 +622,38 @@ class LevelBook:
             return []
         cols.add(rec)
         self._in_flight[idx] -= 1
+        self._version += 1
         return self._release()
 
     def close(self, level_index: int) -> list[LevelSummary]:
         self._closed.add(level_index)
+        self._version += 1
         return self._release()
+
+    def cut_open(self, now_ns: int) -> tuple[LevelSummary, ...]:
+        """While a cut goes on (the load paused by a crash, the server down or a pause): the levels it
+        cut that are not complete yet, summarised as if they ended now (their active time is up to the
+        cut; requests hung by a crash count as lost once they end). A level paused by a crash stays
+        open until the user moves on: the dashboard shows it as cut now, not when it ends. Nothing
+        outside a cut (no work while the load is measured); computed again after a change, or once a
+        second."""
+        if self._cut is None:
+            return ()
+        key = (self._version, now_ns // 1_000_000_000)
+        if self._cut_open[0] != key:
+            rows = []
+            for idx, cols in sorted(self._cols.items()):
+                if idx in self._released or not cols.cuts or cols.first_start_ns is None:
+                    continue
+                s = cols.summary(now_ns)
+                hung = self._in_flight.get(idx, 0)
+                if hung > 0 and s.cut in ("crash", "server_down"):
+                    # its streams still open on a crashed or dead server end as lost (cancelled at
+                    # the latest by the quit): counted now, as the final summary will
+                    s = replace(s, requests=s.requests + hung, lost=(s.lost or 0) + hung)
+                rows.append(s)
+            self._cut_open = (key, tuple(rows))
+        return self._cut_open[1]
 
     def _complete(self, idx: int) -> bool:
         return idx in self._closed and self._in_flight.get(idx, 0) <= 0

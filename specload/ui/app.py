@@ -43,6 +43,7 @@ from specload.session import SessionResult
 from specload.session.engine_process import EngineStartError, ProcessSessionSource
 from specload.session.engine_thread import TUI_PROCESS, ThreadedSessionSource
 from specload.session.source import Frame, RunControl, RunSource
+from specload.stats.levels import LevelSummary
 from specload.stats.live import StatsSnapshot
 from specload.ui.keys import open_modal, take_key
 from specload.ui.layout import Dashboard, DetailGrid, PanelTabs, TopRow
@@ -120,6 +121,7 @@ class SpecloadApp(App[int]):
     target_info: var[tuple[str, str, str]] = var(("", "", ""))
     pending_target: var[int | None] = var(None)  # a concurrency keyed in, applied once keys settle
     search: var[SearchView | None] = var(None)  # the capacity search, when one has run or runs
+    cut_levels: var[tuple[LevelSummary, ...]] = var(())  # levels cut by a crash or pause, not ended yet
     log_tail: var[tuple[tuple[int, str], ...]] = var(())  # the newest server log lines, about once a second
 
     def __init__(
@@ -191,7 +193,7 @@ class SpecloadApp(App[int]):
                 yield LatencyPanel(classes="top-panel").data_bind(App.snapshot)
             yield PanelTabs()
             with DetailGrid():
-                yield LevelTable(id="p-levels", classes="detail-panel").data_bind(App.snapshot)
+                yield LevelTable(id="p-levels", classes="detail-panel").data_bind(App.snapshot, App.cut_levels)
                 yield KneeChart(id="p-chart", classes="detail-panel").data_bind(App.snapshot, App.search)
                 yield ServerPanel(id="p-server", classes="detail-panel").data_bind(App.snapshot)
                 yield CrashTable(id="p-crashes", classes="detail-panel").data_bind(App.snapshot)
@@ -246,6 +248,7 @@ class SpecloadApp(App[int]):
         self.target_info = (f.url or "", f.model or "", f.api or "")
         self.search = f.search
         self.live = f.live
+        self.cut_levels = f.cut_levels
         if self._ticks % LOG_EVERY == 0:
             self.log_tail = f.log
         self._ticks += 1

@@ -254,3 +254,35 @@ async def test_a_stopped_engine_is_shown_and_does_not_freeze_the_keys(tmp_path) 
     # the four presses reached the engine once it ran again, in order: paused, resumed, paused, resumed
     kinds = [e["kind"] for e in data.events if e["kind"] in ("pause", "resume")]
     assert kinds == ["pause", "resume", "pause", "resume"], kinds
+
+
+async def test_a_level_the_crash_paused_is_in_the_table_as_cut_before_it_ends(tmp_path) -> None:
+    # issue 11: after a crash the TUI pauses the load, and the paused level stays open until the user
+    # moves on: the table showed it (cut, with the requests it lost) only once it ended. Now the
+    # frame carries the levels a cut has cut, as they stand, and the table shows them at once.
+    from specload.ui.widgets.levels import LevelTable
+
+    record = tmp_path / "run.jsonl"
+    cfg = tui_config("-c", "4", "-d", "600", "--max-tokens", "50", "--record", str(record),
+                     "--sim-args", "--crash-after 12 --ttft-ms 5 --itl-ms 5 --spec-tokens 0")
+    app = create_app(cfg, engine="process")
+    source = app.source
+    assert isinstance(source, ProcessSessionSource)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await wait_for(pilot, lambda: bool(source.frame().stats.crashes), "the crash", timeout=30)
+        table = app.query_one(LevelTable)
+        await wait_for(pilot, lambda: "level-0" in table.rows, "the paused level's row")
+        assert not source.frame().stats.levels, "the level had ended: this is not the case under test"
+        await wait_for(pilot, lambda: "crash" in str(table.get_row("level-0")), "the cut shown in its row")
+        row = [str(c) for c in table.get_row("level-0")]
+        assert row[0] == "4"
+        # the streams the crash hung are counted lost at once (they end so when the run does)
+        (provisional,) = source.frame().cut_levels
+        assert provisional.cut == "crash" and provisional.lost is not None and provisional.lost >= 1
+        assert provisional.requests == provisional.ok + provisional.lost
+        await pilot.press("q")
+        await wait_for(pilot, lambda: app.return_code is not None, "the app to exit after q", timeout=30)
+    # the final summary replaced the provisional row, and says the same cut
+    (level,) = app.result.levels if app.result is not None else ()
+    assert level.cut == "crash"
+    assert "crash" in str(table.get_row("level-0"))

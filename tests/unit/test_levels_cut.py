@@ -178,3 +178,40 @@ def test_report_csv_has_the_columns_of_a_cut_level_after_an_uncut_one(capsys) ->
     cols = header.split(",")
     assert {"cut", "active_s", "lost"} <= set(cols)
     assert second.split(",")[cols.index("cut")] == "crash" and first.split(",")[cols.index("cut")] == ""
+
+
+def test_a_level_still_open_under_a_cut_is_summarised_as_it_stands_and_agrees_with_its_end() -> None:
+    # the TUI pauses the load on a crash and the level stays open: the dashboard shows it cut at once
+    # (issue 11), with the hung streams counted lost, as its final summary will count them
+    book = LevelBook()
+    book.open(0, 2)
+    assert book.cut_open(5 * S) == ()  # no cut: nothing is summarised while the load is measured
+    for _ in range(4):
+        book.started(0)
+    book.add(rec(0, 10, 1000))
+    book.add(rec(0, 10, 1000))
+    book.cut_begin("crash", 10 * S)  # the two other streams hang from here
+    (now,) = book.cut_open(40 * S)
+    assert now.cut == "crash" and now.active_s == pytest.approx(10.0)
+    assert now.throughput_tok_s == pytest.approx(200.0)  # its active time, not the 40 s so far
+    assert (now.ok, now.lost, now.requests) == (2, 2, 4)
+    assert book.cut_open(40 * S) is book.cut_open(40 * S)  # nothing changed: not computed again
+    book.add(rec(1, 70, 0, ok=False))
+    book.add(rec(2, 70, 0, ok=False))
+    (final,) = book.close(0)
+    assert (final.cut, final.ok, final.lost, final.requests) == ("crash", 2, 2, 4)
+    assert final.active_s == pytest.approx(now.active_s) and final.throughput_tok_s == pytest.approx(200.0)
+    assert book.cut_open(80 * S) == ()  # released: its final summary is the one shown
+
+
+def test_a_pause_does_not_count_the_streams_still_running_as_lost() -> None:
+    book = LevelBook()
+    book.open(0, 2)
+    for _ in range(2):
+        book.started(0)
+    book.add(rec(0, 10, 1000))
+    book.cut_begin("pause", 10 * S)  # the user paused: the other stream goes on and finishes
+    (now,) = book.cut_open(12 * S)
+    assert now.cut == "pause" and not now.lost and now.requests == 1
+    book.cut_end(15 * S)
+    assert book.cut_open(16 * S) == ()  # the load runs again: no provisional rows

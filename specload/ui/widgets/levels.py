@@ -93,9 +93,13 @@ class LevelTable(KeyedTable):
     COLUMNS = COLUMNS
 
     snapshot: var[StatsSnapshot | None] = var(None)
+    # levels a crash, the server down or a pause has cut and that have not ended (the load is paused,
+    # perhaps for minutes): shown as they stand, each row replaced in place by the final summary
+    cut_levels: var[tuple[LevelSummary, ...]] = var(())
 
     def __init__(self, **kwargs: object) -> None:
         super().__init__(zebra_stripes=True, **kwargs)
+        self._ended = 0  # the finished levels shown (the snapshot's levels)
         self._goodput = False
         self._cut = False
         self._judged: tuple[tuple[str, str], ...] = ()
@@ -134,11 +138,17 @@ class LevelTable(KeyedTable):
             self.show(key, self._cells(s))
 
     def watch_snapshot(self, snap: StatsSnapshot | None) -> None:
-        if snap is None or len(snap.levels) == self.keys_shown:
+        if snap is None or len(snap.levels) == self._ended:
             return
         for s in snap.levels:  # rows already shown compare equal and are left alone
             self.show_level(s)
+        self._ended = len(snap.levels)
 
+    def watch_cut_levels(self, levels: tuple[LevelSummary, ...]) -> None:
+        ended = {s.level_index for s in self.snapshot.levels} if self.snapshot is not None else set()
+        for s in levels:
+            if s.level_index not in ended:  # a final summary is never overwritten by a provisional one
+                self.show_level(s)
 
 class KneeChart(PlotextPlot):
     """Throughput against load. A capacity search draws on it too: its probes (those it could not
