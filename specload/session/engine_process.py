@@ -58,11 +58,19 @@ from specload.exitcode import ExitCode
 from specload.session.engine_thread import (
     CONTROL_WAIT_S,
     TEARDOWN_WAIT_S,
-    _OnLoop,
+    OnLoop,
     lower_thread_priority,
     pin_thread_to_last_cpu,
 )
-from specload.session.source import Frame, RunControl, RunInfo, SessionControl, run_info, session_frame
+from specload.session.source import (
+    ForwardingControl,
+    Frame,
+    RunControl,
+    RunInfo,
+    SessionControl,
+    run_info,
+    session_frame,
+)
 
 if TYPE_CHECKING:
     from specload.config import RunConfig
@@ -114,41 +122,6 @@ def _recv(sock: socket.socket) -> Any:
 # ---------------------------------------------------------------------------------- the UI's side
 
 
-class ProcessControl:
-    """``RunControl`` whose commands are messages to the engine process; each waits (bounded) for its
-    ack, so the frame sampled right after it shows its effect."""
-
-    def __init__(self, source: ProcessSessionSource) -> None:
-        self._source = source
-
-    def _do(self, name: str, *args: object) -> None:
-        self._source.command(name, *args)
-
-    def set_target(self, n: int) -> None:
-        self._do("set_target", n)
-
-    def toggle_pause(self) -> None:
-        self._do("toggle_pause")
-
-    def next_level(self) -> None:
-        self._do("next_level")
-
-    def toggle_hold(self) -> None:
-        self._do("toggle_hold")
-
-    def marker(self, note: str) -> None:
-        self._do("marker", note)
-
-    def find_max(self, start: float | None) -> None:
-        self._do("find_max", start)
-
-    def hold_best(self) -> None:
-        self._do("hold_best")
-
-    def quit(self, sig: int | None = None) -> None:
-        self._do("quit", sig)
-
-
 class ProcessSessionSource:
     """``specload tui``'s source: the session runs in an engine process (see the module docstring);
     the same options and defaults as ``SessionSource``. Building it starts the process and waits
@@ -172,7 +145,7 @@ class ProcessSessionSource:
         self._result: SessionResult | None = None
         self.done: concurrent.futures.Future = concurrent.futures.Future()
         self.done.set_running_or_notify_cancel()  # a cancelled await must not cancel the result
-        self.control: RunControl | None = ProcessControl(self)
+        self.control: RunControl | None = ForwardingControl(lambda name, args: self.command(name, *args))
         # the engine's stdout and stderr; open as long as the source (its tail explains an engine that died)
         self._output = tempfile.TemporaryFile()  # noqa: SIM115
         ours, theirs = socket.socketpair()
@@ -223,7 +196,7 @@ class ProcessSessionSource:
 
     async def run(self, listener: SessionListener) -> SessionResult | None:
         with self._lock:
-            self._listener = _OnLoop(listener, asyncio.get_running_loop())
+            self._listener = OnLoop(listener, asyncio.get_running_loop())
             early, self._early = self._early, []
         for name, args in early:
             getattr(self._listener, name)(*args)

@@ -56,7 +56,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from specload.session.source import Frame, RunControl, SessionControl, SessionSource
+from specload.session.source import ForwardingControl, Frame, RunControl, SessionControl, SessionSource
 
 if TYPE_CHECKING:
     from specload.config import RunConfig
@@ -157,7 +157,7 @@ class EngineThread:
             self._thread.join(timeout)
 
 
-class _OnLoop:
+class OnLoop:
     """A ``SessionListener`` whose every call is queued onto ``loop`` (the UI's), in order; the engine
     never waits for the listener. Calls after that loop closed are dropped (nobody is listening)."""
 
@@ -174,41 +174,6 @@ class _OnLoop:
         return queued
 
 
-class ThreadedControl:
-    """``RunControl`` whose commands run on the engine's loop."""
-
-    def __init__(self, inner: SessionControl, engine: EngineThread) -> None:
-        self._inner, self._engine = inner, engine
-
-    def _do(self, fn: Callable[..., object], *args: object) -> None:
-        with contextlib.suppress(EngineBusy):  # queued: it runs when the engine's loop gets to it
-            self._engine.call(fn, *args, timeout=CONTROL_WAIT_S)
-
-    def set_target(self, n: int) -> None:
-        self._do(self._inner.set_target, n)
-
-    def toggle_pause(self) -> None:
-        self._do(self._inner.toggle_pause)
-
-    def next_level(self) -> None:
-        self._do(self._inner.next_level)
-
-    def toggle_hold(self) -> None:
-        self._do(self._inner.toggle_hold)
-
-    def marker(self, note: str) -> None:
-        self._do(self._inner.marker, note)
-
-    def find_max(self, start: float | None) -> None:
-        self._do(self._inner.find_max, start)
-
-    def hold_best(self) -> None:
-        self._do(self._inner.hold_best)
-
-    def quit(self, sig: int | None = None) -> None:
-        self._do(self._inner.quit, sig)
-
-
 class ThreadedSessionSource(SessionSource):
     """``specload tui``'s source: the session runs on the engine thread's loop (see the module
     docstring); the same options and defaults as ``SessionSource``."""
@@ -217,8 +182,15 @@ class ThreadedSessionSource(SessionSource):
         super().__init__(cfg, **session_options)
         self.ui_nice = ui_nice  # added to the nice value of the thread that runs the UI (0: left alone)
         self.engine = EngineThread()
-        self.control: RunControl | None = ThreadedControl(SessionControl(self.session), self.engine)
+        inner = SessionControl(self.session)
+        self.control: RunControl | None = ForwardingControl(
+            lambda name, args: self._command(getattr(inner, name), *args))
         self._last: Frame | None = None
+
+    def _command(self, fn: Callable[..., object], *args: object) -> None:
+        """A control command on the engine's loop, waited for (bounded) so the next frame shows it."""
+        with contextlib.suppress(EngineBusy):  # queued: it runs when the engine's loop gets to it
+            self.engine.call(fn, *args, timeout=CONTROL_WAIT_S)
 
     def frame(self) -> Frame:
         try:
@@ -229,7 +201,7 @@ class ThreadedSessionSource(SessionSource):
         return self._last
 
     async def run(self, listener: SessionListener) -> SessionResult | None:
-        self._relay.target = _OnLoop(listener, asyncio.get_running_loop())
+        self._relay.target = OnLoop(listener, asyncio.get_running_loop())
         done: concurrent.futures.Future = concurrent.futures.Future()
         done.set_running_or_notify_cancel()  # a cancelled await below must not cancel the result
         self.engine.start(self.session.run, done)

@@ -20,6 +20,7 @@ Nothing here imports Textual.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -122,6 +123,39 @@ class _Relay:
 
     def __getattr__(self, name: str):  # one of SessionListener's methods
         return getattr(self.target, name)
+
+
+class ForwardingControl:
+    """``RunControl`` whose every command goes to one function as (its name, its arguments): to the
+    engine thread's loop, or as a message to the engine process, where a ``SessionControl`` runs it
+    by that name."""
+
+    def __init__(self, forward: Callable[[str, tuple], None]) -> None:
+        self._forward = forward
+
+    def set_target(self, n: int) -> None:
+        self._forward("set_target", (n,))
+
+    def toggle_pause(self) -> None:
+        self._forward("toggle_pause", ())
+
+    def next_level(self) -> None:
+        self._forward("next_level", ())
+
+    def toggle_hold(self) -> None:
+        self._forward("toggle_hold", ())
+
+    def marker(self, note: str) -> None:
+        self._forward("marker", (note,))
+
+    def find_max(self, start: float | None) -> None:
+        self._forward("find_max", (start,))
+
+    def hold_best(self) -> None:
+        self._forward("hold_best", ())
+
+    def quit(self, sig: int | None = None) -> None:
+        self._forward("quit", (sig,))
 
 
 class SessionControl:

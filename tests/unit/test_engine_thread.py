@@ -11,7 +11,7 @@ import threading
 
 import pytest
 
-from specload.session.engine_thread import EngineBusy, EngineThread, _OnLoop, lower_thread_priority
+from specload.session.engine_thread import EngineBusy, EngineThread, OnLoop, lower_thread_priority
 
 
 def _started(main) -> tuple[EngineThread, concurrent.futures.Future]:
@@ -74,7 +74,7 @@ async def test_listener_calls_reach_the_ui_loop_in_order_without_the_engine_wait
         def phase(self, phase: str) -> None:
             heard.append(("phase", phase, threading.current_thread() is ui_thread))
 
-    relay = _OnLoop(Listener(), asyncio.get_running_loop())  # type: ignore[arg-type]
+    relay = OnLoop(Listener(), asyncio.get_running_loop())  # type: ignore[arg-type]
 
     async def main() -> None:
         for i in range(50):
