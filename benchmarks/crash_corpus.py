@@ -19,7 +19,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from specload.watch.signatures import SignatureBook, scan_text  # noqa: E402
+from specload.watch.crashbook import SignatureBook  # noqa: E402
+from specload.watch.detector import scan_text  # noqa: E402
 
 
 def _matches(e, want: dict, *, process: bool = True) -> bool:
@@ -33,7 +34,7 @@ def _matches(e, want: dict, *, process: bool = True) -> bool:
 
 def failures_of(text: str) -> int:
     """Failures as the live run counts them: the sum of the counts of the book's events."""
-    from specload.watch.signatures import CrashDetector
+    from specload.watch.detector import CrashDetector
 
     det, book = CrashDetector(), SignatureBook()
     entries = []

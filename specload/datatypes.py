@@ -167,7 +167,7 @@ class CrashEvent:
 
     ``count`` is the number of failures this signature caused (the same crash on several ranks at once is
     one failure, listed in ``processes``); ``consequences`` are the other signatures those failures
-    printed (see ``specload.watch.signatures``: "Failures")."""
+    printed (see ``specload.watch.crashbook.SignatureBook``)."""
 
     signature: str  # stable id of the group (hash of type, masked message, innermost frame)
     exception_type: str

@@ -3,7 +3,7 @@
 This module owns the knowledge of *how log lines are wrapped*: terminal colour codes, carriage returns,
 control bytes, and the prefixes that loggers, process managers and log shippers put in front of the text
 (timestamps in many formats, levels, ``[file.py:N]``, rank and pid tags, journald, kubectl/docker
-timestamps, log-aggregator exports, logfmt). The crash detector (``signatures.py``) only ever looks at the
+timestamps, log-aggregator exports, logfmt). The crash detector (``detector.py``) only ever looks at the
 text behind those prefixes plus the normalised process tag, so a new prefix format is a change here only.
 
 Prefixes come in three kinds, and the difference matters for multi-process logs:

@@ -43,8 +43,9 @@ class LogWatch:
         on_server: Callable[[ServerSample], None],
         on_notice: Callable[[str], None],
     ) -> None:
+        from specload.watch.crashbook import SignatureBook
+        from specload.watch.detector import CrashDetector
         from specload.watch.expect import ExpectLog
-        from specload.watch.signatures import CrashDetector, SignatureBook
 
         self.cfg = cfg
         self.clock = clock

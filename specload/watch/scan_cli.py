@@ -1,6 +1,6 @@
 """``specload scan-log FILE``: find crash signatures in a saved server log.
 
-The command is a thin shell over :class:`specload.watch.signatures.LogScanner`: it owns reading the file
+The command is a thin shell over :class:`specload.watch.detector.LogScanner`: it owns reading the file
 (streamed in chunks, so a log of any size is scanned in bounded memory; bytes decoded leniently, since
 server logs carry raw control bytes and broken UTF-8; lines longer than :data:`MAX_LINE_BYTES` cut, so a
 file without newlines cannot grow a line without bound), the two output formats and the exit codes, so
@@ -24,7 +24,8 @@ import orjson
 
 from specload.datatypes import CrashEvent
 from specload.exitcode import ExitCode
-from specload.watch.signatures import CrashEntry, LogScanner
+from specload.watch.crashbook import CrashEntry
+from specload.watch.detector import LogScanner
 from specload.watch.tail import LineSplitter
 
 EXIT_CLEAN, EXIT_CRASH, EXIT_USAGE = ExitCode.SCAN_CLEAN, ExitCode.SCAN_CRASH, ExitCode.SCAN_ERROR

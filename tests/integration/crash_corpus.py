@@ -11,7 +11,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from specload.watch.signatures import CrashDetector, CrashEntry, LogScanner, SignatureBook, scan_text
+from specload.watch.crashbook import CrashEntry, SignatureBook
+from specload.watch.detector import CrashDetector, LogScanner, scan_text
 
 MS = 1_000_000
 

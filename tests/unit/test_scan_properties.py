@@ -11,8 +11,9 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from specload.watch.crashbook import SignatureBook
+from specload.watch.detector import CrashDetector, LogScanner
 from specload.watch.logline import clean_line, parse_line
-from specload.watch.signatures import CrashDetector, LogScanner, SignatureBook
 from specload.watch.tail import LineSplitter
 
 FRAGMENTS = [

@@ -1,4 +1,4 @@
-"""Crash markers, grouping and live behaviour of specload.watch.signatures, on logs written here."""
+"""Crash markers, grouping and live behaviour of the crash detector (specload.watch), on logs written here."""
 
 from __future__ import annotations
 
@@ -8,16 +8,9 @@ import textwrap
 
 import pytest
 
-from specload.watch.signatures import (
-    MARKERS,
-    CrashDetector,
-    CrashEntry,
-    LogScanner,
-    SignatureBook,
-    demangle,
-    mask_message,
-    scan_text,
-)
+from specload.watch.crashbook import CrashEntry, SignatureBook, mask_message
+from specload.watch.detector import CrashDetector, LogScanner, scan_text
+from specload.watch.markers import MARKERS, demangle
 
 MS = 1_000_000
 
@@ -828,7 +821,7 @@ def test_signature_book_learns_the_frame_from_a_later_full_copy() -> None:
 
 def test_core_modules_do_not_import_textual() -> None:
     code = (
-        "import sys, specload.watch.signatures, specload.watch.logline, specload.watch.scan_cli;"
+        "import sys, specload.watch.detector, specload.watch.logline, specload.watch.scan_cli;"
         "sys.exit(1 if 'textual' in sys.modules else 0)"
     )
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
