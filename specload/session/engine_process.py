@@ -43,6 +43,7 @@ import contextlib
 import dataclasses
 import os
 import pickle
+import re
 import signal
 import socket
 import struct
@@ -305,8 +306,8 @@ class ProcessSessionSource:
             self._output.seek(0, os.SEEK_END)
             size = self._output.tell()
             self._output.seek(max(0, size - OUTPUT_TAIL_BYTES))
-            lines = [ln for ln in self._output.read().decode(errors="replace").splitlines() if ln.strip()]
-            tail = f": {lines[-1].strip()}" if lines else ""
+            cause = last_error(self._output.read().decode(errors="replace"))
+            tail = f": {cause}" if cause else ""
         return f"the engine process {exit_description(code)}{tail}"
 
     def _stop_process(self) -> None:
@@ -322,6 +323,23 @@ class ProcessSessionSource:
                 self.proc.wait(EXIT_WAIT_S)
 
 
+_EXCEPTION_LINE = re.compile(r"[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt|Warning)(: .*)?")
+
+
+def last_error(output: str) -> str:
+    """What a process's output says went wrong: the exception line of its last traceback (the
+    innermost one of an exception group), not whatever it printed after it (aiohttp warns of
+    unclosed sessions as the interpreter exits); else its last line."""
+    lines = [ln.lstrip(" |+").rstrip() for ln in output.splitlines()]
+    lines = [ln for ln in lines if ln]
+    start = max((i for i, ln in enumerate(lines) if ln.startswith("Traceback (most recent call last)")), default=None)
+    if start is not None:
+        found = [ln for ln in lines[start:] if _EXCEPTION_LINE.fullmatch(ln) and "ExceptionGroup" not in ln]
+        if found:
+            return found[-1]
+    return lines[-1] if lines else ""
+
+
 # ---------------------------------------------------------------------------------- the engine's side
 
 
@@ -333,6 +351,7 @@ class _Wire:
     def __init__(self, writer: asyncio.StreamWriter) -> None:
         self.writer = writer
         self.frame: Callable[[], Frame] | None = None
+        self.frame_failed = False  # said once
 
     def send(self, msg: object) -> None:
         if not self.writer.is_closing():
@@ -342,8 +361,16 @@ class _Wire:
         return self.writer.transport.get_write_buffer_size() > BACKLOG_BYTES
 
     def push_frame(self) -> None:
-        if self.frame is not None and not self.backlogged():
-            self.send(("frame", self.frame()))
+        if self.frame is None or self.backlogged():
+            return
+        try:
+            frame = self.frame()
+        except Exception as e:  # noqa: BLE001 - a figure the screen cannot show must not end the load
+            if not self.frame_failed:
+                self.frame_failed = True
+                self.send(("call", "notice", (f"internal error: the screen's frame failed: {type(e).__name__}: {e}",)))
+            return
+        self.send(("frame", frame))
 
     def __getattr__(self, name: str) -> Callable[..., None]:
         def call(*args: object) -> None:
@@ -432,8 +459,13 @@ async def _engine_main(sock: socket.socket) -> int:
         await run_now.wait()
         if engine.ui_gone:
             return 0
-        result = await session.run()
-        wire.send(("frame", engine.frame()))
+        try:
+            result = await session.run()
+        except Exception as e:  # noqa: BLE001 - the cause, for the user, rather than a dead process's last line
+            from specload.session import SessionResult
+
+            result = SessionResult("error", ExitCode.ERROR, (), f"internal error: {type(e).__name__}: {e}")
+        wire.push_frame()
         wire.send(("result", result))
         with contextlib.suppress(ConnectionError):
             await writer.drain()

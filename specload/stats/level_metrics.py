@@ -240,7 +240,8 @@ def throughput(level: LevelRequests, seed: int = 0, n_boot: int = iv.N_BOOT, **_
 
 
 def _wall_throughput(level: LevelRequests) -> float | None:
-    if level.start_s is None or level.end_s is None or level.output_tokens is None:
+    # a level that has no finished request yet (the live judge asks from its first frame on) has no span
+    if level.start_s is None or level.end_s is None or level.output_tokens is None or not level.n:
         return None
     wall = float(np.nanmax(level.end_s) - np.nanmin(level.start_s))
     tok = float(np.nansum(np.where(level.ok, level.output_tokens, 0.0)))

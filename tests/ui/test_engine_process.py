@@ -286,3 +286,62 @@ async def test_a_level_the_crash_paused_is_in_the_table_as_cut_before_it_ends(tm
     (level,) = app.result.levels if app.result is not None else ()
     assert level.cut == "crash"
     assert "crash" in str(table.get_row("level-0"))
+
+
+async def test_baseline_and_target_ci_are_judged_live_in_the_engine_process(sim, tmp_path) -> None:
+    # issue 22: `specload tui --baseline B` and `--target-ci 5` ended at start ("engine failed"): the
+    # live judge's figure of a level with no finished request raised, on the first frame, in the
+    # engine process (the tests ran on the engine thread, which the CLI does not ship)
+    from specload.session import Session
+    from tests.conftest import make_config
+
+    server = await sim(ttft_ms=5, itl_ms=5, spec_tokens=0)
+    baseline = tmp_path / "b.jsonl"
+    base = await Session(make_config(server.url, concurrency=(1,), requests_per_level=10, path=str(baseline))).run()
+    assert base.reason == "completed"
+    record = tmp_path / "run.jsonl"
+    cfg = tui_config(server.url, "-c", "1", "-d", "60", "--max-tokens", "16", "--baseline", str(baseline),
+                     "--target-ci", "5", "--record", str(record))
+    app = create_app(cfg, engine="process")
+    async with app.run_test(size=(160, 48)) as pilot:
+        await wait_for(pilot, lambda: app.frame.live is not None or app.result is not None, "the live judge's view",
+                       timeout=20)
+        assert app.result is None, app.result  # the run goes on
+        await wait_for(pilot, lambda: "×" in str(app.query_one("#load-live").render()),
+                       "the ratio to the baseline on the load panel", timeout=20)
+        live = app.frame.live
+        assert live is not None and live.baseline is not None and live.baseline.value
+        await pilot.press("q")
+        await wait_for(pilot, lambda: app.return_code is not None, "the app to exit after q", timeout=30)
+    assert app.result is not None and app.result.reason != "error", app.result
+    data = read_record(str(record))
+    assert data.end is not None and data.end["reason"] != "error"
+
+
+def test_a_dead_engine_is_explained_by_its_traceback_not_by_what_it_printed_after() -> None:
+    # issue 22: the user read aiohttp's "Unclosed client session" (printed as the dead engine's
+    # interpreter exited) instead of the ValueError that ended it
+    from specload.session.engine_process import last_error
+
+    plain = textwrap.dedent("""\
+        Traceback (most recent call last):
+          File "x.py", line 1, in <module>
+        ValueError: zero-size array to reduction operation fmax which has no identity
+        Unclosed client session
+        client_session: <aiohttp.client.ClientSession object at 0x7f>
+    """)
+    assert last_error(plain) == "ValueError: zero-size array to reduction operation fmax which has no identity"
+    group = textwrap.dedent("""\
+          + Exception Group Traceback (most recent call last):
+          |   File "x.py", line 1, in <module>
+          | ExceptionGroup: unhandled errors in a TaskGroup (1 sub-exception)
+          +-+---------------- 1 ----------------
+            | Traceback (most recent call last):
+            |   File "y.py", line 2, in f
+            | KeyError: 'x'
+            +------------------------------------
+        Unclosed connector
+    """)
+    assert last_error(group) == "KeyError: 'x'"
+    assert last_error("some line\nthe last one\n") == "the last one"
+    assert last_error("") == ""
