@@ -39,6 +39,7 @@ from typing import overload
 
 import numpy as np
 
+from specload import lines
 from specload.record.runs import (
     Run,
     RunDescription,
@@ -164,10 +165,11 @@ def _loads(text: bytes | str) -> object:
 
 def _load_json(path: str) -> object:
     try:
-        with open(path, "rb") as f:
-            return _loads(f.read())
+        return _loads(lines.read_capped(path))
     except OSError as e:
         raise RunReadError(f"cannot read {path}: {e.strerror}") from None
+    except lines.TooLong as e:
+        raise RunReadError(str(e)) from None
     except (ValueError, UnicodeDecodeError) as e:
         raise RunReadError(f"{path}: not valid JSON ({e})") from None
 
@@ -440,22 +442,23 @@ def _sglang_ok(d: dict, n: int) -> list[bool]:
 
 
 def read_sglang(path: str, label: str | None = None) -> Run:
+    runs = []
     try:
-        with open(path, "rb") as f:
-            raw = f.read()
+        # each line is a whole benchmark run, its per-request arrays included: capped as a file is
+        for i, line, _ in lines.iter_lines(path, lines.MAX_DOCUMENT_BYTES):
+            if not line.strip():
+                continue
+            try:
+                obj = _loads(line)
+            except (ValueError, UnicodeDecodeError):
+                raise RunReadError(f"{path}:{i}: not valid JSON") from None
+            if isinstance(obj, dict):
+                runs.append(obj)
     except OSError as e:
         raise RunReadError(f"cannot read {path}: {e.strerror}") from None
-    lines = []
-    for i, line in enumerate(raw.split(b"\n")):
-        if not line.strip():
-            continue
-        try:
-            obj = _loads(line)
-        except (ValueError, UnicodeDecodeError):
-            raise RunReadError(f"{path}:{i + 1}: not valid JSON") from None
-        if isinstance(obj, dict):
-            lines.append(obj)
-    if not lines:
+    except lines.TooLong as e:
+        raise RunReadError(str(e)) from None
+    if not runs:
         raise RunReadError(f"{path}: no benchmark results")
     levels = []
     notes = [
@@ -469,7 +472,7 @@ def read_sglang(path: str, label: str | None = None) -> Run:
     ]
     summaries = []
     recomputed = []
-    for idx, d in enumerate(lines):
+    for idx, d in enumerate(runs):
         try:
             n = _arrays(d, ("ttfts", "itls", "output_lens", "input_lens", "errors"))
         except RunReadError as e:
@@ -491,12 +494,12 @@ def read_sglang(path: str, label: str | None = None) -> Run:
                                         error_kind=(None,) * completed, open_loop=open_loop, summary=summary))
         else:
             levels.append(_sglang_level(d, n, idx, concurrency, open_loop, summary))
-    d0 = lines[0]
+    d0 = runs[0]
     extra = {k: d0[k] for k in ("backend", "dataset_name", "random_input_len", "random_output_len",
                                 "random_range_ratio", "sharegpt_output_len") if k in d0}
     extra["tool_summary"] = summaries if len(summaries) > 1 else summaries[0]
     extra["recomputed"] = recomputed if len(recomputed) > 1 else recomputed[0]
-    lens = [x for d in lines for x in (d.get("input_lens") or [])]
+    lens = [x for d in runs for x in (d.get("input_lens") or [])]
     rate = _f(d0.get("request_rate"))
     desc = RunDescription(
         tool="sglang bench_serving",

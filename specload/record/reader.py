@@ -6,14 +6,18 @@ its type (keys and their types, numbers finite and of sane size) before anything
 that fails is skipped and counted (``bad_lines``, with the first reasons in ``problems``), so a
 hand-edited or corrupted record gives a report with a warning, never a traceback. A file holding
 two records (two ``run`` headers: files concatenated) is refused with the line numbers, rather than
-merged into one with levels overwritten.
+merged into one with levels overwritten. The file is streamed a line at a time (``specload.lines``):
+a line over 16 MiB (/dev/zero, a corrupted file) is a one-line error, never the file in memory.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import orjson
+
+from specload import lines
 
 
 class RecordReadError(Exception):
@@ -40,20 +44,17 @@ class RecordData:
             self.problems.append(f"line {line_no}: {reason}")
 
 
-def iter_lines(path: str):
+def iter_lines(path: str) -> Iterator[tuple[int, bytes, bool]]:
+    """(line number, line, whether it is complete) of each non-blank line, streamed; a line over
+    ``lines.MAX_LINE_BYTES`` (/dev/zero, a corrupted file) is a ``RecordReadError``."""
     try:
-        with open(path, "rb") as f:
-            data = f.read()
+        for n, raw, complete in lines.iter_lines(path, lines.MAX_LINE_BYTES):
+            if raw.strip():
+                yield n, raw, complete
     except OSError as e:
         raise RecordReadError(f"cannot read {path}: {e.strerror}") from None
-    lines = data.split(b"\n")
-    complete = lines[:-1]
-    tail = lines[-1]
-    for raw in complete:
-        if raw.strip():
-            yield raw, True
-    if tail.strip():
-        yield tail, False
+    except lines.TooLong as e:
+        raise RecordReadError(f"{e} (a corrupted record, or not a record)") from None
 
 
 # ---------------------------------------------------------------- the schema of each line type
@@ -183,7 +184,7 @@ def read_record(path: str) -> RecordData:
         "client": rec.clients,
     }
     runs: list[int] = []
-    for n, (raw, complete) in enumerate(iter_lines(path), 1):
+    for n, raw, complete in iter_lines(path):
         try:
             obj = orjson.loads(raw)
         except orjson.JSONDecodeError:

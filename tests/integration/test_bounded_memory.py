@@ -71,3 +71,25 @@ async def test_endless_fast_streams_keep_bounded_detail(hostile) -> None:
     assert summary["errors"] == {"timeout": 4}, err.decode()[-2000:]
     # ~400,000 chunks per request in 8 s: 131 MB with every offset kept, 73 MB capped (measured)
     assert peak_mb < 110, f"peak RSS {peak_mb:.0f} MB"
+
+
+async def test_files_from_elsewhere_are_read_within_bounded_memory(tmp_path) -> None:
+    # before: `report /dev/zero` ended in a MemoryError traceback, and a record with one 200 MB line
+    # cost 853 MB (read whole, split, then parsed); now a line over 16 MiB is a one-line error, exit 2
+    code, peak_mb, _, err = await run_measured("report", "/dev/zero")
+    assert code == 2 and b"Traceback" not in err, err.decode()[-2000:]
+    assert err.decode().strip() == ("specload report: /dev/zero: line 1 runs over 16 MiB without a line end "
+                                    "(a corrupted record, or not a record)")
+    assert peak_mb < 150, f"peak RSS {peak_mb:.0f} MB"
+    rec = tmp_path / "r.jsonl"
+    with open(rec, "wb") as f:
+        f.write(b'{"type":"run","version":1}\n{"type":"event","t_s":1,"kind":"note","value":"')
+        f.write(b"a" * (48 << 20) + b'"}\n{"type":"end","reason":"completed"}\n')
+    code, peak_mb, _, err = await run_measured("report", str(rec))
+    assert code == 2 and b"r.jsonl: line 2 runs over 16 MiB without a line end" in err, err.decode()[-2000:]
+    assert peak_mb < 150, f"peak RSS {peak_mb:.0f} MB"
+    # the same file as a schedule or a baseline: refused before any load (no URL is reached)
+    for option in ("--schedule-from", "--baseline"):
+        code, peak_mb, _, err = await run_measured("run", "http://127.0.0.1:9", option, str(rec), "-n", "1")
+        assert code == 2 and b"line 2 runs over 16 MiB" in err and b"Traceback" not in err, err.decode()[-2000:]
+        assert peak_mb < 150, f"peak RSS {peak_mb:.0f} MB"
