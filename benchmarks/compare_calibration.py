@@ -37,8 +37,8 @@ from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parents[1]))  # the repository: specload and tests.virtual_runs
-from specload.record.compare import Side, compare
 from specload.record.runs import load_run
+from specload.report.compare import Side, compare
 from specload.stats import intervals as iv
 
 BASE_SIM = "--step-ms 10 --max-batch 64 --spec-tokens 3 --accept-rate 0.7 --quiet"

@@ -26,10 +26,10 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).parent))
 from _common import simulator
 
-import specload.record.peers  # noqa: F401 - registers the peer readers
-from specload.record.figures import page_from_runs
-from specload.record.html import write_html
+import specload.report.peers  # noqa: F401 - registers the peer readers
 from specload.record.runs import load_run
+from specload.report.figures import page_from_runs
+from specload.report.html import write_html
 
 
 def stretched(run, hours: float):  # a runs.Run
@@ -81,7 +81,7 @@ def main() -> None:
             bins = len(tl.t_s) if tl else 0
             print(f"HTML, {name}: {size / 1e3:.0f} kB ({bins} bins of {tl.bin_s if tl else 0:g} s), built in {dt:.2f} s")
         try:
-            from specload.record.plot import render_plot
+            from specload.report.plot import render_plot
 
             t0 = time.perf_counter()
             size = render_plot(page_from_runs([SimpleNamespace(label=run.label, runs=(run,))]).series,

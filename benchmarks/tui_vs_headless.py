@@ -90,7 +90,7 @@ def timed_child(cmd: list[str]) -> tuple[float, float, int, list | None]:
 
 def summarize(record: str, pauses: list | None = None) -> dict:
     from specload.record.reader import read_record
-    from specload.record.report import summaries_from_record
+    from specload.report.report import summaries_from_record
 
     data = read_record(record)
     gcf = gc_figures(pauses, data) if pauses is not None else {}

@@ -18,7 +18,7 @@ from specload.exitcode import ExitCode
 _COMMANDS: dict[str, str] = {
     "run": "specload.cli_run:run_command",
     "tui": "specload.cli_run:tui_command",
-    "report": "specload.record.report:report_command",
+    "report": "specload.report.report:report_command",
     "sim": "specload.sim.cli:sim_command",
     "scan-log": "specload.watch.scan_cli:scan_log_command",
 }

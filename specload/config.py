@@ -503,7 +503,7 @@ class CompareConfig:
             plan = schedule_from_record(read_record(self.schedule_from), max_requests=plan.max_requests,
                                         max_duration_s=plan.max_duration_s)
         if self.judging:
-            from specload.record.live import min_requests
+            from specload.stats.live_judge import min_requests
 
             plan = replace(plan, levels=tuple(
                 replace(lv, requests=max(min_requests(lv.concurrency), lv.requests or 0), duration_s=None)

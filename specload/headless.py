@@ -75,7 +75,7 @@ class HeadlessPrinter:
         if event.kind == "server_exit":
             self.err(f"specload: server {event.value}")
         elif event.kind == "search" and isinstance(event.value, dict):
-            from specload.record.report import search_progress_line
+            from specload.report.report import search_progress_line
 
             line = search_progress_line(event.value)
             if line:
@@ -194,7 +194,7 @@ def print_tui_end(result: SessionResult | None, record_path: str | None, stream=
     from rich.console import Console
 
     from specload.formatting import level_line
-    from specload.record.report import level_table
+    from specload.report.report import level_table
 
     # the terminal's own width, asked of the terminal: a COLUMNS left in the environment (pytest sets
     # 80) squeezed the table on a 160-column terminal; piped: 160 columns, as headless tables are
@@ -224,7 +224,7 @@ def print_tui_end(result: SessionResult | None, record_path: str | None, stream=
 def print_summary(
     session: Session, result: SessionResult, *, as_json: bool, saturated: set[int], starved: AbstractSet[int] = frozenset()
 ) -> None:
-    from specload.record.report import level_table, summary_json
+    from specload.report.report import level_table, summary_json
 
     levels = list(result.levels)
     snap = session.stats.snapshot()
@@ -260,7 +260,7 @@ def print_summary(
         return
     from rich.markup import escape
 
-    from specload.record.report import wide_console
+    from specload.report.report import wide_console
 
     console = wide_console()
     if levels:
@@ -271,7 +271,7 @@ def print_summary(
         # the server's text is never markup: a log line holding "[/]" must not end the run in a traceback
         console.print(f"[red]crash[/] {escape(c.exception_type)}: {escape(c.message)} (x{c.count})", highlight=False)
     if result.search is not None:
-        from specload.record.report import search_lines
+        from specload.report.report import search_lines
 
         for line in search_lines(result.search.as_record()):
             console.print(line, highlight=False)

@@ -32,7 +32,6 @@ from specload.engine.prompts import Lengths, PromptError, PromptSource
 from specload.engine.runner import LoadClient, Runner, RunnerState
 from specload.engine.search import SearchResult
 from specload.exitcode import ExitCode
-from specload.record.live import LiveJudge, LiveView
 from specload.record.sink import RecordError, RecordSink
 from specload.secrets import Scrubber
 from specload.session import search
@@ -41,6 +40,7 @@ from specload.session.listener import NullListener, SessionListener
 from specload.session.policy import RunPolicy
 from specload.stats.levels import LevelSummary
 from specload.stats.live import LiveStats, StatsSnapshot
+from specload.stats.live_judge import LiveJudge, LiveView
 from specload.warmup import after_load, settle_before_load
 from specload.watch.logwatch import LogWatch
 from specload.watch.serverwatch import ServerWatch

@@ -14,7 +14,6 @@ from collections import deque
 
 from specload.datatypes import CrashEvent, ErrorKind, RequestRecord, RunEvent, ServerSample
 from specload.engine.capacity import CapacityPart
-from specload.record.live import LiveJudge
 from specload.record.sink import RecordSink
 from specload.secrets import Scrubber, redact_command
 from specload.session.listener import SessionListener
@@ -22,6 +21,7 @@ from specload.session.policy import RunPolicy
 from specload.stats.client_load import ClientLoad
 from specload.stats.levels import LevelSummary
 from specload.stats.live import LiveStats
+from specload.stats.live_judge import LiveJudge
 from specload.stats.server_levels import ServerLevels
 from specload.watch.command import ProcessExit
 from specload.watch.serverwatch import ServerWatch

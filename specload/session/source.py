@@ -26,9 +26,9 @@ from typing import TYPE_CHECKING, Protocol
 
 from specload.engine.capacity import SearchView
 from specload.engine.runner import RunnerState
-from specload.record.live import LiveView
 from specload.stats.levels import LevelSummary
 from specload.stats.live import StatsSnapshot
+from specload.stats.live_judge import LiveView
 from specload.stats.slo import SloSpec
 
 if TYPE_CHECKING:

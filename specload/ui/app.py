@@ -38,13 +38,13 @@ from specload.config import RunConfig
 from specload.engine.capacity import SearchView
 from specload.engine.runner import MAX_CONCURRENCY, RunnerState, scaled
 from specload.exitcode import ExitCode
-from specload.record.live import LiveView
 from specload.session import SessionResult
 from specload.session.engine_process import EngineStartError, ProcessSessionSource
 from specload.session.engine_thread import TUI_PROCESS, ThreadedSessionSource
 from specload.session.source import Frame, RunControl, RunSource
 from specload.stats.levels import LevelSummary
 from specload.stats.live import StatsSnapshot
+from specload.stats.live_judge import LiveView
 from specload.ui.keys import open_modal, take_key
 from specload.ui.layout import Dashboard, DetailGrid, PanelTabs, TopRow
 from specload.ui.messages import (

@@ -180,7 +180,7 @@ def test_a_server_that_goes_away_mid_search_ends_it_without_a_best_point() -> No
 def test_report_judges_a_record_against_objectives_as_the_run_would_have(tmp_path: Path) -> None:
     from click.testing import CliRunner
 
-    from specload.record.report import report_command
+    from specload.report.report import report_command
 
     rec = tmp_path / "ramp.jsonl"
     slo = "tpot_p50<=20ms,e2e<=2s"

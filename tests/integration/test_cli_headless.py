@@ -199,7 +199,7 @@ def test_core_never_imports_textual() -> None:
     code = (
         "import sys\n"
         "import specload.session, specload.headless, specload.cli_run, specload.engine.runner\n"
-        "import specload.sim.server, specload.watch.detector, specload.record.report\n"
+        "import specload.sim.server, specload.watch.detector, specload.report.report\n"
         "from specload.cli import cli\n"
         "for name in ('run', 'report', 'sim', 'scan-log'):\n"
         "    cli.get_command(None, name)\n"

@@ -137,7 +137,7 @@ def test_json_and_csv_shapes(records: dict[str, Path]) -> None:
     p = specload("report", str(records["base"]), str(records["fast"]), "--csv")
     assert p.returncode == 0, p.stderr
     rows = list(csv.DictReader(io.StringIO(p.stdout)))
-    from specload.record.compare import CSV_COLUMNS
+    from specload.report.compare import CSV_COLUMNS
 
     assert tuple(rows[0]) == CSV_COLUMNS
     assert len(rows) == 2 * 2 * len(names)  # levels x sides x metrics

@@ -12,9 +12,9 @@ from pathlib import Path
 import orjson
 import pytest
 
-from specload.record.live import default_cap, min_requests
 from specload.record.reader import read_record
 from specload.session import Session
+from specload.stats.live_judge import default_cap, min_requests
 from tests.virtual_runs import virtual_record
 
 SPECLOAD = [sys.executable, "-m", "specload.cli"]

@@ -12,13 +12,13 @@ from specload.datatypes import RunEvent
 from specload.engine.load import LevelSpec, LoadPlan
 from specload.engine.prompts import PromptSource
 from specload.engine.runner import Runner
-from specload.record.live import LiveJudge, min_requests
 from specload.record.runs import load_run
 from specload.sim.config import SimConfig
 from specload.sim.server import SimServer
 from specload.sim.virtual_time import LoopClock, run_virtual
 from specload.stats import intervals as iv
 from specload.stats.level_metrics import estimate
+from specload.stats.live_judge import LiveJudge, min_requests
 from tests.conftest import make_client
 from tests.virtual_runs import virtual_record
 

@@ -18,11 +18,11 @@ from types import SimpleNamespace
 
 import pytest
 
-import specload.record.peers  # noqa: F401 - registers the peer readers
-from specload.record.figures import ReportPage, ReportRun, page_from_runs
-from specload.record.html import write_html
+import specload.report.peers  # noqa: F401 - registers the peer readers
 from specload.record.runs import load_run
-from specload.record.timeseries import build_time_series
+from specload.report.figures import ReportPage, ReportRun, page_from_runs
+from specload.report.html import write_html
+from specload.report.timeseries import build_time_series
 from tests.browser import Chromium, Page, require_chromium
 from tests.unit.test_plot import run as synthetic_run
 from tests.unit.test_timeseries import cols

@@ -11,12 +11,12 @@ import math
 
 from specload.datatypes import CrashEvent, ServerSample
 from specload.engine.runner import RunnerState
-from specload.record.live import LiveView
 from specload.session.source import StaticSource
 from specload.stats import intervals as iv
 from specload.stats.judgement import LevelJudgement
 from specload.stats.levels import LevelSummary
 from specload.stats.live import LatencyView, StatsSnapshot
+from specload.stats.live_judge import LiveView
 
 NS = 1_000_000_000
 T0 = 1_000 * NS

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
-from specload.record.compare import Side, compare, level_keys
 from specload.record.runs import load_run
+from specload.report.compare import Side, compare, level_keys
 from tests.unit.test_level_metrics import req, write_record
 
 

@@ -6,9 +6,9 @@ import json
 import re
 from pathlib import Path
 
-from specload.record.figures import ReportLevel, ReportPage, ReportRun, ReportSeries
-from specload.record.html import render, write_html
-from specload.record.timeseries import build_time_series
+from specload.report.figures import ReportLevel, ReportPage, ReportRun, ReportSeries
+from specload.report.html import render, write_html
+from specload.report.timeseries import build_time_series
 from tests.unit.test_timeseries import cols
 
 EVIL = "</script><script>alert(1)</script>"

@@ -9,7 +9,7 @@ import pytest
 
 from specload.datatypes import RequestRecord, ServerSample
 from specload.formatting import TABLE_COLUMNS, WIDE_COLUMNS, level_cells, level_line
-from specload.record.report import level_table
+from specload.report.report import level_table
 from specload.stats.levels import LevelColumns, LevelSummary, ServerFigures, _Moments
 from specload.stats.server_levels import ServerLevels
 

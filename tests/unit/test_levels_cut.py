@@ -134,7 +134,7 @@ def _crash_cut_level(book: LevelBook):
 
 def test_the_line_the_table_and_the_report_say_a_level_was_cut() -> None:
     from specload.formatting import level_cells, level_line, table_columns
-    from specload.record.report import level_table
+    from specload.report.report import level_table
 
     book = LevelBook()
     book.open(0, 2)
@@ -158,7 +158,7 @@ def test_the_line_the_table_and_the_report_say_a_level_was_cut() -> None:
 def test_the_html_reports_level_table_notes_a_cut_level() -> None:
     from types import SimpleNamespace
 
-    from specload.record.figures import _level_notes
+    from specload.report.figures import _level_notes
 
     cut = _crash_cut_level(LevelBook())
     lv = SimpleNamespace(manual=False, open_loop=False, start_s=None, summary=cut)
@@ -168,7 +168,7 @@ def test_the_html_reports_level_table_notes_a_cut_level() -> None:
 
 def test_report_csv_has_the_columns_of_a_cut_level_after_an_uncut_one(capsys) -> None:
     # the CSV's columns came from the first level only: a cut level after it raised ValueError
-    from specload.record.report import _levels_csv
+    from specload.report.report import _levels_csv
 
     book = LevelBook()
     book.open(0, 2)

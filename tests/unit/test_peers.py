@@ -12,9 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from specload.record import peers
 from specload.record.reader import read_record
 from specload.record.runs import RunReadError, load_run
+from specload.report import peers
 
 
 def shared_peers() -> Path | None:

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from specload.record.figures import ReportLevel, ReportSeries
-from specload.record.plot import PlotError, render_plot
+from specload.report.figures import ReportLevel, ReportSeries
+from specload.report.plot import PlotError, render_plot
 
 
 def run(label: str, factor: float, intervals: bool = True) -> ReportSeries:
@@ -33,7 +33,7 @@ def plot_in_child(path: Path, *labels_factors: tuple[str, float, bool]) -> int:
     the suite's process is the parent of other tests' subprocesses (whose peak memory some measure)."""
     code = (
         "import sys; from pathlib import Path; from tests.unit.test_plot import run; "
-        "from specload.record.plot import render_plot; "
+        "from specload.report.plot import render_plot; "
         f"print(render_plot([run(l, f, i) for l, f, i in {list(labels_factors)!r}], Path({str(path)!r})))"
     )
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from specload.record.reader import RecordReadError, line_problem, read_record
-from specload.record.report import report_command, summaries_from_record
+from specload.report.report import report_command, summaries_from_record
 
 HEADER = b'{"type":"run","version":1,"target":"http://127.0.0.1:1","model":"m","api":"chat"}\n'
 GOOD_REQUEST = {"type": "request", "id": 1, "level": 2, "level_index": 0, "warmup": False, "ok": True,

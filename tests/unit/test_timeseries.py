@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from specload.record.timeseries import bin_width, build_time_series
+from specload.report.timeseries import bin_width, build_time_series
 
 
 @dataclass

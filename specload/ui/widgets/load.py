@@ -18,7 +18,7 @@ from textual.widgets import ProgressBar
 from specload.engine.capacity import SearchView
 from specload.engine.runner import RunnerState
 from specload.formatting import verdict_text
-from specload.record.live import LiveView
+from specload.stats.live_judge import LiveView
 from specload.ui.widgets.value import ValueLabel
 
 

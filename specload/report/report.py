@@ -244,7 +244,7 @@ def report_command(records: tuple[str, ...], vs: tuple[str, ...], baseline: str 
     Records with the same --label are repeats of one side. RUN can also be a 'vllm bench serve
     --save-result' JSON or an SGLang 'bench_serving' JSONL file.
     """
-    from specload.record.outputs import OutputError, check_outputs, write_outputs
+    from specload.report.outputs import OutputError, check_outputs, write_outputs
 
     if as_json and as_csv:
         _usage("give only one of --json and --csv")
@@ -275,7 +275,7 @@ def report_command(records: tuple[str, ...], vs: tuple[str, ...], baseline: str 
         return
     if spec is not None:
         _usage("--slo judges one record; give one file")
-    from specload.record.compare import compare, render, to_csv_rows, to_json
+    from specload.report.compare import compare, render, to_csv_rows, to_json
 
     sides = _sides(records, vs, baseline)
     if len(sides) < 2:
@@ -293,7 +293,7 @@ def report_command(records: tuple[str, ...], vs: tuple[str, ...], baseline: str 
     elif as_csv:
         import csv
 
-        from specload.record.compare import CSV_COLUMNS
+        from specload.report.compare import CSV_COLUMNS
 
         w = csv.DictWriter(sys.stdout, fieldnames=list(CSV_COLUMNS), lineterminator="\n")
         w.writeheader()
@@ -309,7 +309,7 @@ def _usage(msg: str) -> None:
 
 
 def _load(path: str):  # Run, imported lazily
-    import specload.record.peers  # noqa: F401 - other tools' result files read as runs
+    import specload.report.peers  # noqa: F401 - other tools' result files read as runs
     from specload.record.runs import RunReadError, load_run
 
     try:
@@ -323,7 +323,7 @@ def _sides(records: tuple[str, ...], vs: tuple[str, ...], baseline: str | None) 
     order, the baseline's group first."""
     import os
 
-    from specload.record.compare import Side
+    from specload.report.compare import Side
 
     if vs:
         if baseline is not None:
@@ -460,7 +460,7 @@ def search_results(data: RecordData) -> tuple[list[dict], bool]:
 
 def _peer_run(path: str):  # a Run, or None
     """Another tool's result file as a run, or None when no reader knows the file."""
-    import specload.record.peers  # noqa: F401 - registers the readers
+    import specload.report.peers  # noqa: F401 - registers the readers
     from specload.record.runs import RunReadError, load_run
 
     try:
@@ -488,7 +488,7 @@ def _levels_csv(levels: list[LevelSummary]) -> None:
 
 
 def _peer_report(run, as_json: bool, as_csv: bool) -> None:  # a Run
-    from specload.record.outputs import peer_summaries, print_peer_report
+    from specload.report.outputs import peer_summaries, print_peer_report
 
     levels = peer_summaries(run)
     if as_csv:

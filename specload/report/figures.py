@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from specload.record.timeseries import TimeSeries, build_time_series
+from specload.report.timeseries import TimeSeries, build_time_series
 from specload.secrets import redact_command
 
 # the run colours: Okabe-Ito, told apart with colour-blindness as well

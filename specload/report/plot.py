@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from specload.record.figures import METRICS, RUN_COLORS, ReportSeries
+from specload.report.figures import METRICS, RUN_COLORS, ReportSeries
 
 FORMATS = (".png", ".svg")
 EXTRA_HINT = 'pip install "specload[report]"'

@@ -23,11 +23,11 @@ from importlib import resources
 from pathlib import Path
 
 from specload import __version__
-from specload.record.figures import METRICS, RUN_COLORS, ReportPage, ReportRun, ReportSeries
+from specload.report.figures import METRICS, RUN_COLORS, ReportPage, ReportRun, ReportSeries
 
 
 def _asset(name: str) -> str:
-    return resources.files("specload.record").joinpath("assets", name).read_text(encoding="utf-8")
+    return resources.files("specload.report").joinpath("assets", name).read_text(encoding="utf-8")
 
 
 def _inline_script(js: str) -> str:

@@ -39,7 +39,7 @@ def check_outputs(html: str | None, plot: str | None) -> None:
     if html is not None and not html.lower().endswith((".html", ".htm")):
         raise OutputError(f"--html {html}: the file must end in .html")
     if plot is not None:
-        from specload.record.plot import FORMATS, PlotError, _pyplot
+        from specload.report.plot import FORMATS, PlotError, _pyplot
 
         if Path(plot).suffix.lower() not in FORMATS:
             raise OutputError(f"--plot {plot}: the file must end in .png or .svg")
@@ -54,11 +54,11 @@ def write_outputs(sides: Sequence[Any], comparison: dict | None, *, html: str | 
     comparison's JSON (None for a single run)."""
     if html is None and plot is None:
         return
-    from specload.record.figures import page_from_runs
+    from specload.report.figures import page_from_runs
 
     page = page_from_runs(sides, comparison)
     if html is not None:
-        from specload.record.html import write_html
+        from specload.report.html import write_html
 
         try:
             size = write_html(html, page)
@@ -66,7 +66,7 @@ def write_outputs(sides: Sequence[Any], comparison: dict | None, *, html: str | 
             raise OutputError(f"cannot write {html}: {e.strerror or e}") from None
         click.echo(f"specload report: wrote {html} ({size / 1e3:.0f} kB)", err=True)
     if plot is not None:
-        from specload.record.plot import PlotError, render_plot
+        from specload.report.plot import PlotError, render_plot
 
         try:
             size = render_plot(page.series, plot, title=page.title)
@@ -110,8 +110,8 @@ def peer_summaries(run: Any) -> list:
 
 def print_peer_report(run: Any, console: Any) -> None:
     """The plain table of a peer tool's file, with its own summary and the notes on definitions."""
-    from specload.record.figures import describe
-    from specload.record.report import level_table
+    from specload.report.figures import describe
+    from specload.report.report import level_table
 
     console.print(f"[bold]{run.description.tool}[/] {run.source}")
     for k, v in describe(run):

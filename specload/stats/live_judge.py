@@ -18,8 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from specload.datatypes import RequestRecord
-from specload.record.compare import LevelKey, level_keys
 from specload.record.runs import Run
+from specload.report.compare import LevelKey, level_keys
 from specload.stats import intervals as iv
 from specload.stats.intervals import Decision, Estimate, Ratio
 from specload.stats.judgement import LevelJudgement
