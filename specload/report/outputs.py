@@ -1,5 +1,5 @@
 """What ``specload report`` writes besides its table: the HTML page (``--html``), the plot
-(``--plot``), and the plain table of another tool's result file.
+(``--plot``), and the level lines of another tool's result file.
 
 Kept out of ``report.py`` so the command stays a thin front: it loads the runs, compares them when
 there are several, and hands the sides and the comparison's JSON here. Output paths are checked
@@ -10,7 +10,6 @@ the statistics), and each written file is reported on stderr with its size.
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -107,21 +106,3 @@ def peer_summaries(run: Any) -> list:
         out.append(cols.summary())
     return out
 
-
-def print_peer_report(run: Any, console: Any) -> None:
-    """The plain table of a peer tool's file, with its own summary and the notes on definitions."""
-    from specload.report.figures import describe
-    from specload.report.report import level_table
-
-    console.print(f"[bold]{run.description.tool}[/] {run.source}")
-    for k, v in describe(run):
-        if k != "source":
-            console.print(f"[dim]{k}:[/] {v}", highlight=False)
-    console.print(level_table(peer_summaries(run)))
-    for n in run.notes:
-        console.print(f"[yellow]note:[/] {n}", highlight=False)
-
-
-def fail(msg: str) -> None:
-    click.echo(f"specload report: {msg}", err=True)
-    sys.exit(2)

@@ -488,7 +488,8 @@ def _levels_csv(levels: list[LevelSummary]) -> None:
 
 
 def _peer_report(run, as_json: bool, as_csv: bool) -> None:  # a Run
-    from specload.report.outputs import peer_summaries, print_peer_report
+    from specload.report.figures import describe
+    from specload.report.outputs import peer_summaries
 
     levels = peer_summaries(run)
     if as_csv:
@@ -502,4 +503,12 @@ def _peer_report(run, as_json: bool, as_csv: bool) -> None:  # a Run
         sys.stdout.write(orjson.dumps(summary_json(levels, extra), option=orjson.OPT_INDENT_2
                                       | orjson.OPT_SERIALIZE_NUMPY).decode() + "\n")
         return
-    print_peer_report(run, wide_console())
+    # the plain table, with the tool's own summary and the notes on definitions
+    console = wide_console()
+    console.print(f"[bold]{run.description.tool}[/] {run.source}")
+    for k, v in describe(run):
+        if k != "source":
+            console.print(f"[dim]{k}:[/] {v}", highlight=False)
+    console.print(level_table(levels))
+    for n in run.notes:
+        console.print(f"[yellow]note:[/] {n}", highlight=False)
