@@ -30,7 +30,14 @@ if TYPE_CHECKING:
     from rich.console import Console
 from specload.stats import intervals as iv
 from specload.stats.intervals import Decision, Difference, Estimate, Ratio
-from specload.stats.level_metrics import DEFAULT_PRIMARY, METRICS, LevelRequests, estimate
+from specload.stats.level_metrics import (
+    DEFAULT_PRIMARY,
+    METRICS,
+    LevelKey,
+    LevelRequests,
+    estimate,
+    level_keys,
+)
 
 SHAPE_TOLERANCE = 0.05  # mean prompt or output tokens per request differing by more is a different shape
 
@@ -43,15 +50,6 @@ class Side:
     @property
     def repeats(self) -> int:
         return len(self.runs)
-
-
-@dataclass(frozen=True, order=True)
-class LevelKey:
-    concurrency: int
-    occurrence: int = 0  # the k-th level at this concurrency in a run (manual levels repeat)
-
-    def __str__(self) -> str:
-        return f"C={self.concurrency}" + (f" #{self.occurrence + 1}" if self.occurrence else "")
 
 
 @dataclass(frozen=True)
@@ -124,26 +122,6 @@ def _seed(*parts: object) -> int:
     return zlib.crc32("|".join(map(str, parts)).encode())
 
 
-def level_keys(run: Run) -> dict[LevelKey, list[LevelRequests]]:
-    """The run's levels by key; a level repeated in a row (``--repeat``) is one key with several
-    entries, which the comparison treats as repeated runs of that level."""
-    out: dict[LevelKey, list[LevelRequests]] = {}
-    seen: dict[int, int] = {}
-    last: dict[int, LevelKey] = {}
-    for lv in run.levels:
-        if lv.n == 0:
-            continue
-        if lv.repeat and lv.concurrency in last:
-            out[last[lv.concurrency]].append(lv)
-            continue
-        k = seen.get(lv.concurrency, 0)
-        seen[lv.concurrency] = k + 1
-        key = LevelKey(lv.concurrency, k)
-        last[lv.concurrency] = key
-        out[key] = [lv]
-    return out
-
-
 def compare(sides: Sequence[Side], *, primary: str = DEFAULT_PRIMARY, min_effect: float = iv.DEFAULT_MIN_EFFECT,
             metrics: Sequence[str] | None = None) -> Comparison:
     """Compare ``sides[1:]`` against ``sides[0]`` (the baseline), level by level."""
@@ -155,7 +133,7 @@ def compare(sides: Sequence[Side], *, primary: str = DEFAULT_PRIMARY, min_effect
     if primary not in names:
         names = (primary, *names)
     baseline, others = sides[0], tuple(sides[1:])
-    keyed = {s.label: [level_keys(r) for r in s.runs] for s in sides}
+    keyed = {s.label: [level_keys(r.levels) for r in s.runs] for s in sides}
     all_keys = sorted({k for runs in keyed.values() for m in runs for k in m})
 
     # every run's estimate of every metric at every level

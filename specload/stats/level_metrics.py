@@ -27,7 +27,7 @@ requests cannot.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -82,6 +82,36 @@ class LevelRequests:
         if not self._steady:
             self._steady.append(steady_state(self))
         return self._steady[0]
+
+
+@dataclass(frozen=True, order=True)
+class LevelKey:
+    concurrency: int
+    occurrence: int = 0  # the k-th level at this concurrency in a run (manual levels repeat)
+
+    def __str__(self) -> str:
+        return f"C={self.concurrency}" + (f" #{self.occurrence + 1}" if self.occurrence else "")
+
+
+def level_keys(levels: Iterable[LevelRequests]) -> dict[LevelKey, list[LevelRequests]]:
+    """A run's levels by key, as ``report`` and the live judge match levels across runs; a level
+    repeated in a row (``--repeat``) is one key with several entries, which the comparison treats as
+    repeated runs of that level."""
+    out: dict[LevelKey, list[LevelRequests]] = {}
+    seen: dict[int, int] = {}
+    last: dict[int, LevelKey] = {}
+    for lv in levels:
+        if lv.n == 0:
+            continue
+        if lv.repeat and lv.concurrency in last:
+            out[last[lv.concurrency]].append(lv)
+            continue
+        k = seen.get(lv.concurrency, 0)
+        seen[lv.concurrency] = k + 1
+        key = LevelKey(lv.concurrency, k)
+        last[lv.concurrency] = key
+        out[key] = [lv]
+    return out
 
 
 @dataclass(frozen=True)

@@ -15,15 +15,38 @@ occurrence, as ``report`` does.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
 
 from specload.datatypes import RequestRecord
-from specload.record.runs import Run
-from specload.report.compare import LevelKey, level_keys
 from specload.stats import intervals as iv
 from specload.stats.intervals import Decision, Estimate, Ratio
 from specload.stats.judgement import LevelJudgement
-from specload.stats.level_metrics import METRICS, LevelRequests, estimate, level_from_records
+from specload.stats.level_metrics import (
+    METRICS,
+    LevelKey,
+    LevelRequests,
+    estimate,
+    level_from_records,
+    level_keys,
+)
+
+
+class _Timeline(Protocol):
+    def server_series(self, key: str) -> tuple[np.ndarray, np.ndarray] | None: ...
+
+
+class Baseline(Protocol):
+    """What the judge reads of a baseline run (``record.runs.Run`` is one)."""
+
+    @property
+    def levels(self) -> Sequence[LevelRequests]: ...
+
+    @property
+    def timeline(self) -> _Timeline: ...
 
 
 def default_cap(concurrency: int) -> int:
@@ -52,7 +75,7 @@ class LiveView:
 
 
 class LiveJudge:
-    def __init__(self, *, t0_ns: int, primary: str = "throughput", baseline: Run | None = None,
+    def __init__(self, *, t0_ns: int, primary: str = "throughput", baseline: Baseline | None = None,
                  min_effect: float = iv.DEFAULT_MIN_EFFECT, target_ci_pct: float | None = None,
                  until_decided: bool = False, max_requests_per_level: int | None = None) -> None:
         if primary not in METRICS:
@@ -73,7 +96,7 @@ class LiveJudge:
         self._base: dict[LevelKey, Estimate] = {}
         if baseline is not None:
             accept = baseline.timeline.server_series("accept_len")
-            for key, lvs in level_keys(baseline).items():
+            for key, lvs in level_keys(baseline.levels).items():
                 ests = [estimate(lv, primary, server=accept) for lv in lvs]
                 self._base[key] = iv.combine_runs(ests, iv.between_run_variance([ests]) if len(ests) > 1 else None)
 

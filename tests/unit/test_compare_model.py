@@ -9,7 +9,8 @@ from pathlib import Path
 import numpy as np
 
 from specload.record.runs import load_run
-from specload.report.compare import Side, compare, level_keys
+from specload.report.compare import Side, compare
+from specload.stats.level_metrics import level_keys
 from tests.unit.test_level_metrics import req, write_record
 
 
@@ -59,7 +60,7 @@ def test_flags_for_unsound_levels(tmp_path: Path) -> None:
 def test_levels_pair_by_concurrency_and_occurrence(tmp_path: Path) -> None:
     # a TUI session that went 1, 4, then back to 1: the second C=1 pairs with the other run's second C=1
     run = load_run(str(record(tmp_path / "t.jsonl", "t", [(1, 0.3), (4, 0.3), (1, 0.2)])))
-    keys = list(level_keys(run))
+    keys = list(level_keys(run.levels))
     assert [str(k) for k in keys] == ["C=1", "C=4", "C=1 #2"]
 
 
@@ -83,8 +84,8 @@ def test_repeats_within_one_record_give_the_run_to_run_variation(tmp_path: Path)
     b = record(tmp_path / "b.jsonl", "b", [(1, 0.20, 0), (1, 0.21, 1), (1, 0.2, 2), (4, 0.3, 0), (4, 0.3, 1),
                                            (4, 0.31, 2)])
     ra, rb = load_run(str(a)), load_run(str(b))
-    assert [str(k) for k in level_keys(ra)] == ["C=1", "C=4"]
-    assert [len(v) for v in level_keys(ra).values()] == [3, 3]
+    assert [str(k) for k in level_keys(ra.levels)] == ["C=1", "C=4"]
+    assert [len(v) for v in level_keys(ra.levels).values()] == [3, 3]
     c = compare([Side("a", (ra,)), Side("b", (rb,))])
     assert c.run_to_run_accounted and not c.notes
     assert c.between["throughput"] is not None and c.between["throughput"].df == 2 * 2 * 2
