@@ -2,7 +2,7 @@
 ``--baseline``, the ratio to the baseline's level and the verdict. Plain data kept in the level's
 summary, so the headless line, the table, the TUI and the record's level line all show it.
 
-The live judge (``record/live.py``) makes these; readers of a record get them back with
+The live judge (``stats/live_judge.py``) makes these; readers of a record get them back with
 ``from_record``. ``report`` does not read them: it recomputes every figure from the requests.
 """
 

@@ -1,6 +1,6 @@
 /* specload HTML report: draws the charts from the JSON payload embedded in the page.
  *
- * The page is built by specload/record/html.py; the tables and descriptions are plain HTML written
+ * The page is built by specload/report/html.py; the tables and descriptions are plain HTML written
  * there, so they read without this script. This script only draws Chart.js charts into the
  * <div data-chart=...> placeholders, then sets window.specloadReady (the browser test waits on it).
  * Animation is off: a report is read, not watched, and the charts are complete when created.
