@@ -180,3 +180,33 @@ class CrashEvent:
     excerpt: str  # the full lines of the first occurrence
     new: bool = True  # False when this is a repeat of a signature already reported
     consequences: tuple[CrashConsequence, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSample:
+    """One GPU at one moment (``specload/watch/gpu.py``): a field the source could not read is None."""
+
+    t_ns: int
+    gpu: int  # the index the source gives (nvidia-smi's and NVML's index, DCGM's gpu label)
+    source: str  # "nvidia-smi", "nvml", "dcgm", "cmd"
+    util_pct: float | None = None
+    mem_used_mib: float | None = None
+    mem_total_mib: float | None = None
+    power_w: float | None = None
+    sm_clock_mhz: float | None = None
+    temp_c: float | None = None
+    name: str | None = None  # the model ("NVIDIA H100 80GB HBM3"), when the source says it
+
+
+@dataclass(frozen=True, slots=True)
+class GpuFault:
+    """Something wrong with the GPUs or with reading them: shown and recorded, never a stopped run.
+
+    ``kind``: ``missing`` (no nvidia-smi, no NVML, no driver, no GPU), ``exited`` (the reader died),
+    ``unavailable`` (an exporter not answering), ``unsupported`` (a field the GPU does not report,
+    once per GPU and field), ``xid`` (an XID error), ``lost`` (a GPU fell off the bus)."""
+
+    t_ns: int
+    kind: str
+    message: str
+    gpu: int | None = None

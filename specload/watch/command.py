@@ -19,7 +19,7 @@ import asyncio
 import os
 import shutil
 import signal
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 
 from specload.watch.tail import CHUNK_BYTES, LINES_PER_TURN, LineQueue, LineSplitter, NoticeFn, NoticeLog
@@ -145,7 +145,9 @@ class CommandSource:
     ``backoff`` is the sequence of delays between restarts; the last value repeats. A command
     that ran for ``stable_after`` seconds or more before exiting counts as having worked, so the
     backoff starts over: an ssh session that drops after three hours comes back in 0.5 s, one that
-    fails at once settles at the slowest delay.
+    fails at once settles at the slowest delay. ``what`` names the command in its notices;
+    ``on_exit``, when given, hears each exit and returns False to end the source instead of restarting
+    (a command that can never work: not found, no GPU to read).
     """
 
     def __init__(
@@ -159,6 +161,8 @@ class CommandSource:
         kill_grace: float = 2.0,
         env: dict[str, str] | None = None,
         queue_bytes: int | None = None,
+        what: str = "log command",
+        on_exit: Callable[[ProcessExit], bool] | None = None,
     ) -> None:
         if not backoff:
             raise ValueError("backoff needs at least one delay")
@@ -169,6 +173,8 @@ class CommandSource:
         self.kill_grace = kill_grace
         self.notices = NoticeLog(on_notice)
         self.env = env
+        self.what = what
+        self._on_exit = on_exit
         self.starts = 0  # how many times the command was started
         self.last_exit: ProcessExit | None = None
         self._proc: asyncio.subprocess.Process | None = None
@@ -231,7 +237,7 @@ class CommandSource:
             try:
                 proc = await spawn_shell(self.cmd, env=self.env)
             except OSError as exc:
-                self.notices(f"could not start log command: {exc}")
+                self.notices(f"could not start {self.what}: {exc}")
             else:
                 self._proc = proc
                 self.starts += 1
@@ -266,9 +272,11 @@ class CommandSource:
                 return
             if rc is not None:
                 self.last_exit = ProcessExit.from_returncode(rc)
-                what = f"log command {self.last_exit.description}"
+                what = f"{self.what} {self.last_exit.description}"
+                if self._on_exit is not None and not self._on_exit(self.last_exit):
+                    return
             else:
-                what = "log command failed to start"
+                what = f"{self.what} failed to start"
             if not self.restart:
                 self.notices(what)
                 return

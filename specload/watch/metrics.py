@@ -34,6 +34,7 @@ import asyncio
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
@@ -41,8 +42,6 @@ from prometheus_client.parser import text_string_to_metric_families
 from specload.clock import SYSTEM_CLOCK, Clock
 from specload.datatypes import ServerSample
 from specload.watch.tail import NoticeFn, NoticeLog
-
-SampleFn = Callable[[ServerSample], None]
 
 # Counters whose deltas we use, per engine: (role, metric name).
 _COUNTERS: dict[str, dict[str, str]] = {
@@ -315,7 +314,10 @@ class MetricsScraper:
 
     Nothing the server does makes ``run()`` raise: a refused connection, an error status or a
     body that is not Prometheus text becomes one notice when it starts and one when it is over
-    (not one per second), and scraping goes on.
+    (not one per second), and scraping goes on. ``read`` turns a scrape's text into what
+    ``on_sample`` gets (``samples_from_metrics`` by default; a DCGM exporter's GPUs in
+    ``watch/gpu.py``), ``name`` is what the notices call the endpoint, and ``on_down``, when given,
+    hears the notice that it stopped answering instead of ``on_notice``.
     """
 
     def __init__(
@@ -325,19 +327,25 @@ class MetricsScraper:
         clock: Clock = SYSTEM_CLOCK,
         *,
         timeout: float = 5.0,
-        on_sample: SampleFn | None = None,
+        on_sample: Callable[[Any], None] | None = None,
         on_notice: NoticeFn | None = None,
+        read: Callable[[str, Any, int], tuple[Any, Any]] = samples_from_metrics,
+        name: str = "/metrics",
+        on_down: NoticeFn | None = None,
     ) -> None:
         self.url = url
+        self.name = name
+        self._read = read
+        self._on_down = on_down
         self.interval = interval
         self.timeout = timeout
         self.notices = NoticeLog(on_notice)
-        self.last_sample: ServerSample | None = None
+        self.last_sample: Any = None
         self.scrapes = 0
         self.failures = 0
         self._clock = clock
         self._on_sample = on_sample
-        self._state: MetricsState | None = None
+        self._state: Any = None  # what ``read`` keeps from one scrape for the next
         self._failing: str | None = None
         self._stop = asyncio.Event()
         self._wake = asyncio.Event()  # set by stop() and scrape_soon(): the timer's sleep ends early
@@ -370,10 +378,10 @@ class MetricsScraper:
     def _fail(self, why: str) -> None:
         self.failures += 1
         if self._failing is None:
-            self.notices(f"/metrics unavailable ({why}); still trying")
+            (self._on_down or self.notices)(f"{self.name} unavailable ({why}); still trying")
         self._failing = why
 
-    async def scrape_once(self, session: aiohttp.ClientSession) -> ServerSample | None:
+    async def scrape_once(self, session: aiohttp.ClientSession) -> Any:
         try:
             status, text = await _fetch(session, self.url, self.timeout)
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
@@ -384,20 +392,20 @@ class MetricsScraper:
             self._fail(f"HTTP {status}")
             return None
         try:
-            sample, self._state = samples_from_metrics(text, self._state, t_ns)
+            sample, self._state = self._read(text, self._state, t_ns)
         except ValueError:
             self._fail("not Prometheus text")
             return None
         self.scrapes += 1
         if self._failing is not None:
-            self.notices("/metrics answering again")
+            self.notices(f"{self.name} answering again")
             self._failing = None
         self.last_sample = sample
         if self._on_sample is not None:
             self._on_sample(sample)
         return sample
 
-    async def scrape_now(self) -> ServerSample | None:
+    async def scrape_now(self) -> Any:
         """One scrape outside the timer: at a level boundary and at the end of a run, so the last
         interval's counters are not lost when the server is stopped right after the load."""
         connector = aiohttp.TCPConnector(force_close=True)
