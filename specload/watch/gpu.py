@@ -65,10 +65,8 @@ XID_MEANINGS = {
 }
 XID_LOST = 79
 
-# Lines that are not CSV: nvidia-smi's and the kernel's words for GPU trouble, tried in order.
-_XID_RE = re.compile(r"NVRM: Xid \((?:PCI:)?([^)]*)\): (\d+)(?:, (.*))?")
-_LOST_RE = re.compile(r"Unable to determine the device handle for GPU ?([0-9A-Fa-f:.]*):? (.+)$"
-                      r"|GPU has fallen off the bus|GPU is lost")
+# A line that is not CSV goes through the crash markers (watch/markers.py: an XID, a GPU off the bus);
+# nvidia-smi's own words for no driver or no GPU are these.
 _MISSING_RE = re.compile(r"NVIDIA-SMI has failed|No devices were found|couldn't communicate with the NVIDIA driver")
 _QUERY_RE = re.compile(r"--query-gpu[= ]([\w.,]+)")
 
@@ -164,11 +162,15 @@ class SmiReader:
         return tuple(out)
 
     def _other(self, line: str, t_ns: int) -> tuple[Item, ...]:
-        if m := _XID_RE.search(line):
-            where = f"on {m.group(1)}" + (f": {m.group(3)}" if m.group(3) else "")
-            return (xid_fault(t_ns, int(m.group(2)), None, where),)
-        if m := _LOST_RE.search(line):
-            return self._once(("lost", m.group(1) or line), GpuFault(t_ns, "lost", line))
+        from specload.watch.detector import scan_text
+
+        for e in scan_text(line):
+            where = (e.process or "").removeprefix("GPU ")
+            if e.exception_type.startswith("Xid "):
+                xid = int(e.exception_type[4:])
+                return (xid_fault(t_ns, xid, None, f"on {where}" + (f": {e.message}" if e.message else "")),)
+            if e.exception_type == "GPU lost":
+                return self._once(("lost", where), GpuFault(t_ns, "lost", line))
         if _MISSING_RE.search(line):
             self.hopeless = True
             return self._once(("missing", line), GpuFault(t_ns, "missing", line))

@@ -61,7 +61,7 @@ PREFILTER_RE = re.compile(
     r"Traceback|File |rror|x(?:ception|it(?:ed|code))|panic|ssert|SIG|bort|atal|terminat|what\(\)|atchdog|"
     r"sigquit|Shard|"
     r"Crashed|dead|died|fault|[Kk]illed|Cuda|CUDA|GGML|runner process|core dumped|llegal|Bus error|"
-    r"Floating point|model loading|mpirun|mpiexec|prterun|EngineCore f"
+    r"Floating point|model loading|mpirun|mpiexec|prterun|EngineCore f|Xid|Unable to determine the device"
 )  # (alternatives that start with a common letter cost time on every line: 'x(?:...)', not 'exited')
 
 _SHELL_ALT = "Aborted|Segmentation fault|Bus error|Illegal instruction|Floating point exception|Killed"
@@ -465,6 +465,20 @@ MARKERS: tuple[Marker, ...] = (
         "Ray's notice of a raylet death ('Termination is graceful.' is not a crash).",
         gate="Raylet",
         example="(raylet) Raylet is terminated. Termination is unexpected. Possible reasons include: (1) SIGKILL",
+    ),
+    Marker(
+        "nvidia-xid", _R(r"NVRM: Xid \((?:PCI:)?([^)]*)\): (\d+)(?:, (.*))?$"),
+        lambda m, _l: Hit(f"Xid {m.group(2)}", m.group(3) or "", process=f"GPU {m.group(1)}"),
+        "The NVIDIA driver's XID error (kernel log, or a GPU reader's output): the type carries the XID "
+        "(79: the GPU fell off the bus), the process is the GPU's PCI address.", gate="Xid",
+        example="[ 8812.270345] NVRM: Xid (PCI:0000:3b:00): 79, pid=1873, name=python3, GPU has fallen off the bus.",
+    ),
+    Marker(
+        "gpu-lost", _R(r"Unable to determine the device handle for GPU ?([0-9A-Fa-f:.]+): (.+)$"),
+        lambda m, _l: Hit("GPU lost", m.group(2), process=f"GPU {m.group(1)}"),
+        "nvidia-smi (or NVML) cannot reach a GPU any more: fallen off the bus, or lost.",
+        gate="device handle",
+        example="Unable to determine the device handle for GPU 0000:3B:00.0: Unknown Error",
     ),
 )
 

@@ -1034,6 +1034,23 @@ def test_markers_table_is_documented() -> None:
     names = [m.name for m in MARKERS]
     assert len(names) == len(set(names))
     assert all(m.doc.strip() and m.pattern.pattern for m in MARKERS)
+    assert [m.name for m in MARKERS if not scan_text(m.example)] == []  # every row finds its own example
+
+
+def test_gpu_xid_and_off_the_bus_lines() -> None:
+    # the kernel's XID line (journald's prefix), nvidia-smi's line for a GPU it cannot reach
+    e = one("Nov 15 21:48:40 node7 kernel: NVRM: Xid (PCI:0000:3b:00): 79, pid=1873, name=python3, "
+            "GPU has fallen off the bus.")
+    assert (e.exception_type, e.process, e.message) == (
+        "Xid 79", "GPU 0000:3b:00", "pid=1873, name=python3, GPU has fallen off the bus.")
+    e = one("Unable to determine the device handle for GPU0000:3B:00.0: GPU is lost. Reboot the system to "
+            "recover this GPU")
+    assert (e.exception_type, e.process, e.message) == (
+        "GPU lost", "GPU 0000:3B:00.0", "GPU is lost. Reboot the system to recover this GPU")
+    # two XIDs of different numbers are different crashes; the same one on two GPUs is one signature
+    a, b, c = (one(f"NVRM: Xid (PCI:0000:{bus}:00): {x}, pid=1, name=python3, Ch 00000008")
+               for bus, x in (("18", 13), ("2a", 13), ("18", 31)))
+    assert a.signature == b.signature != c.signature and a.exception_type == "Xid 13"
 
 
 # ------------------------------------------------------------------------------------ root cause first
