@@ -44,8 +44,8 @@ class TuiOptions:
                                 help="Play a record back in the dashboard (space: pause, n: next level); "
                                      "no load is sent.")
     speed: float = option(1.0, "--speed", check=positive, help="--replay: this many times real time.")
-    web: bool = option(False, "--web", help="Serve the dashboard to a browser (textual-serve; one viewer at a time; "
-                       'closing the page ends the run). Needs: pip install "specload[web]".')
+    web: bool = option(False, "--web", help="Serve the dashboard to a browser (textual-serve; one run, one viewer; "
+                       'closing the page ends the run; the printed URL carries its token). Needs: pip install "specload[web]".')
     web_host: str = option("127.0.0.1", "--host", help="With --web: the address to listen on (this machine only "
                            "by default).")
     no_record: bool = option(False, "--no-record", help="No record: without --record the dashboard records "
@@ -57,17 +57,28 @@ class TuiOptions:
         check_fields(self)
 
 
-def _serve_web(tui: TuiOptions) -> None:
-    """``tui --web``: serve the dashboard until interrupted; each viewer runs these same options."""
+def _serve_web(tui: TuiOptions, cfg: RunConfig) -> None:
+    """``tui --web``: serve the dashboard until interrupted; its one run has these same options and
+    records to a file named now, never one that holds a run already."""
     from specload.ui.web import WebError, serve
 
+    given = cfg.record.path
+    if given and os.path.isfile(given) and os.path.getsize(given) > 0:
+        _fail(f"--record {given} holds a run already: name another file (a record is never overwritten)")
+    cfg, note = default_record(cfg, tui.no_record)
+    if note and note.startswith("no record"):
+        _fail(note[len("no record: "):])
     argv = sys.argv[sys.argv.index("tui") + 1:] if "tui" in sys.argv else []
+    path = cfg.record.path
     try:
-        serve(argv, host=tui.web_host, port=tui.web_port)
+        serve(argv, host=tui.web_host, port=tui.web_port, record=path)
     except WebError as e:
         _fail(str(e))
     except OSError as e:
         _fail(f"cannot listen on {tui.web_host}:{tui.web_port}: {e.strerror or e}", ExitCode.ERROR)
+    finally:
+        if path and not given and os.path.isfile(path) and os.path.getsize(path) == 0:
+            os.remove(path)  # made for the run, which never came
     sys.exit(0)
 
 
@@ -122,14 +133,14 @@ def tui_command(**params: object) -> None:
     cfg = _config_or_exit(params, ui=not tui.headless)
     if cfg.compare.schedule_from and not tui.headless:
         _fail("--schedule-from replays a schedule headless: use 'specload run --schedule-from ...'")
+    if tui.no_record and cfg.record.path:
+        _fail("--no-record and --record do not go together")
     if tui.web:
         if tui.headless:
             _fail("--web and --headless do not go together")
-        _serve_web(tui)
+        _serve_web(tui, cfg)
     if tui.headless:
         sys.exit(run_headless(cfg, as_json=out.as_json))
-    if tui.no_record and cfg.record.path:
-        _fail("--no-record and --record do not go together")
     given = cfg.record.path
     cfg, note = default_record(cfg, tui.no_record)
     from specload.ui.app import run_app

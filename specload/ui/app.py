@@ -224,6 +224,11 @@ class SpecloadApp(App[int]):
                     pass
             self.run_worker(self._run_source(), name="session", exit_on_error=False)
 
+    def on_app_blur(self, event: events.AppBlur) -> None:
+        # a dashboard looks the same focused or not; in a browser (tui --web) Textual's web driver
+        # blurs the app at start, and a blurred app's footer stays empty until the page is clicked
+        event.prevent_default()
+
     def on_unmount(self) -> None:
         # the app has shut down: the quit finished in time, so the watchdog must not end the process
         # later (the CLI exits at once, but an embedding, or the test process, lives on)

@@ -4,24 +4,30 @@ textual-serve runs a command per browser connection and relays its terminal over
 command here is the same ``specload tui`` with the same options, so the page is the dashboard as it
 is in a terminal, keys included.
 
-One viewer at a time. Each connection runs its own dashboard process, and today the dashboard and
-the load are one process: a second viewer would start a second load against the server. So a second
-connection is turned away while one is open, and closing the page ends the run (in-flight requests
-recorded as cancelled, the record closed, as 'q' does). Several viewers of one run need the engine
-in a process of its own that dashboards attach to; until then this is the honest shape.
+One run per process. Each connection would run its own dashboard process, and the dashboard and the
+load are one process: a second viewer would start a second load, and a reload would start a new run
+over the first one's record. So the first connection runs the load; a second one while it is open
+is turned away, and once it has closed (closing the page ends the run as 'q' does) every later one
+is told where the record is. The record is named before any viewer comes, and never an existing one.
 
-It listens on 127.0.0.1 unless told otherwise, and says so: whoever reaches the page can drive the
-load. textual-serve's page asks Google's servers for a web font; a GPU box without a network would
-log a failed request on every visit, so the page is served without that link (the font is bundled
-with textual-serve and used from there).
+The door: whoever reaches the page can read the dashboard and drive the load, so every request must
+name this machine's address in Host (DNS rebinding names another), a websocket's Origin must be the
+page itself (another site's page in the same browser names its own), and the page and its websocket
+need the random token printed with the URL, as Jupyter does (kept in a cookie for that browser).
+Anything else gets a 403. It listens on 127.0.0.1 unless told otherwise, and says so.
 
-textual-serve is an optional extra (``pip install "specload[web]"``).
+textual-serve's page asks Google's servers for a web font; a GPU box without a network would log a
+failed request on every visit, so the page is served without that link (the font is bundled with
+textual-serve and used from there). textual-serve is the optional extra ``specload[web]``.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import re
+import secrets
 import shlex
+import socket
 import sys
 import tempfile
 from pathlib import Path
@@ -63,51 +69,124 @@ def _template_without_remote_font(src_dir: Path) -> Path:
     return out
 
 
+LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
+WILDCARDS = frozenset({"", "0.0.0.0", "::"})
+
+
 def is_loopback(host: str) -> bool:
     return host in ("localhost", "::1") or host.startswith("127.")
 
 
-def serve(tui_argv: list[str], *, host: str = "127.0.0.1", port: int = 8765) -> None:
-    """Serve ``specload tui TUI_ARGV`` on http://HOST:PORT until interrupted."""
+def _is_ip(name: str) -> bool:
     try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
+
+
+def host_names(bind: str) -> frozenset[str]:
+    """The names a browser may put in Host for a server bound to BIND (with a wildcard bind, any IP
+    literal as well: it answers on every address of the machine). A DNS-rebinding page names its
+    own domain, which is none of these."""
+    if bind in WILDCARDS:
+        return LOOPBACK_NAMES | {socket.gethostname().lower(), socket.getfqdn().lower()}
+    return frozenset({bind.lower().strip("[]")}) | (LOOPBACK_NAMES if is_loopback(bind) else frozenset())
+
+
+def host_allowed(header: str, names: frozenset[str], wildcard: bool, port: int) -> bool:
+    """Is HEADER (``name[:port]``, IPv6 in brackets) one of this server's own addresses?"""
+    name, sep, given = header.lower().rpartition(":")
+    if not sep or name.endswith(":") or (header.startswith("[") and not name.endswith("]")):
+        name, given = header.lower(), ""  # no port (or a bare IPv6 address)
+    if given != str(port) and not (given == "" and port == 80):
+        return False
+    name = name.strip("[]")
+    return name in names or (wildcard and _is_ip(name))
+
+
+def serve(tui_argv: list[str], *, host: str = "127.0.0.1", port: int = 8765, record: str | None = None) -> None:
+    """Serve ``specload tui TUI_ARGV`` on http://HOST:PORT until interrupted; the run writes RECORD
+    (made and checked by the caller; None: no record)."""
+    try:
+        import aiohttp_jinja2
         import textual_serve
         from aiohttp import web
-        from textual_serve.server import Server
+        from textual_serve.server import Server, to_int
     except ImportError:
         raise WebError(f"--web needs textual-serve, which is not installed: {EXTRA_HINT}") from None
 
-    command = shlex.join([sys.executable, "-m", "specload.cli", "tui", *child_args(tui_argv)])
+    args = child_args(tui_argv)
+    if record is not None and "--record" not in args and not any(a.startswith("--record=") for a in args):
+        args += ["--record", record]
+    command = shlex.join([sys.executable, "-m", "specload.cli", "tui", *args])
     base = Path(textual_serve.__file__).parent
     templates = _template_without_remote_font(base / "templates")
+    token = secrets.token_urlsafe(24)
+    cookie = f"specload-web-{port}"
+    names, wildcard = host_names(host), host in WILDCARDS
+    guarded = ("/", "/ws")  # the page and its websocket; /static holds textual-serve's own files
 
-    class OneViewerServer(Server):
-        """textual-serve's server, refusing a second live connection (it would start a second load)."""
+    def refuse(why: str) -> web.Response:
+        return web.Response(status=403, text=f"specload: {why}\n")
 
-        active = 0
+    @web.middleware
+    async def door(request: web.Request, handler):
+        # Host and Origin first: a page of another site (or a rebound name) never reaches the token check
+        if not host_allowed(request.headers.get("Host", ""), names, wildcard, port):
+            return refuse("this dashboard answers only to its own address (Host)")
+        origin = request.headers.get("Origin")
+        if origin is not None and origin.lower() != f"http://{request.headers['Host'].lower()}":
+            return refuse("this dashboard takes connections only from its own page (Origin)")
+        if request.path in guarded or request.path.startswith("/download/"):
+            given = request.query.get("token") or request.cookies.get(cookie) or ""
+            if not secrets.compare_digest(given.encode(), token.encode()):
+                return refuse("this dashboard needs the address printed by 'specload tui --web' "
+                              "(with its ?token=...)")
+        response = await handler(request)
+        if request.query.get("token") == token and isinstance(response, web.Response):
+            response.set_cookie(cookie, token, httponly=True, samesite="Strict", path="/")
+        return response
+
+    class OneRunServer(Server):
+        """textual-serve's server behind the door, running one dashboard for its whole life."""
+
+        state = "ready"  # ready -> running -> ended
 
         async def _make_app(self) -> web.Application:
             app = await super()._make_app()
+            app.middlewares.append(door)
             # no icon to serve: say so without a 404 in every visitor's console
             app.router.add_get("/favicon.ico", lambda _: web.Response(status=204))
             return app
 
+        async def handle_index(self, request: web.Request) -> web.Response:
+            # the page's addresses from the Host it was asked by (textual-serve uses the bind address:
+            # a page opened as localhost would open its websocket to 127.0.0.1, another origin)
+            return aiohttp_jinja2.render_template("app_index.html", request, {
+                "font_size": to_int(request.query.get("fontsize", "16"), 16),
+                "app_websocket_url": f"ws://{request.host}/ws",
+                "config": {"static": {"url": "/static/"}},
+                "application": {"name": self.title},
+            })
+
         async def handle_websocket(self, request: web.Request) -> web.WebSocketResponse:
-            if OneViewerServer.active:
+            if self.state != "ready":
                 ws = web.WebSocketResponse()
                 await ws.prepare(request)
                 # the page shows this text in its terminal before the socket closes
-                note = ("\r\nThis specload dashboard is already open in another browser: each viewer would "
-                        "run its own load, so one at a time.\r\n")
-                await ws.send_bytes(note.encode())
+                await ws.send_bytes(("\r\n" + NOTES[self.state].format(record=record or "none") + "\r\n").encode())
                 await ws.close()
                 return ws
-            OneViewerServer.active += 1
+            self.state = "running"
             try:
                 return await super().handle_websocket(request)
             finally:
-                OneViewerServer.active -= 1
+                self.state = "ended"
+                print(f"specload: the run has ended (record: {record or 'none'}); the page now says so, "
+                      "Ctrl+C stops serving it", file=sys.stderr, flush=True)
 
-    server = OneViewerServer(
+    server = OneRunServer(
         command,
         host=host,
         port=port,
@@ -116,9 +195,19 @@ def serve(tui_argv: list[str], *, host: str = "127.0.0.1", port: int = 8765) -> 
         templates_path=templates,
     )
     where = "this machine only (127.0.0.1)" if is_loopback(host) else f"every address that reaches {host}"
-    print(f"specload: dashboard at http://{host}:{port}, open to {where}; one viewer at a time; "
-          "closing the page ends the run", file=sys.stderr, flush=True)
+    shown = "127.0.0.1" if host in WILDCARDS else host
+    print(f"specload: dashboard at http://{shown}:{port}/?token={token} , open to {where}; "
+          f"one run, one viewer; closing the page ends the run; record: {record or 'none'}",
+          file=sys.stderr, flush=True)
     if not is_loopback(host):
         print("specload: WARNING anyone who can open the page can change the load (keys work there)",
               file=sys.stderr, flush=True)
     server.serve()
+
+
+NOTES = {
+    "running": "This specload dashboard is already open in another browser: each viewer would run its "
+               "own load, so one at a time.",
+    "ended": "This specload dashboard's run has ended (record: {record}). One run per 'specload tui --web': "
+             "start it again for another.",
+}

@@ -2,14 +2,18 @@
 
 The page loads from 127.0.0.1 only (no web font fetched from elsewhere), its websocket connects and
 streams the dashboard, which runs the load and writes the record; a second browser is turned away
-(it would start a second load); closing the page quits as 'q' does (the record gets its end line).
+(it would start a second load); closing the page quits as 'q' does (the record gets its end line),
+and a reload after that starts no second run over the record. The footer shows its keys before
+the page is ever clicked (Textual leaves it blank while the app is blurred, as a web page starts).
 
 Marked ``browser``; skipped with a reason when no Chromium or no textual-serve is installed.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -19,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from specload.record.reader import read_record
-from tests.browser import Chromium, require_chromium
+from tests.browser import Chromium, Page, require_chromium
 from tests.integration.test_report_browser import shots_dir
 from tests.waiting import until
 
@@ -40,6 +44,25 @@ def listening(port: int) -> bool:
         return False
 
 
+async def footer_drawn(page: Page, shot: Path, rows: int, box: list[float]) -> bool:
+    """The left half of the terminal's last row (the footer) holds more than its background."""
+    from PIL import Image
+
+    await page.screenshot(shot, full_page=False)
+    cell = box[1] / rows
+    strip = Image.open(shot).convert("RGB").crop((0, int(cell * (rows - 1)) + 1, int(box[0] / 2), int(cell * rows) - 1))
+    counts = sorted(strip.getcolors(1 << 20) or [], reverse=True)
+    return sum(n for n, _ in counts[1:]) > 0.02 * strip.width * strip.height
+
+
+async def until_async(cond, timeout: float):  # type: ignore[no-untyped-def]
+    async def spin() -> None:
+        while not await cond():
+            pass
+
+    await asyncio.wait_for(spin(), timeout)
+
+
 def record_lines(path: Path) -> int:
     return sum(1 for _ in path.open()) if path.exists() else 0
 
@@ -47,25 +70,34 @@ def record_lines(path: Path) -> int:
 @pytest.mark.timeout(300)  # every wait is bounded; on a loaded 2-core machine the steps take a while
 async def test_dashboard_in_a_browser(tmp_path: Path) -> None:
     pytest.importorskip("textual_serve", reason='textual-serve is the [web] extra: pip install "specload[web]"')
+    pytest.importorskip("PIL", reason='Pillow (with the [report] extra) reads the screenshot')
     chromium = require_chromium()
     port = free_port()
     rec = tmp_path / "web.jsonl"
     server = subprocess.Popen(
         [sys.executable, "-m", "specload.cli", "tui", "--web", "--port", str(port), "-c", "2", "-d", "60",
          "--max-tokens", "40", "--record", str(rec), "--sim-args", "--ttft-ms 20 --itl-ms 10 --quiet"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        stdout=(tmp_path / "web.out").open("w"), stderr=(tmp_path / "web.err").open("w"), start_new_session=True,
     )
     try:
         await until(lambda: listening(port) or server.poll() is not None, timeout=60)
-        assert server.poll() is None, server.communicate(timeout=5)
-        url = f"http://127.0.0.1:{port}/"
+        assert server.poll() is None, (tmp_path / "web.err").read_text()
+        token = re.search(r"\?token=([\w-]+)", (tmp_path / "web.err").read_text())
+        assert token, (tmp_path / "web.err").read_text()
+        url = f"http://127.0.0.1:{port}/?token={token.group(1)}"
         async with Chromium.start(chromium) as browser:
             page = await browser.new_page(width=1400, height=900)
             await page.goto(url)
             # textual.js marks the page once the dashboard's first bytes arrive over the websocket
             await page.wait_for("document.body.classList.contains('-first-byte')", timeout=60)
             await until(lambda: '"type":"request"' in (rec.read_text() if rec.exists() else ""), timeout=60)
-            await page.screenshot(shots_dir(tmp_path) / "web-dashboard.png", full_page=False)
+            # the footer's key hints are drawn though the page was never clicked (nothing focused it)
+            shot = shots_dir(tmp_path) / "web-dashboard.png"
+            rows = int(re.search(r"height=(\d+)", page.websockets[0]).group(1))
+            box = await page.evaluate("(() => { const r = document.querySelector('.xterm-screen')"
+                                      ".getBoundingClientRect(); return [r.width, r.height]; })()")
+            assert box[0] <= 1400 and box[1] <= 900, box  # the whole terminal fits the window, clock included
+            await until_async(lambda: footer_drawn(page, shot, rows, box), timeout=30)
             assert len(page.websockets) == 1 and page.websockets[0].startswith(f"ws://127.0.0.1:{port}/ws?")
             assert page.ws_frames_received > 10
             assert all(u.startswith(f"http://127.0.0.1:{port}/") for u in page.requests), page.requests
@@ -80,6 +112,14 @@ async def test_dashboard_in_a_browser(tmp_path: Path) -> None:
             # closing the first page quits the dashboard as 'q' does: the record gets its end line
             await browser.send("Target.closeTarget", {"targetId": page.target_id})
             await until(lambda: '"type":"end"' in rec.read_text(), timeout=60)
+            kept = rec.read_bytes()
+
+            # a reload after it is told where the record is, and starts no second run over it
+            again = await browser.new_page(width=1000, height=600)
+            await again.goto(url)
+            await again.wait_for("document.body.classList.contains('-closed')", timeout=60)
+            assert again.ws_frames_received == 1
+            assert rec.read_bytes() == kept
         data = read_record(str(rec))
         assert data.end is not None and data.end["reason"] == "interrupted"
         assert data.requests and data.run is not None and data.run["target"].startswith("http://127.0.0.1:")
@@ -91,8 +131,7 @@ async def test_dashboard_in_a_browser(tmp_path: Path) -> None:
             except subprocess.TimeoutExpired:
                 os.killpg(server.pid, signal.SIGKILL)
                 server.wait(timeout=5)
-    out = server.stdout.read() if server.stdout else ""
-    err = server.stderr.read() if server.stderr else ""
+    out, err = (tmp_path / "web.out").read_text(), (tmp_path / "web.err").read_text()
     assert "open to this machine only (127.0.0.1)" in err, err[-500:]
     assert "Traceback" not in out + err, (out + err)[-1500:]
 
