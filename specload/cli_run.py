@@ -98,7 +98,8 @@ def _config_or_exit(params: dict, *, ui: bool) -> RunConfig:
         from specload.engine.prompts import PromptSource
 
         try:
-            PromptSource.from_options(prompt_file=cfg.request.prompt_file, dataset=cfg.request.dataset)
+            r = cfg.request
+            PromptSource.from_options(prompt_file=r.prompt_file, dataset=r.dataset, dataset_format=r.dataset_format)
         except PromptError as e:
             _fail(str(e))
     return cfg

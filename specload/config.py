@@ -293,7 +293,16 @@ class RequestConfig:
                                             "prefix caching); by default every prompt starts differently.")
     prompt: str | None = option(None, "--prompt", help="Send this prompt text.")
     prompt_file: str | None = option(None, "--prompt-file", path=True, help="Send the text of this file.")
-    dataset: str | None = option(None, "--dataset", path=True, help="JSONL file of prompts.")
+    dataset: str | None = option(None, "--dataset", path=True, metavar="FILE|builtin[:CAT,...]",
+                                 help="Prompts from a file (JSONL or a JSON array: plain prompts, ShareGPT, OpenAI "
+                                      "messages; rows may carry a category) or the built-in multi-domain set: "
+                                      "'builtin', or 'builtin:coding,math' for some of its categories.")
+    dataset_format: str = option("auto", "--dataset-format", choices=("auto", "plain", "sharegpt", "openai"),
+                                 help="The rows' shape in --dataset FILE (auto: detected).")
+    output_len: str = option("max-tokens", "--output-len", choices=("max-tokens", "dataset"),
+                             help="max-tokens: answers stop at their natural end, capped at --max-tokens "
+                                  "(fixed with --ignore-eos); dataset: each row's reference output length, "
+                                  "with ignore_eos, as vLLM's bench does.")
     # the fixed value, or a distribution's mean when max_tokens_dist is set (from "--max-tokens 256:64")
     max_tokens: int = option(256, "--max-tokens", parse=lambda t: parse_lengths(t, "--max-tokens"),
                              help="max_tokens of each request: N, MEAN:SPREAD (uniform) or a list A,B,C "
@@ -331,6 +340,12 @@ class RequestConfig:
                               f"({Lengths.parse(self.prompt_tokens).low} tokens)")
         if sum(1 for v in (self.prompt, self.prompt_file, self.dataset) if v) > 1:
             raise ConfigError("give only one of --prompt, --prompt-file, --dataset")
+        if self.dataset_format != "auto" and not self.dataset:
+            raise ConfigError("--dataset-format applies to --dataset FILE")
+        if self.output_len == "dataset":
+            if not self.dataset:
+                raise ConfigError("--output-len dataset needs --dataset (its rows' reference output lengths)")
+            set_field(self, "ignore_eos", True)  # the reference length is the output length
         from specload.engine.api import check_body, json_problem
 
         # every request body must be writable as JSON, or each request would fail the same way

@@ -67,6 +67,7 @@ class RequestRecord:
     prompt_tokens_requested: int | None = None  # synthetic prompts: the length asked for (server's count)
     max_tokens: int | None = None  # when drawn per request (an output-length distribution)
     prompt_tokens_cached: int | None = None  # of prompt_tokens, served by the server's prefix cache
+    category: str | None = None  # the dataset row's category (the built-in set's: chat, coding, ...)
 
     @property
     def ok(self) -> bool:

@@ -1,7 +1,10 @@
 """Prompt sources: synthetic prompts of N tokens *as the server counts them*, a fixed text, a text
-file, a JSONL dataset; and the lengths to ask for (prompt and output), fixed or drawn.
+file, a dataset (a file or the built-in set, read by ``engine/datasets.py``); and the lengths to ask
+for (prompt and output), fixed or drawn.
 
-A source is an endless stream of ``Prompt``s; the runner takes the next one per request.
+A source is an endless stream of ``Prompt``s; the runner takes the next one per request. A dataset
+prompt carries its category (into the request's record line) and, with ``--output-len dataset``,
+its reference output length as the request's max_tokens (sent with ignore_eos).
 
 Lengths are distributions (``Lengths``): ``128`` (every request), ``128:32`` (uniform over
 mean +- spread), or ``64,128,256`` (one of the list, uniformly). Draws come from one RNG seeded by
@@ -32,10 +35,16 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-import orjson
+from specload.engine.datasets import (
+    TOKENS_PER_WORD,
+    Conversation,
+    Dataset,
+    PromptError,
+    load_dataset,
+    read_text,
+)
 
-# About 1.3 tokens per English word for common BPE tokenizers: the guess when nothing better is known.
-TOKENS_PER_WORD = 1.3
+__all__ = ["TOKENS_PER_WORD", "Lengths", "Prompt", "PromptError", "PromptSource", "TokenModel", "synthetic_text"]
 
 # Every prompt opens with this word (a one-token prefix cannot make a prefix-cache hit: caches
 # match whole blocks, vLLM's of 16 tokens), then words from VOCABULARY.
@@ -50,10 +59,6 @@ VOCABULARY: tuple[str, ...] = tuple(
         ).split()
     )
 )
-
-
-class PromptError(ValueError):
-    """A prompt source that cannot be used (missing file, empty dataset, bad JSONL line)."""
 
 
 # --------------------------------------------------------------------------- lengths
@@ -201,11 +206,25 @@ def synthetic_text(
 # --------------------------------------------------------------------------- sources
 
 
+OUTPUT_LEN = ("max-tokens", "dataset")
+
+
 @dataclass(frozen=True, slots=True)
 class Prompt:
     text: str
     tokens_requested: int | None = None  # synthetic: the length asked for, as the server counts
-    max_tokens: int | None = None  # a drawn output length (None: the run's fixed --max-tokens)
+    max_tokens: int | None = None  # a drawn or reference output length (None: the run's --max-tokens)
+    category: str | None = None  # a dataset row's category (the built-in set's: chat, coding, ...)
+
+
+def output_rule(ignore_eos: bool, max_tokens: int, output_len: str = "max-tokens", drawn: Lengths | None = None) -> str:
+    """How long the answers are, in words for the run's start and its record: a comparison of
+    speculative decoding should see natural stops, since forcing a model past its end of text
+    changes what the draft is asked to guess."""
+    if output_len == "dataset":
+        return f"the dataset's reference lengths with ignore_eos (--max-tokens {max_tokens} where a row has none)"
+    cap = drawn.spec if drawn is not None else str(max_tokens)
+    return f"ignore_eos, {cap} tokens each (--max-tokens)" if ignore_eos else f"natural stops (EOS), capped at {cap} tokens (--max-tokens)"
 
 
 class PromptSource:
@@ -215,31 +234,39 @@ class PromptSource:
         self,
         prompts: list[str] | None = None,
         *,
+        dataset: Dataset | None = None,
         synthetic_tokens: int | Lengths | None = None,
         output_lengths: Lengths | None = None,
+        output_len: str = "max-tokens",
         shared_prefix_tokens: int = 0,
         seed: int = 0,
         nonce: str | None = None,
     ) -> None:
         if prompts is not None and not prompts:
             raise PromptError("no prompts to send")
-        self._prompts = prompts
+        self.dataset = dataset
+        convs: list[Conversation] | None = (
+            list(dataset.conversations) if dataset is not None
+            else [Conversation((p,)) for p in prompts] if prompts is not None else None)
         if isinstance(synthetic_tokens, int):
             synthetic_tokens = Lengths("fixed", (synthetic_tokens,))
-        self.lengths: Lengths | None = synthetic_tokens if prompts is None else None
-        if prompts is None and self.lengths is None:
+        self.lengths: Lengths | None = synthetic_tokens if convs is None else None
+        if convs is None and self.lengths is None:
             self.lengths = Lengths("fixed", (128,))
         self.output_lengths = output_lengths if output_lengths is not None and not output_lengths.fixed else None
+        self.output_len = output_len
         self.shared_prefix_tokens = shared_prefix_tokens
         self.seed = seed
         # distinct prompts in every run: without it a rerun with the same seed hits a prefix cache
         self.nonce = nonce if nonce is not None else os.urandom(4).hex()
         self._rng = random.Random(seed)  # lengths
         self._serial = itertools.count()
-        self._cycle: Iterator[str] | None = itertools.cycle(prompts) if prompts else None
+        # until conversations are sent turn by turn (--multi-turn), a row is sent as its first turn
+        self._cycle: Iterator[Conversation] | None = itertools.cycle(convs) if convs else None
         self.model = TokenModel()
         self._prefix = ""
         self._prefix_tokens = 0.0
+        self.output = ""  # how long the answers are (output_rule), set by from_options
         self.set_model(self.model)
 
     @property
@@ -264,10 +291,27 @@ class PromptSource:
         n = next(self._serial)
         max_tokens = self.output_lengths.draw(self._rng) if self.output_lengths is not None else None
         if self._cycle is not None:
-            return Prompt(next(self._cycle), None, max_tokens)
+            conv = next(self._cycle)
+            if self.output_len == "dataset" and conv.output_tokens is not None:
+                max_tokens = conv.output_tokens
+            return Prompt(conv.turns[0], None, max_tokens, conv.category)
         assert self.lengths is not None
         want = self.lengths.draw(self._rng)
         return Prompt(self.text_of(want, n), want, max_tokens)
+
+    def summary(self) -> str:
+        """One line for the start of a run: what is sent and how long the answers are."""
+        ds = self.dataset
+        if ds is None:
+            what = "synthetic" if self.synthetic else "a fixed text"
+        else:
+            info = ds.describe()
+            cats = f"{len(info['categories'])} categories, " if "categories" in info else ""
+            what = f"{ds.name} ({cats}{info['rows']:,} prompts" + ("" if ds.format == "builtin" else f", {ds.format}")
+            if info["multi_turn"]:
+                what += f"; {info['multi_turn']} multi-turn rows sent as their first turn"
+            what += ")"
+        return f"prompts: {what} · answers: {self.output}"
 
     def describe(self) -> dict:
         d: dict = {"nonce": self.nonce}
@@ -275,8 +319,12 @@ class PromptSource:
             d["prompt_tokens"] = self.lengths.spec
             d["shared_prefix_tokens"] = self.shared_prefix_tokens
             d["model"] = self.model.describe()
+        if self.dataset is not None:
+            d["dataset"] = self.dataset.describe()
         if self.output_lengths is not None:
             d["max_tokens"] = self.output_lengths.spec
+        if self.output:
+            d["output"] = self.output
         return d
 
     @classmethod
@@ -286,100 +334,28 @@ class PromptSource:
         prompt: str | None = None,
         prompt_file: str | None = None,
         dataset: str | None = None,
+        dataset_format: str = "auto",
         prompt_tokens: int | Lengths = 128,
         output_lengths: Lengths | None = None,
+        output_len: str = "max-tokens",
+        ignore_eos: bool = False,
+        max_tokens: int = 256,
         shared_prefix_tokens: int = 0,
         seed: int = 0,
         nonce: str | None = None,
     ) -> PromptSource:
         kw: dict = {"output_lengths": output_lengths, "seed": seed, "nonce": nonce}
         if prompt is not None:
-            return cls([prompt], **kw)
-        if prompt_file is not None:
-            text = _read(prompt_file)
+            src = cls([prompt], **kw)
+        elif prompt_file is not None:
+            text = read_text(prompt_file)
             if not text.strip():
                 raise PromptError(f"prompt file {prompt_file} is empty")
-            return cls([text], **kw)
-        if dataset is not None:
-            return cls(load_dataset(dataset), **kw)
-        return cls(synthetic_tokens=prompt_tokens, shared_prefix_tokens=shared_prefix_tokens, **kw)
-
-
-# Bounds on what is read from a prompt file or dataset: a path may name /dev/zero, a FIFO or a
-# file far larger than memory. No prompt is anywhere near 16 MiB (about 4 million tokens), and a
-# dataset's prompts are all held in memory, so its size is capped too.
-MAX_PROMPT_BYTES = 16 << 20
-MAX_DATASET_BYTES = 2 << 30
-
-
-def _read(path: str, limit: int = MAX_PROMPT_BYTES) -> str:
-    try:
-        with open(path, "rb") as f:
-            data = f.read(limit + 1)
-    except OSError as e:
-        raise PromptError(f"cannot read {path}: {e.strerror or e}") from None
-    if len(data) > limit:
-        raise PromptError(f"prompt file {path} is larger than {limit >> 20} MiB")
-    return data.decode("utf-8", errors="replace")
-
-
-_PROMPT_KEYS = ("prompt", "text", "input", "question", "instruction")
-
-
-def _dataset_lines(path: str) -> Iterator[tuple[int, bytes]]:
-    """(line number, line) of a JSONL file, read a line at a time, each line and the whole bounded."""
-    total = 0
-    try:
-        with open(path, "rb") as f:
-            for n in itertools.count(1):
-                line = f.readline(MAX_PROMPT_BYTES + 1)
-                if not line:
-                    return
-                if len(line) > MAX_PROMPT_BYTES:
-                    raise PromptError(f"{path}:{n}: line longer than {MAX_PROMPT_BYTES >> 20} MiB")
-                total += len(line)
-                if total > MAX_DATASET_BYTES:
-                    raise PromptError(f"{path}: larger than {MAX_DATASET_BYTES >> 30} GiB (use a sample of it)")
-                yield n, line
-    except OSError as e:
-        raise PromptError(f"cannot read {path}: {e.strerror or e}") from None
-
-
-def load_dataset(path: str) -> list[str]:
-    """JSONL: one object per line with a prompt under a common key, or a chat ``messages`` list
-    (the first user message is used; ShareGPT's ``conversations`` with ``from``/``value`` too)."""
-    prompts: list[str] = []
-    for n, line in _dataset_lines(path):
-        if not line.strip():
-            continue
-        try:
-            obj = orjson.loads(line)
-        except orjson.JSONDecodeError:
-            raise PromptError(f"{path}:{n}: not valid JSON") from None
-        text = _prompt_of(obj)
-        if text is None:
-            raise PromptError(f"{path}:{n}: no prompt found (keys {', '.join(_PROMPT_KEYS)} or messages)")
-        prompts.append(text)
-    if not prompts:
-        raise PromptError(f"{path}: no prompts")
-    return prompts
-
-
-def _prompt_of(obj: object) -> str | None:
-    if isinstance(obj, str):
-        return obj
-    if not isinstance(obj, dict):
-        return None
-    for k in _PROMPT_KEYS:
-        v = obj.get(k)
-        if isinstance(v, str) and v:
-            return v
-    for k in ("messages", "conversations"):
-        msgs = obj.get(k)
-        if isinstance(msgs, list):
-            for m in msgs:
-                if isinstance(m, dict) and m.get("role", m.get("from")) in ("user", "human"):
-                    v = m.get("content", m.get("value"))
-                    if isinstance(v, str):
-                        return v
-    return None
+            src = cls([text], **kw)
+        elif dataset is not None:
+            src = cls(dataset=load_dataset(dataset, dataset_format), output_len=output_len, **kw)
+        else:
+            src = cls(synthetic_tokens=prompt_tokens, shared_prefix_tokens=shared_prefix_tokens, **kw)
+        src.output = output_rule(ignore_eos, max_tokens, output_len if dataset is not None else "max-tokens",
+                                 src.output_lengths)
+        return src

@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import functools
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from specload.clock import SYSTEM_CLOCK, Clock
@@ -526,6 +526,8 @@ class Runner:
             prompt.text, request_id=rid, level=concurrency, level_index=level_index, warmup=warmup,
             max_tokens=prompt.max_tokens, prompt_tokens_requested=prompt.tokens_requested,
         )
+        if prompt.category is not None:  # the prompt's, not the client's: every client and worker kind alike
+            rec = replace(rec, category=prompt.category)
         self._finished(rec)
 
     def _task_done(self, rid: int, task: asyncio.Task) -> None:

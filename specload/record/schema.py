@@ -70,6 +70,8 @@ def request_line(rec: RequestRecord, t0_ns: int, *, with_chunks: bool = False) -
         d["max_tokens"] = rec.max_tokens
     if rec.prompt_tokens_cached is not None:
         d["prompt_tokens_cached"] = rec.prompt_tokens_cached
+    if rec.category is not None:
+        d["category"] = rec.category
     if rec.spec_verify_ct is not None:
         d["spec_verify_ct"] = rec.spec_verify_ct
     if rec.server_timings is not None:

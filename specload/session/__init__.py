@@ -254,11 +254,14 @@ class Session:
         self.listener.target_found(url, self.model, api)
         r = cfg.request
         prompts = PromptSource.from_options(
-            prompt=r.prompt, prompt_file=r.prompt_file, dataset=r.dataset, prompt_tokens=Lengths.parse(r.prompt_tokens),
-            output_lengths=Lengths.parse(r.max_tokens_dist) if r.max_tokens_dist else None,
-            shared_prefix_tokens=r.shared_prefix_tokens, seed=cfg.seed)
+            prompt=r.prompt, prompt_file=r.prompt_file, dataset=r.dataset, dataset_format=r.dataset_format,
+            prompt_tokens=Lengths.parse(r.prompt_tokens),
+            output_lengths=Lengths.parse(r.max_tokens_dist) if r.max_tokens_dist else None, output_len=r.output_len,
+            ignore_eos=r.ignore_eos, max_tokens=r.max_tokens, shared_prefix_tokens=r.shared_prefix_tokens, seed=cfg.seed)
         if prompts.synthetic:
             await self._calibrate_prompts(prompts, url, headers)
+        else:
+            fan.notice(prompts.summary())
         self._prompts = prompts
         self.client = client = _client(cfg, url, api, self.model, headers, self.clock, self.stats, self.scrub)
         if hasattr(client, "on_worker_lost"):

@@ -148,6 +148,9 @@ def test_interrupt_records_in_flight_as_cancelled_and_closes_the_record(tmp_path
         (["--record", "/tmp"], "directory"),
         (["--record", "/proc/specload.jsonl"], "not writable"),  # access() says yes to root here
         (["--dataset", "/nonexistent.jsonl"], "cannot read"),
+        (["--dataset", "builtin:code"], "the built-in categories are chat, coding, math,"),
+        (["--output-len", "dataset"], "--output-len dataset needs --dataset"),
+        (["--dataset", "/dev/zero"], "not a text file"),
         (["--header", "NoColon"], "bad header"),
         (["--requests-per-level", "-3"], "at least 1"),
         (["http://[::1"], "bad URL"),
@@ -164,6 +167,26 @@ def test_bad_input_is_one_line_and_nonzero(args: list[str], needle: str) -> None
     assert needle in p.stderr
     assert "Traceback" not in p.stderr
     assert len(p.stderr.strip().splitlines()) == 1, p.stderr
+
+
+def test_the_builtin_set_tags_every_request_with_its_category(sim_url: str, tmp_path: Path) -> None:
+    """--dataset builtin: the categories interleaved, each request line tagged, the start line and
+    the record saying what was sent and how long the answers are (through worker processes too)."""
+    rec = tmp_path / "run.jsonl"
+    p = run(["run", sim_url, "-c", "4", "-n", "24", "--max-tokens", "12", "--dataset", "builtin",
+             "--workers", "2", "--record", str(rec)], timeout=90)
+    assert p.returncode == 0, p.stderr
+    assert "prompts: builtin (8 categories, " in p.stderr
+    assert "answers: natural stops (EOS), capped at 12 tokens (--max-tokens)" in p.stderr
+    lines = [orjson.loads(x) for x in rec.read_bytes().splitlines()]
+    prompts = lines[0]["prompts"]
+    assert prompts["dataset"]["name"] == "builtin" and len(prompts["dataset"]["categories"]) == 8
+    assert prompts["output"].startswith("natural stops") and lines[0]["ignore_eos"] is False
+    reqs = [x for x in lines if x["type"] == "request"]
+    assert len(reqs) == 24
+    cats = [r["category"] for r in reqs]
+    assert set(cats) == set(prompts["dataset"]["categories"])  # 24 requests: each category three times
+    assert all(cats.count(c) == 3 for c in set(cats))
 
 
 def test_unreachable_server_is_one_line_exit_1() -> None:

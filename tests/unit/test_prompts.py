@@ -8,6 +8,7 @@ import statistics
 
 import pytest
 
+from specload.engine.datasets import load_dataset
 from specload.engine.prompts import (
     OPENING,
     TOKENS_PER_WORD,
@@ -16,7 +17,6 @@ from specload.engine.prompts import (
     PromptError,
     PromptSource,
     TokenModel,
-    load_dataset,
     synthetic_text,
 )
 from specload.sim import tokenizer
@@ -125,7 +125,7 @@ def test_dataset_keys_and_chat_shapes(tmp_path) -> None:
         '{"conversations": [{"from": "human", "value": "four"}]}\n'
         '"five"\n'
     )
-    assert load_dataset(str(f)) == ["one", "two", "three", "four", "five"]
+    assert [c.turns[0] for c in load_dataset(str(f)).conversations] == ["one", "two", "three", "four", "five"]
     src = PromptSource.from_options(dataset=str(f))
     assert not src.synthetic
     got = [src.next() for _ in range(6)]
@@ -135,7 +135,7 @@ def test_dataset_keys_and_chat_shapes(tmp_path) -> None:
 
 @pytest.mark.parametrize(
     ("content", "needle"),
-    [("{bad json\n", "not valid JSON"), ('{"other": 1}\n', "no prompt found"), ("\n\n", "no prompts")],
+    [("{bad json\n", "not valid JSON"), ('{"other": 1}\n', "expected JSONL or a JSON array"), ("\n\n", "no prompts")],
 )
 def test_bad_datasets_name_the_line(tmp_path, content: str, needle: str) -> None:
     f = tmp_path / "bad.jsonl"
@@ -156,7 +156,7 @@ def test_prompt_file_and_text(tmp_path) -> None:
 @pytest.mark.parametrize("kind", ["prompt_file", "dataset"])
 def test_dev_zero_is_refused_after_a_bounded_read(kind: str) -> None:
     # before: read without limit until MemoryError
-    with pytest.raises(PromptError, match="larger than 16 MiB|longer than 16 MiB"):
+    with pytest.raises(PromptError, match="larger than 16 MiB|not a text file"):
         PromptSource.from_options(**{kind: "/dev/zero"})
 
 
