@@ -40,6 +40,8 @@ from pathlib import Path
 
 import orjson
 
+from specload import lines
+
 TOKENS_PER_WORD = 1.3  # specload's estimate when no tokenizer is asked (engine/prompts.py uses it too)
 
 # Bounds on what is read: a path may name /dev/zero, a FIFO or a file far larger than memory. No
@@ -218,39 +220,31 @@ def _row(obj: object, fmt: str) -> tuple[str, Conversation | None]:
 # --------------------------------------------------------------------------- files
 
 
-def read_text(path: str, limit: int = MAX_PROMPT_BYTES, what: str = "prompt file") -> str:
+def read_text(path: str, limit: int = MAX_PROMPT_BYTES) -> str:
     """A whole text file, bounded."""
-    data = _read_bytes(path, limit, what)
-    return data.decode("utf-8", errors="replace")
+    return _read_bytes(path, limit).decode("utf-8", errors="replace")
 
 
-def _read_bytes(path: str, limit: int, what: str) -> bytes:
+def _read_bytes(path: str, limit: int) -> bytes:
     try:
-        with open(path, "rb") as f:
-            data = f.read(limit + 1)
+        return lines.read_capped(path, limit)
+    except lines.TooLong as e:
+        raise PromptError(f"{e} (use a sample of it)" if limit > MAX_PROMPT_BYTES else str(e)) from None
     except OSError as e:
         raise PromptError(f"cannot read {path}: {e.strerror or e}") from None
-    if len(data) > limit:
-        size = f"{limit >> 30} GiB" if limit >= 1 << 30 else f"{limit >> 20} MiB"
-        raise PromptError(f"{what} {path} is larger than {size}" + (" (use a sample of it)" if what != "prompt file" else ""))
-    return data
 
 
-def lines(path: str) -> Iterator[tuple[int, bytes]]:
+def _lines(path: str) -> Iterator[tuple[int, bytes]]:
     """(line number, line) of a JSONL file, read a line at a time, each line and the whole bounded."""
     total = 0
     try:
-        with open(path, "rb") as f:
-            for n in itertools.count(1):
-                line = f.readline(MAX_PROMPT_BYTES + 1)
-                if not line:
-                    return
-                if len(line) > MAX_PROMPT_BYTES:
-                    raise PromptError(f"{path}:{n}: line longer than {MAX_PROMPT_BYTES >> 20} MiB")
-                total += len(line)
-                if total > MAX_DATASET_BYTES:
-                    raise PromptError(f"{path}: larger than {MAX_DATASET_BYTES >> 30} GiB (use a sample of it)")
-                yield n, line
+        for n, line, _ in lines.iter_lines(path, MAX_PROMPT_BYTES):
+            total += len(line) + 1
+            if total > MAX_DATASET_BYTES:
+                raise PromptError(f"{path}: larger than {MAX_DATASET_BYTES >> 30} GiB (use a sample of it)")
+            yield n, line
+    except lines.TooLong as e:
+        raise PromptError(str(e)) from None
     except OSError as e:
         raise PromptError(f"cannot read {path}: {e.strerror or e}") from None
 
@@ -308,7 +302,7 @@ def _load(path: str, fmt: str) -> Dataset:
             convs.append(conv)
 
     if _first_byte(path) == b"[":
-        data = _read_bytes(path, MAX_DATASET_BYTES, "dataset")
+        data = _read_bytes(path, MAX_DATASET_BYTES)
         digest.update(data)
         try:
             rows = orjson.loads(data)
@@ -320,7 +314,7 @@ def _load(path: str, fmt: str) -> Dataset:
         for i, obj in enumerate(rows):
             take(f"{path}: row {i + 1}", obj)
     else:
-        for n, line in lines(path):
+        for n, line in _lines(path):
             digest.update(line)
             if not line.strip():
                 continue

@@ -156,7 +156,7 @@ def test_prompt_file_and_text(tmp_path) -> None:
 @pytest.mark.parametrize("kind", ["prompt_file", "dataset"])
 def test_dev_zero_is_refused_after_a_bounded_read(kind: str) -> None:
     # before: read without limit until MemoryError
-    with pytest.raises(PromptError, match="larger than 16 MiB|not a text file"):
+    with pytest.raises(PromptError, match="over 16 MiB|not a text file"):
         PromptSource.from_options(**{kind: "/dev/zero"})
 
 
@@ -165,5 +165,5 @@ def test_a_dataset_line_over_the_bound_names_its_line(tmp_path) -> None:
     with open(f, "wb") as out:
         out.write(b'{"prompt": "ok"}\n')
         out.write(b'{"prompt": "' + b"a" * (16 << 20) + b'"}\n')
-    with pytest.raises(PromptError, match=r"d.jsonl:2: line longer than 16 MiB"):
+    with pytest.raises(PromptError, match=r"d.jsonl: line 2 runs over 16 MiB"):
         load_dataset(str(f))
