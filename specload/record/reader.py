@@ -58,16 +58,17 @@ def iter_lines(path: str) -> Iterator[tuple[int, bytes, bool]]:
 
 
 # ---------------------------------------------------------------- the schema of each line type
+# (is_int, is_num and is_str are shared with the readers of other tools' files, record/peers.py)
 
 _MAX_INT = 1 << 53  # beyond it a float cannot hold the integer; no count in a record is near it
 _MAX_NUM = 1e15  # seconds, milliseconds, rates: anything larger is not a measurement
 
 
-def _int(v: object) -> bool:
+def is_int(v: object) -> bool:
     return type(v) is int and -_MAX_INT <= v <= _MAX_INT
 
 
-def _num(v: object) -> bool:
+def is_num(v: object) -> bool:
     return (type(v) is int and -_MAX_INT <= v <= _MAX_INT) or (
         type(v) is float and -_MAX_NUM <= v <= _MAX_NUM  # NaN fails both comparisons
     )
@@ -77,7 +78,7 @@ def _bool(v: object) -> bool:
     return type(v) is bool
 
 
-def _str(v: object) -> bool:
+def is_str(v: object) -> bool:
     return type(v) is str
 
 
@@ -87,12 +88,12 @@ def _opt(check):
 
 def _error(v: object) -> bool:
     return v is None or (
-        isinstance(v, dict) and _opt(_str)(v.get("kind")) and _opt(_str)(v.get("detail")) and _opt(_int)(v.get("status"))
+        isinstance(v, dict) and _opt(is_str)(v.get("kind")) and _opt(is_str)(v.get("detail")) and _opt(is_int)(v.get("status"))
     )
 
 
 def _counts(v: object) -> bool:
-    return isinstance(v, dict) and all(isinstance(k, str) and _int(n) for k, n in v.items())
+    return isinstance(v, dict) and all(isinstance(k, str) and is_int(n) for k, n in v.items())
 
 
 def _strs(v: object) -> bool:
@@ -103,8 +104,8 @@ def _any(v: object) -> bool:
     return True
 
 
-_onum, _oint, _ostr = _opt(_num), _opt(_int), _opt(_str)
-_onums = _opt(lambda v: isinstance(v, list) and all(_num(x) for x in v))
+_onum, _oint, _ostr = _opt(is_num), _opt(is_int), _opt(is_str)
+_onums = _opt(lambda v: isinstance(v, list) and all(is_num(x) for x in v))
 _LEVEL_FLOATS = (
     "prompt_tokens_avg", "prompt_tokens_p50", "prompt_tokens_p99", "prompt_tokens_requested_avg",
     "prompt_tokens_cached_avg", "peak_tok_s", "ttft_ms_std", "tpot_ms_avg", "tpot_ms_std", "itl_ms_avg", "itl_ms_std",
@@ -115,19 +116,19 @@ _LEVEL_FLOATS = (
 _SCHEMA: dict[str, dict] = {
     "run": {"version": (_oint, False), "target": (_ostr, False), "model": (_ostr, False), "api": (_ostr, False)},
     "request": {
-        "start_s": (_num, True), "level_index": (_int, True), "ok": (_bool, True), "id": (_oint, False),
-        "level": (_int, False), "warmup": (_bool, False), "end_s": (_num, False), "ttft_ms": (_onum, False),
+        "start_s": (is_num, True), "level_index": (is_int, True), "ok": (_bool, True), "id": (_oint, False),
+        "level": (is_int, False), "warmup": (_bool, False), "end_s": (is_num, False), "ttft_ms": (_onum, False),
         "tpot_ms": (_onum, False), "e2e_ms": (_onum, False), "itl_ms_p50": (_onum, False),
-        "output_tokens": (_int, False), "tokens_estimated": (_bool, False), "prompt_tokens": (_oint, False),
-        "chunks": (_int, False), "finish_reason": (_ostr, False), "retries": (_int, False), "error": (_error, False),
-        "retry_ms": (_num, False),
+        "output_tokens": (is_int, False), "tokens_estimated": (_bool, False), "prompt_tokens": (_oint, False),
+        "chunks": (is_int, False), "finish_reason": (_ostr, False), "retries": (is_int, False), "error": (_error, False),
+        "retry_ms": (is_num, False),
         "prompt_tokens_requested": (_oint, False), "prompt_tokens_cached": (_oint, False), "max_tokens": (_oint, False),
     },
     "level": {
-        "level_index": (_int, True), "concurrency": (_int, True), "requests": (_int, True), "ok": (_int, True),
-        "wall_s": (_num, True), "throughput_tok_s": (_num, True), "per_request_tok_s": (_num, True),
-        "errors": (_counts, False), "output_tokens": (_int, False), "tokens_estimated": (_bool, False),
-        "req_s": (_num, False),
+        "level_index": (is_int, True), "concurrency": (is_int, True), "requests": (is_int, True), "ok": (is_int, True),
+        "wall_s": (is_num, True), "throughput_tok_s": (is_num, True), "per_request_tok_s": (is_num, True),
+        "errors": (_counts, False), "output_tokens": (is_int, False), "tokens_estimated": (_bool, False),
+        "req_s": (is_num, False),
         **{k: (_onum, False) for k in ("ttft_ms_avg", "ttft_ms_p50", "ttft_ms_p99", "tpot_ms_p50", "tpot_ms_p99",
                                         "itl_ms_p50", "itl_ms_p99", "e2e_s_avg", "e2e_s_p50", "e2e_s_p99")},
         # the figures of issue 15 (absent in older records)
@@ -137,22 +138,22 @@ _SCHEMA: dict[str, dict] = {
         # a level cut by a crash, the server down or a pause (issue 11): what cut it, its active time
         "cut": (_ostr, False), "active_s": (_onum, False), "lost": (_oint, False),
     },
-    "event": {"t_s": (_num, True), "kind": (_str, True), "value": (_any, False)},
+    "event": {"t_s": (is_num, True), "kind": (is_str, True), "value": (_any, False)},
     "crash": {
-        "t_s": (_num, True), "signature": (_str, True), "first_seen_s": (_num, False), "exception_type": (_ostr, False),
+        "t_s": (is_num, True), "signature": (is_str, True), "first_seen_s": (is_num, False), "exception_type": (_ostr, False),
         "message": (_ostr, False), "innermost_frame": (_ostr, False), "processes": (_strs, False),
-        "count": (_int, False), "new": (_bool, False), "excerpt": (_ostr, False),
+        "count": (is_int, False), "new": (_bool, False), "excerpt": (_ostr, False),
     },
     "server": {
-        "t_s": (_num, True), "source": (_str, True),
+        "t_s": (is_num, True), "source": (is_str, True),
         **{k: (_onum, False) for k in ("running", "queued", "gen_tok_s", "prompt_tok_s", "accept_len", "accept_rate",
                                         "token_usage")},
     },
-    "client": {"t_s": (_num, True), "cpu_pct": (_onum, False), "loop_lag_ms": (_onum, False),
-               "saturated": (_bool, False), "level": (_int, False), "starved": (_bool, False),
+    "client": {"t_s": (is_num, True), "cpu_pct": (_onum, False), "loop_lag_ms": (_onum, False),
+               "saturated": (_bool, False), "level": (is_int, False), "starved": (_bool, False),
                "lag_cpu_wait_ms": (_onum, False)},
-    "end": {"reason": (_str, True), "elapsed_s": (_num, False), "requests": (_int, False), "ok": (_int, False),
-            "ended_at": (_str, False)},
+    "end": {"reason": (is_str, True), "elapsed_s": (is_num, False), "requests": (is_int, False), "ok": (is_int, False),
+            "ended_at": (is_str, False)},
 }
 
 

@@ -40,6 +40,7 @@ from typing import overload
 import numpy as np
 
 from specload import lines
+from specload.record.reader import is_int, is_num, is_str
 from specload.record.runs import (
     Run,
     RunDescription,
@@ -76,6 +77,87 @@ NO_TIMELINE_NOTE = "{tool} records no server samples, events or crashes: missing
 # the summary fields a tool writes, by what they mean; (file key, unit) -> our name
 _VLLM_SUMMARY = ("ttft", "tpot", "itl", "e2el")
 _SGLANG_SUMMARY = {"ttft": "ttft", "tpot": "tpot", "itl": "itl", "e2e_latency": "e2el"}
+
+
+# ------------------------------------------------------------------------------------------ schema
+# What each field the readers use must hold, checked before any is used: a field of another type is
+# a one-line error naming the file and the field. An absent or null field is missing; fields not
+# named here are not read. Times are seconds, counts integers below 2**53.
+
+
+def _count(v: object) -> bool:
+    return is_int(v) and v >= 0  # type: ignore[operator]
+
+
+def _figure(v: object) -> bool:
+    # a summary figure: a number, or a float that is not finite (np.mean of nothing; missing here)
+    return is_num(v) or (type(v) is float and not math.isfinite(v))
+
+
+ONE, EACH, EACH_LIST = 0, 1, 2  # the field is a value, a list of values, a list of lists of values
+_SECONDS = (is_num, "a number of seconds")
+_TOKENS = (_count, "a token count")
+_COUNT = (_count, "a count")
+_FIGURE = (_figure, "a number")
+_TEXT = (is_str, "text")
+_COMMON_FIELDS: dict[str, tuple] = {
+    "ttfts": (*_SECONDS, EACH), "itls": (*_SECONDS, EACH_LIST), "output_lens": (*_TOKENS, EACH),
+    "input_lens": (*_TOKENS, EACH), "errors": (lambda v: v is None or is_str(v), "an error text", EACH),
+    "request_rate": (lambda v: _figure(v) or v == "inf", "a request rate", ONE),
+    **{k: (*_COUNT, ONE) for k in ("completed", "total_input_tokens", "total_output_tokens", "max_concurrency")},
+    **{k: (*_FIGURE, ONE) for k in ("duration", "request_throughput", "output_throughput")},
+    **{k: (*_TEXT, ONE) for k in ("model_id", "backend")},
+}
+_VLLM_FIELDS = {
+    **_COMMON_FIELDS, "latencies": (*_SECONDS, EACH), "start_times": (*_SECONDS, EACH),
+    "spec_decode_per_position_acceptance_rates": (*_FIGURE, EACH),
+    **{k: (*_COUNT, ONE) for k in ("failed", "max_concurrent_requests", "num_prompts")},
+    **{k: (*_FIGURE, ONE) for k in ("total_token_throughput", "max_output_tokens_per_s", "burstiness",
+                                   "spec_decode_acceptance_length", "spec_decode_acceptance_rate")},
+    **{k: (*_TEXT, ONE) for k in ("endpoint_type", "label", "tokenizer_id", "date")},
+}
+_SGLANG_FIELDS = {
+    **_COMMON_FIELDS,
+    **{k: (*_COUNT, ONE) for k in ("total_output_tokens_retokenized", "random_input_len", "random_output_len",
+                                   "sharegpt_output_len")},
+    **{k: (*_FIGURE, ONE) for k in ("input_throughput", "concurrency", "accept_length", "random_range_ratio")},
+    "dataset_name": (*_TEXT, ONE),
+}
+
+
+def _show(v: object) -> str:
+    r = repr(v)
+    return r if len(r) <= 40 else r[:39] + "…"
+
+
+def field_problem(d: dict, fields: dict[str, tuple]) -> str | None:
+    """Why the fields of a tool's result ``d`` cannot be used (the first field that fails), or None;
+    every summary figure (``*_ms``) must be a number too."""
+    for key, (check, what, shape) in fields.items():
+        v = d.get(key)
+        if v is None:
+            continue
+        if shape == ONE:
+            if not check(v):
+                return f"{key} = {_show(v)} is not {what}"
+            continue
+        if not isinstance(v, list):
+            return f"{key} = {_show(v)} is not a list"
+        if shape == EACH and all(map(check, v)):
+            continue
+        for i, x in enumerate(v):
+            if shape == EACH:
+                if not check(x):
+                    return f"{key}[{i}] = {_show(x)} is not {what}"
+            elif not isinstance(x, list):
+                return f"{key}[{i}] = {_show(x)} is not a list"
+            elif not all(map(check, x)):
+                j = next(j for j, y in enumerate(x) if not check(y))
+                return f"{key}[{i}][{j}] = {_show(x[j])} is not {what}"
+    for key, v in d.items():
+        if key.endswith("_ms") and v is not None and not _figure(v):
+            return f"{key} = {_show(v)} is not a number"
+    return None
 
 
 # ------------------------------------------------------------------------------------------ helpers
@@ -252,6 +334,9 @@ def read_vllm(path: str, label: str | None = None) -> Run:
     d = _load_json(path)
     if not isinstance(d, dict):
         raise RunReadError(f"{path}: not a vllm bench serve result (not a JSON object)")
+    problem = field_problem(d, _VLLM_FIELDS)
+    if problem is not None:
+        raise RunReadError(f"{path}: {problem}")
     try:
         n = _arrays(d, ("ttfts", "itls", "latencies", "output_lens", "input_lens", "start_times", "errors"))
     except RunReadError as e:
@@ -272,7 +357,7 @@ def read_vllm(path: str, label: str | None = None) -> Run:
     if n is None:
         notes.append("the file has no per-request arrays (saved without --save-detailed): its summary only, "
                      "no intervals")
-        completed, failed = int(d.get("completed") or 0), int(d.get("failed") or 0)
+        completed, failed = _request_counts(path, d.get("completed"), d.get("failed"))
         concurrency = int(mc) if isinstance(mc, int) else completed + failed
         level = LevelRequests(
             index=0, concurrency=concurrency, ok=np.array([True] * completed + [False] * failed),
@@ -319,7 +404,7 @@ def _vllm_level(d: dict, n: int, concurrency: int, open_loop: bool) -> LevelRequ
         return np.where(ok, a, np.nan) if ok_only else a
 
     start = col("start_times", ok_only=False)
-    if start is not None:
+    if start is not None and start.size:
         # perf_counter() of the client: the first request's start is the run's zero
         start = start - np.nanmin(start)
     lat = col("latencies", 1e3)
@@ -351,6 +436,17 @@ def _vllm_level(d: dict, n: int, concurrency: int, open_loop: bool) -> LevelRequ
         error_kind=tuple(None if ok[i] else _error_kind(str(errors[i] or "")) for i in range(n)),
         open_loop=open_loop,
     )
+
+
+MAX_REQUESTS = 10_000_000  # a summary-only file's level holds a column entry per request it counts
+
+
+def _request_counts(where: str, completed: object, failed: object) -> tuple[int, int]:
+    c = completed if isinstance(completed, int) else 0  # counts, checked by the schema
+    f = failed if isinstance(failed, int) else 0
+    if c + f > MAX_REQUESTS:
+        raise RunReadError(f"{where}: {c + f} requests counted, more than the {MAX_REQUESTS:,} specload reads")
+    return c, f
 
 
 def _summary_level(concurrency: int, d: dict, completed: int, failed: int, e2e_key: str) -> LevelSummary:
@@ -453,6 +549,9 @@ def read_sglang(path: str, label: str | None = None) -> Run:
             except (ValueError, UnicodeDecodeError):
                 raise RunReadError(f"{path}:{i}: not valid JSON") from None
             if isinstance(obj, dict):
+                problem = field_problem(obj, _SGLANG_FIELDS)
+                if problem is not None:
+                    raise RunReadError(f"{path}:{i}: {problem}")
                 runs.append(obj)
     except OSError as e:
         raise RunReadError(f"cannot read {path}: {e.strerror}") from None
@@ -482,11 +581,15 @@ def read_sglang(path: str, label: str | None = None) -> Run:
         recomputed.append(r)
         notes.extend(f"line {idx + 1}: {m}" for m in _mismatches("SGLang", s, r))
         mc = d.get("max_concurrency")
-        completed = int(d.get("completed") or 0)
+        if n is None:
+            completed, failed = _request_counts(f"{path}:{idx + 1}", d.get("completed"), 0)
+        else:  # the arrays say which requests succeeded, whatever the summary says
+            completed = sum(_sglang_ok(d, n))
+            failed = n - completed
         concurrency = int(mc) if isinstance(mc, int) else (n if n is not None else completed)
         rate = _f(d.get("request_rate"))
         open_loop = rate is not None and math.isfinite(rate)
-        summary = _summary_level(concurrency, d, completed, (n - completed) if n is not None else 0, "e2e_latency")
+        summary = _summary_level(concurrency, d, completed, failed, "e2e_latency")
         summary = _replace_index(summary, idx)
         if n is None:
             notes.append(f"line {idx + 1}: no per-request arrays (run without --output-details): summary only")

@@ -246,6 +246,8 @@ def per_request_tok_s(level: LevelRequests, seed: int = 0, n_boot: int = iv.N_BO
 def throughput(level: LevelRequests, seed: int = 0, n_boot: int = iv.N_BOOT, **_: object) -> Estimate:
     """Output tok/s of the level at steady state (the module doc explains the estimator)."""
     summary_value = level.summary.throughput_tok_s if level.summary is not None else None
+    if summary_value is not None and not math.isfinite(summary_value):
+        summary_value = None  # a peer tool's summary without the figure
     if level.start_s is None or level.end_s is None or level.output_tokens is None:
         if summary_value is None:
             return iv.missing("little", "the source has no request times or level throughput")
