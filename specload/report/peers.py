@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Sequence
 from typing import overload
 
@@ -177,21 +178,36 @@ def _f(v: object) -> float | None:
     return float(v) if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) else None
 
 
+# An exception line of a Python traceback: its type at the start of a line, then ':' or the line's end
+# (frames and their source lines are indented, and name parameters such as 'timeout' in passing).
+_EXCEPTION_LINE = re.compile(r"^([A-Za-z_][\w.]*)(?::|$)", re.MULTILINE)
+# an exception type (its last dotted name) as specload's error kind
+_KIND_OF_EXCEPTION = {
+    **dict.fromkeys(("ConnectionRefusedError", "ClientConnectorError", "ClientConnectorDNSError", "gaierror",
+                     "ClientConnectorCertificateError", "ClientConnectorSSLError", "ClientProxyConnectionError",
+                     "ConnectError"), "connect"),
+    **dict.fromkeys(("ServerDisconnectedError", "ClientPayloadError", "ConnectionResetError", "BrokenPipeError",
+                     "RemoteProtocolError", "IncompleteRead", "ContentLengthError", "TransferEncodingError"),
+                    "disconnect"),
+    **dict.fromkeys(("TimeoutError", "ServerTimeoutError", "ConnectionTimeoutError", "SocketTimeoutError",
+                     "ReadTimeout", "ConnectTimeout"), "timeout"),
+    **dict.fromkeys(("JSONDecodeError", "UnicodeDecodeError"), "malformed"),
+    "ClientResponseError": "http",
+}
+
+
 def _error_kind(text: str) -> str:
-    """A peer tool's error text (an aiohttp exception's traceback, or the HTTP reason) as specload's
-    error kinds, as far as the text tells."""
-    t = text.lower()
-    if "timeout" in t:
-        return "timeout"
-    if "serverdisconnected" in t or "clientpayloaderror" in t or "connection reset" in t:
-        return "disconnect"
-    if "clientconnectorerror" in t or "cannot connect" in t or "connection refused" in t:
-        return "connect"
-    if "never received a valid chunk" in t:
+    """A peer tool's error text (``traceback.format_exception`` of the aiohttp exception, or the HTTP
+    reason) as specload's error kinds: by the first exception type the text names that says one (a
+    traceback names the cause first: the ConnectionRefusedError before the ClientConnectorError raised
+    from it; a CancelledError says nothing, the TimeoutError after it does)."""
+    for m in _EXCEPTION_LINE.finditer(text):
+        kind = _KIND_OF_EXCEPTION.get(m.group(1).rsplit(".", 1)[-1])
+        if kind is not None:
+            return kind
+    if "never received a valid chunk" in text.lower():
         return "malformed"
-    if "traceback" in t:
-        return "error"
-    return "http"
+    return "error" if "Traceback (most recent call last)" in text else "http"
 
 
 def per_token_itl_median(gaps_s: Sequence[float], output_tokens: float) -> float:

@@ -99,3 +99,59 @@ def test_bad_outputs_fail_at_once_in_one_line(two_records: tuple[Path, Path], tm
     assert p.stderr.strip() == ('specload report: --plot needs matplotlib, which is not installed: '
                                 'pip install "specload[report]"')
     assert "Traceback" not in p.stderr
+
+
+async def _vllm_error(url: str, timeout: float | None = None) -> str:
+    """The error text vLLM's client keeps for a failed request: the aiohttp exception, formatted as
+    ``traceback.format_exception`` writes it (``lib/endpoint_request_func.py``)."""
+    import traceback
+
+    import aiohttp
+
+    try:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout)) as session:
+            async with session.post(url=url, json={"model": "tiny", "stream": True}) as response:
+                await response.read()
+    except (aiohttp.ClientError, TimeoutError):
+        return "".join(traceback.format_exception(*sys.exc_info()))
+    raise AssertionError("the request did not fail")
+
+
+@needs_fixtures
+async def test_vllm_errors_are_classified_by_their_exception(tmp_path: Path) -> None:
+    # before: the word "timeout" among a traceback's frames (aiohttp's connector passes a 'timeout'
+    # parameter) made every "Cannot connect to host" a timeout
+    import asyncio
+    import socket
+
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(1 << 16)  # never answers; the client's timeout ends it
+
+    async def hang_up(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(1 << 16)
+        writer.close()
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]
+    quiet = await asyncio.start_server(silent, "127.0.0.1", 0)
+    rude = await asyncio.start_server(hang_up, "127.0.0.1", 0)
+    try:
+        errors = [
+            await _vllm_error(f"http://127.0.0.1:{closed}/v1/chat/completions"),
+            await _vllm_error(f"http://127.0.0.1:{quiet.sockets[0].getsockname()[1]}/v1/chat/completions", 0.2),
+            await _vllm_error(f"http://127.0.0.1:{rude.sockets[0].getsockname()[1]}/v1/chat/completions"),
+        ]
+    finally:
+        quiet.close()
+        rude.close()
+    assert "Cannot connect to host" in errors[0] and "timeout" in errors[0]  # the word, in a frame
+    d = json.loads((PEERS.parent / "vllm-0.32-cpu-2" / "vllm_r1_c4.json").read_text())
+    for i, text in enumerate([*errors, "Internal Server Error"]):  # vLLM's record of a failed request
+        d["errors"][i], d["output_lens"][i], d["ttfts"][i], d["itls"][i], d["latencies"][i] = text, 0, 0.0, [], 0.0
+    path = tmp_path / "vllm_failed.json"
+    path.write_text(json.dumps(d))
+    p = specload("report", str(path), "--json")
+    assert p.returncode == 0, p.stderr[-800:]
+    (level,) = json.loads(p.stdout)["levels"]
+    assert level["errors"] == {"connect": 1, "timeout": 1, "disconnect": 1, "http": 1}
