@@ -2,7 +2,8 @@
 
 ``SimConfig`` (config.py) holds every option; ``SimServer`` (server.py) runs it inside the caller's
 event loop; ``specload sim`` (cli.py) runs it as a process. The timing model is model.py, the
-continuous-batching scheduler scheduler.py, the log formats serverlog.py.
+continuous-batching scheduler scheduler.py, the wire formats openai.py and llamacpp.py, the log
+formats serverlog.py.
 
 Two flavours (``SimConfig.flavor`` / ``--flavor``): ``vllm`` (default) speaks vLLM's OpenAI SSE and
 /metrics with SGLang-style log lines and SGLang's ``/generate``; ``llamacpp`` plays llama.cpp's

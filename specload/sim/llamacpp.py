@@ -25,22 +25,25 @@ The log lines of this flavour live in serverlog.py with the other formats.
 
 from __future__ import annotations
 
+import itertools
 import random
 import string
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
+from aiohttp import web
 
-from specload.sim.scheduler import Counters, Sequence
-
-if TYPE_CHECKING:
-    from specload.sim.model import StepDraw
+from specload.sim import tokenizer
+from specload.sim.config import SimConfig
+from specload.sim.model import StepDraw, estimate_chat_tokens, estimate_prompt_tokens
+from specload.sim.openai import DONE, BadRequest, Req, Serve, json_response, read_object, sse
+from specload.sim.scheduler import Counters, Scheduler, Sequence
+from specload.sim.serverlog import LlamaLog, ServerLog, llama_crash_lines
 
 FINGERPRINT = "b0-unknown"
 MAX_TOKENS_LIMIT = 2_147_483_647
 _ID_CHARS = string.ascii_letters + string.digits
-_DONE = b"data: [DONE]\n\n"
 
 
 def new_id(rng: random.Random) -> str:
@@ -91,14 +94,10 @@ def usage(seq_prompt: int, completion: int, cached: int = 0) -> dict[str, Any]:
     }
 
 
-def _sse(obj: Any) -> bytes:
-    return b"data: " + orjson.dumps(obj) + b"\n\n"
-
-
 class LlamaFormatter:
     """The SSE events and whole bodies of one request, llama-server style.
 
-    Same attribute interface as server.py's vLLM formatter (``sent``, ``flushed``, ``accounted``,
+    Same attribute interface as openai.py's formatter (``sent``, ``flushed``, ``accounted``,
     ``created``), so the streaming loop, fault injection and accounting need no flavour branches.
     """
 
@@ -120,7 +119,7 @@ class LlamaFormatter:
         # one chunk per token and tokens differ only in text: serialise once, splice texts in
         # (vocabulary words need no JSON escaping)
         marker = "\x00SPLICE\x00"
-        whole = _sse(self._content(marker))
+        whole = sse(self._content(marker))
         self._pre, _, self._post = whole.partition(orjson.dumps(marker))
 
     def _chat(self, choices: list, **tail: Any) -> dict[str, Any]:
@@ -157,10 +156,10 @@ class LlamaFormatter:
     def head(self) -> bytes:
         if self.kind != "chat":
             return b""
-        return _sse(self._chat([{"finish_reason": None, "index": 0,
+        return sse(self._chat([{"finish_reason": None, "index": 0,
                                  "delta": {"role": "assistant", "content": None}}]))
 
-    def step(self, d: StepDraw, seq: Sequence, timings_: dict | None) -> bytes:
+    def step(self, d: StepDraw, seq: Sequence) -> bytes:
         self.sent += d.tokens
         pre, post = self._pre, self._post
         if d.tokens == 1:
@@ -176,13 +175,13 @@ class LlamaFormatter:
         if self.kind == "chat":
             fin = [{"finish_reason": finish, "index": 0, "delta": {}}]
             if self.include_usage:
-                out = _sse(self._chat(fin)) + _sse(self._chat([], usage=u, timings=t))
+                out = sse(self._chat(fin)) + sse(self._chat([], usage=u, timings=t))
             else:
-                out = _sse(self._chat(fin, timings=t))
+                out = sse(self._chat(fin, timings=t))
         else:
             fin = [{"text": "", "index": 0, "logprobs": None, "finish_reason": finish}]
-            out = _sse(self._text(fin, usage=u, timings=t))
-        return out + _DONE
+            out = sse(self._text(fin, usage=u, timings=t))
+        return out + DONE
 
     def whole(self, text: str, finish: str) -> dict[str, Any]:
         t = timings(self.seq, self.spec_tokens)
@@ -296,3 +295,221 @@ class LlamaMetrics:
             lines += (f"# HELP {full} Accepted tokens per draft position", f"# TYPE {full} counter")
             lines += (f'{full}{{position="{i}"}} {v}' for i, v in enumerate(accepted_per_pos))
         return ("\n".join(lines) + "\n").encode()
+
+
+async def _server_header(request: web.Request, response: web.StreamResponse) -> None:
+    response.headers["Server"] = "llama.cpp"
+
+
+class LlamaWire:
+    """llama-server's side of a request: its rules, ids, tasks and slots, its bytes, its log lines and
+    /metrics (the same methods as ``openai.OpenAIWire``)."""
+
+    stream_headers = {"X-Accel-Buffering": "no"}
+
+    def __init__(self, config: SimConfig, log: ServerLog, counters: Counters, seed: int,
+                 live: set[Sequence]) -> None:
+        self.config = config
+        self.log = log
+        self.counters = counters
+        self.live = live  # the server's open requests: the busy slots are read from them
+        self.scheduler: Scheduler | None = None
+        self.llama_log = LlamaLog()
+        self.metrics = LlamaMetrics(counters)
+        self._id_rng = random.Random(seed ^ 0x11A3A)
+        self._tasks = itertools.count(0)
+        self._slot_last_us: dict[int, int] = {}
+
+    def add_routes(self, app: web.Application, serve: Serve) -> None:
+        """No ``/generate``; llama.cpp's ``/tokenize`` and ``/apply-template``, ``/v1/models``, ``/metrics``."""
+        app.on_response_prepare.append(_server_header)
+        if self.config.tokenize_endpoint:
+            app.router.add_post("/tokenize", self._tokenize)
+            app.router.add_post("/apply-template", self._apply_template)
+        app.router.add_get("/v1/models", self._models)
+        app.router.add_get("/metrics", self._metrics)
+
+    def bind(self, scheduler: Scheduler) -> None:
+        self.scheduler = scheduler
+        scheduler.on_admit = self.admitted
+
+    def parse(self, kind: str, body: Any) -> Req:
+        """llama-server's request rules: ``max_tokens`` from -1 (no limit) to 2^31-1, anything too long
+        stops when the slot's context is full; a prompt that does not fit the slot is refused."""
+        cfg = self.config
+        if not isinstance(body, dict):
+            raise BadRequest("request body must be a JSON object")
+        if kind == "chat":
+            messages = body.get("messages")
+            if not isinstance(messages, list) or not messages:
+                raise BadRequest("'messages' is required")
+            prompt_tokens = estimate_chat_tokens(messages)
+        else:
+            if "prompt" not in body:
+                raise BadRequest("\"prompt\" must be provided")
+            prompt_tokens = estimate_prompt_tokens(body["prompt"])
+        name = "max_completion_tokens" if kind == "chat" and "max_completion_tokens" in body else "max_tokens"
+        raw = body.get(name)
+        if raw is None:
+            raw = cfg.default_max_tokens  # the server's -n
+        if isinstance(raw, bool) or not isinstance(raw, (int, float)):
+            kind_name = "string" if isinstance(raw, str) else type(raw).__name__
+            raise BadRequest(
+                f"Field '{name}': [json.exception.type_error.302] type must be number, but is {kind_name}"
+            )
+        raw = int(raw)
+        if not (-1 <= raw <= MAX_TOKENS_LIMIT):
+            raise BadRequest(
+                f"Field '{name}': Value must be between -1 <= value <= {MAX_TOKENS_LIMIT}, but got {raw}"
+            )
+        n_ctx = cfg.slot_context
+        if prompt_tokens >= n_ctx:
+            raise BadRequest(
+                f"request ({prompt_tokens} tokens) exceeds the available context size "
+                f"({n_ctx} tokens), try increasing it",
+                type_="exceed_context_size_error",
+                n_prompt_tokens=prompt_tokens,
+                n_ctx=n_ctx,
+            )
+        room = n_ctx - prompt_tokens
+        # -1: until the context is full; 0 still yields one token here (the scheduler's unit)
+        max_tokens = room if raw == -1 else max(1, min(raw, room))
+        so = body.get("stream_options") or {}
+        if not isinstance(so, dict):
+            raise BadRequest("stream_options must be an object")
+        return Req(
+            kind,
+            new_id(self._id_rng),
+            prompt_tokens,
+            max_tokens,
+            bool(body.get("ignore_eos", False)),
+            bool(body.get("stream", False)),
+            bool(so.get("include_usage", False)),
+            False,  # no continuous usage stats in llama-server
+        )
+
+    def bad_json(self, e: Exception) -> tuple[int, str, str]:
+        # llama-server answers a body it cannot parse with a 500
+        return 500, f"[json.exception.parse_error.101] parse error: {e}", "server_error"
+
+    def begin(self, req: Req, seq: Sequence) -> LlamaFormatter:
+        self.metrics.prompt_tokens_cached += seq.cached_tokens
+        seq.task = next(self._tasks)
+        cfg = self.config
+        return LlamaFormatter(req.kind, req.rid, cfg.model_name, seq, cfg.spec_tokens, req.include_usage)
+
+    def admitted(self, seq: Sequence) -> None:
+        """The request leaves the queue for a slot (the least recently used)."""
+        # Busy slots are read from the live sequences, not kept in a free list: the scheduler admits
+        # the next request the instant a sequence finishes, before that handler has run its cleanup.
+        busy = {s.slot for s in self.live if s.slot >= 0 and s.finish_reason is None and not s.cancelled}
+        free = [i for i in range(self.config.max_batch) if i not in busy]
+        if free:
+            # least recently used; among never-used slots the highest id, as llama-server picks 7, 6, ...
+            seq.slot = min(free, key=lambda i: (self._slot_last_us.get(i, -1), -i))
+        else:  # max-speed mode admits beyond max_batch: give it a slot of its own
+            seq.slot = self.config.max_batch + len(busy)
+        last = self._slot_last_us.get(seq.slot, -1)
+        self.log.lines(self.llama_log.launch(seq.slot, seq.task, last))
+
+    def released(self, seq: Sequence) -> None:
+        if seq.slot >= 0:
+            self._slot_last_us[seq.slot] = int((time.perf_counter() - self.llama_log.t0) * 1e6)
+
+    def reject(self, status: int, message: str, type_: str, rid: str, extra: dict[str, Any]) -> web.Response:
+        extra.pop("param", None)  # llama.cpp names the field in the message instead
+        if type_ == "BadRequestError":
+            type_ = "invalid_request_error"
+        body = error_body(status, message, type_, **extra)
+        if message.startswith("[json.exception.parse_error"):
+            # the HTTP layer's exception handler, not a task
+            self.log.line(self.llama_log.got_exception(body.decode()))
+        elif type_ != "invalid_request_error":
+            # errors of a task (context overflow, the injected 500) are logged; validation is not
+            self.log.line(self.llama_log.send_error(next(self._tasks), message))
+        return web.Response(
+            body=body,
+            status=status,
+            content_type="application/json",
+            charset="utf-8",
+        )
+
+    def account(self, seq: Sequence, fmt: LlamaFormatter, status: int, outcome: str, now: float) -> None:
+        ll = self.llama_log
+        n, p = seq.completion_tokens, seq.prompt_tokens
+        n_tokens = p + max(0, n - 1)  # the last token is sampled but not yet in the KV cache
+        if outcome in ("stop", "length"):
+            self.metrics.finished(seq)
+            t = timings(seq, self.config.spec_tokens)
+            self.log.lines(
+                ll.finished(
+                    seq.slot,
+                    seq.task,
+                    prompt_ms=t["prompt_ms"],
+                    prompt_n=p,
+                    predicted_ms=t["predicted_ms"],
+                    predicted_n=n,
+                    steps=seq.verify_steps if self.config.spec_tokens else max(0, n - 1),
+                    drafted=t.get("draft_n", 0),
+                    accepted=t.get("draft_n_accepted", 0),
+                    drafts=seq.verify_steps,
+                    n_tokens=n_tokens,
+                    # the slot's context filled up before max_tokens (or -1) was reached
+                    truncated=outcome == "length" and p + n >= self.config.slot_context,
+                )
+            )
+        elif outcome != "injected_stall":
+            # the client is gone (or the injected drop looked like it): llama-server cancels the task
+            self.metrics.seen(seq)
+            lines = [ll.cancel(seq.task)]
+            if seq.slot >= 0:
+                lines.append(ll.release(seq.slot, seq.task, n_tokens, False))
+            self.log.lines(lines)
+
+    def whole_body(self, req: Req, seq: Sequence, fmt: LlamaFormatter, text: str, finish: str) -> dict[str, Any]:
+        return fmt.whole(text, finish)
+
+    def crash_lines(self) -> list[str]:
+        return llama_crash_lines()
+
+    def stop_lines(self) -> list[str]:
+        return [self.llama_log.exiting()]
+
+    def ticker(self) -> None:
+        """llama-server logs per request only: no periodic line."""
+        return None
+
+    async def _tokenize(self, request: web.Request) -> web.Response:
+        """``{"content", "with_pieces"?}`` -> ``{"tokens": [...]}``, and ``{"tokens": []}`` for a body
+        without content."""
+        body = await read_object(request)
+        if isinstance(body, web.Response):
+            return body
+        content = body.get("content")
+        if not isinstance(content, str):
+            return json_response({"tokens": []})
+        if body.get("with_pieces"):
+            return json_response({"tokens": [{"id": i, "piece": p} for i, p in tokenizer.piece_list(content)]})
+        # parse_special (llama.cpp's default): template markers are single special tokens
+        special = body.get("parse_special", True)
+        return json_response({"tokens": tokenizer.special_ids(content) if special else tokenizer.text_ids(content)})
+
+    async def _apply_template(self, request: web.Request) -> web.Response:
+        """``/apply-template``: ``{"messages"}`` -> ``{"prompt"}``, the chat as the model reads it."""
+        try:
+            body = orjson.loads(await request.read())
+            messages = body.get("messages") if isinstance(body, dict) else None
+            if not isinstance(messages, list):
+                raise ValueError("'messages' is required")
+            return json_response({"prompt": tokenizer.apply_template(messages)})
+        except (orjson.JSONDecodeError, ValueError) as e:
+            return json_response({"error": {"code": 400, "message": str(e), "type": "invalid_request_error"}}, 400)
+
+    async def _models(self, request: web.Request) -> web.Response:
+        return json_response(models_body(self.config.model_name, self.config.slot_context))
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        sched = self.scheduler
+        assert sched is not None
+        text = self.metrics.text(sched.running, sched.waiting, self.counters.accepted_per_pos)
+        return web.Response(body=text, headers={"Content-Type": "text/plain; version=0.0.4"})

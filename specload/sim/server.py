@@ -1,25 +1,15 @@
-"""The simulated LLM server: the aiohttp.web app, the wire formats, faults, metrics and ``SimServer``.
+"""The simulated LLM server: ``SimServer``, its aiohttp app, its requests' lifecycle and its faults.
 
-The scheduler (``scheduler.py``) decides *when* tokens exist; this module decides *how they look on the
-wire* (vLLM-style OpenAI SSE, llama.cpp quirks, SGLang's native ``/generate``), which faults to inject,
-and what the server says about itself (/metrics, log lines). ``SimServer`` is the one Python API used by
-the CLI, by specload's embedded demo target and by the tests.
+The scheduler (``scheduler.py``) decides *when* tokens exist; a wire decides *how they look* and what
+the server says about itself: ``openai.OpenAIWire`` (vLLM's OpenAI SSE, SGLang's ``/generate``,
+vLLM /metrics, SGLang-style log lines) or, with ``flavor="llamacpp"``, ``llamacpp.LlamaWire``
+(llama-server as a whole). This module runs a request through either: parse, queue, stream or answer
+whole, inject faults, account, and crash, hang or drain on cue. ``SimServer`` is the one Python API
+used by the CLI, by specload's embedded demo target and by the tests.
 
-Wire decisions, each copied from a real server (see shared/real-server/REPORT.md):
-
-- chat stream: role-only chunk (``"content": ""``), one chunk per decode step (several tokens when
-  speculation accepted drafts), a finish chunk (empty delta), the usage chunk (``choices: []``) when
-  ``stream_options.include_usage``, then ``data: [DONE]`` (vLLM).
-- ``stream_options.continuous_usage_stats``: cumulative ``usage`` on every chunk (vLLM).
-- ``usage_in_last_chunk``: the last content chunk carries ``finish_reason``, ``usage`` and llama.cpp's
-  ``timings`` together; no finish or usage chunk of their own; usage is always sent (llama-server).
 - ``close_after_stream``: the TCP connection is closed after each streamed response although the
   response said ``Keep-Alive: timeout=5, max=100`` (llama-server), so pooling clients meet stale
   connections.
-- ``/generate``: every chunk carries the cumulative text and ``meta_info`` (SGLang).
-- ``flavor="llamacpp"``: llama-server as a whole (llamacpp.py has its shapes, serverlog.py its log
-  lines): one chunk per token, ``timings``, ``llamacpp:*`` /metrics, slot log lines, llama.cpp error
-  bodies, ``max_tokens`` -1 or huge capped at the slot's context, no ``/generate``, close after stream.
 - ``drain_silently`` (``--hang-on-sigterm``): the listener closes, open streams go silent but stay
   open, and it returns once their clients have left: the SIGTERM hang of real servers under load.
 """
@@ -27,32 +17,24 @@ Wire decisions, each copied from a real server (see shared/real-server/REPORT.md
 from __future__ import annotations
 
 import asyncio
-import itertools
 import random
 import time
+from collections.abc import Coroutine
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from specload.sim import llamacpp, tokenizer
+from specload.sim import tokenizer
 from specload.sim.config import SimConfig
-from specload.sim.model import StepDraw, estimate_chat_tokens, estimate_prompt_tokens, estimate_text_tokens
+from specload.sim.llamacpp import LlamaWire
+from specload.sim.model import StepDraw
+from specload.sim.openai import BadRequest, OpenAIWire, Req, Serve, json_response
 from specload.sim.prefix_cache import PrefixCache
 from specload.sim.scheduler import Counters, Scheduler, Sequence
-from specload.sim.serverlog import (
-    LlamaLog,
-    ServerLog,
-    crash_lines,
-    decode_batch_line,
-    finish_line,
-    llama_crash_lines,
-)
+from specload.sim.serverlog import ServerLog
 
-_DONE = b"data: [DONE]\n\n"
 # how many text chunks an injected disconnect/stall lets through first (drawn uniformly)
 _FAULT_AFTER_CHUNKS = (1, 6)
 
@@ -77,178 +59,37 @@ class SimStats:
     crashed: bool
 
 
-class _BadRequest(Exception):
-    def __init__(self, message: str, *, param: str | None = None, status: int = 400, **extra: Any):
-        super().__init__(message)
-        self.message = message
-        self.param = param
-        self.status = status
-        self.extra = extra
+class Chunks(Protocol):
+    """One request's bytes on the wire (``openai.Formatter``, ``llamacpp.LlamaFormatter``)."""
+
+    sent: int  # tokens put into chunks so far
+    flushed: int  # of those, tokens handed to the transport
+    accounted: bool  # the request's outcome is counted and logged
+
+    def head(self) -> bytes: ...
+    def step(self, d: StepDraw, seq: Sequence) -> bytes: ...
+    def tail(self, finish: str) -> bytes: ...
 
 
-def _error_body(status: int, message: str, type_: str, param: str | None = None, **extra: Any) -> bytes:
-    err: dict[str, Any] = {"message": message, "type": type_, "code": status}
-    if param is not None:
-        err["param"] = param
-    err.update(extra)
-    return orjson.dumps({"error": err})
+class Wire(Protocol):
+    """What a flavour decides about a request (``openai.OpenAIWire``, ``llamacpp.LlamaWire``): its
+    rules, its bytes, its log lines, its extra endpoints. The server runs the request."""
 
+    stream_headers: dict[str, str]
 
-def _json(obj: Any, status: int = 200) -> web.Response:
-    return web.Response(body=orjson.dumps(obj), status=status, content_type="application/json")
-
-
-def _sse(obj: Any) -> bytes:
-    return b"data: " + orjson.dumps(obj) + b"\n\n"
-
-
-@dataclass(slots=True)
-class _Req:
-    """A validated generation request."""
-
-    kind: str  # "completions" | "chat" | "generate"
-    rid: str
-    prompt_tokens: int
-    max_tokens: int
-    ignore_eos: bool
-    stream: bool
-    include_usage: bool
-    continuous_usage: bool
-    cached_tokens: int | None = None  # prefix cache on: the prompt's tokens it served
-
-
-def _int_param(value: Any, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise _BadRequest(f"{name} must be an integer, got {value!r}.", param=name)
-    if value < 1:
-        raise _BadRequest(f"{name} must be at least 1, got {value}.", param=name)
-    return value
-
-
-class _Formatter:
-    """Builds the SSE events of one streamed response. One instance per request."""
-
-    __slots__ = (
-        "req",
-        "model",
-        "created",
-        "usage_last",
-        "sent",
-        "flushed",
-        "text_so_far",
-        "accounted",
-        "_pre",
-        "_post",
-    )
-
-    def __init__(self, req: _Req, model: str, usage_last: bool) -> None:
-        self.req = req
-        self.model = model
-        self.created = int(time.time())
-        self.usage_last = usage_last
-        self.sent = 0  # tokens put into chunks so far
-        self.flushed = 0  # of those, tokens handed to the transport
-        self.accounted = False  # the request's log line is written
-        self.text_so_far = ""  # SGLang sends the cumulative text
-        # Plain content chunks differ only in their text: serialise one with a marker text once and
-        # splice later texts in. Vocabulary words need no JSON escaping; this is the max-speed hot path.
-        self._pre = self._post = b""
-        if req.kind != "generate" and not req.continuous_usage:
-            marker = "\x00SPLICE\x00"
-            whole = _sse(self._base([self._choice(marker, None)]))
-            self._pre, _, self._post = whole.partition(orjson.dumps(marker))
-
-    def _base(self, choices: list) -> dict[str, Any]:
-        obj = "chat.completion.chunk" if self.req.kind == "chat" else "text_completion"
-        return {
-            "id": self.req.rid,
-            "object": obj,
-            "created": self.created,
-            "model": self.model,
-            "choices": choices,
-        }
-
-    def _usage(self) -> dict[str, Any]:
-        p = self.req.prompt_tokens
-        u: dict[str, Any] = {"prompt_tokens": p, "completion_tokens": self.sent, "total_tokens": p + self.sent}
-        if self.req.cached_tokens is not None:  # with a prefix cache, as vLLM with prompt token details
-            u["prompt_tokens_details"] = {"cached_tokens": self.req.cached_tokens}
-        return u
-
-    def _choice(self, text: str | None, finish: str | None) -> dict[str, Any]:
-        if self.req.kind == "chat":
-            delta: dict[str, Any] = {} if text is None else {"content": text}
-            return {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
-        return {
-            "index": 0,
-            "text": text or "",
-            "logprobs": None,
-            "finish_reason": finish,
-            "stop_reason": None,
-        }
-
-    def head(self) -> bytes:
-        if self.req.kind != "chat":
-            return b""
-        ev = self._base(
-            [
-                {
-                    "index": 0,
-                    "delta": {"role": "assistant", "content": ""},
-                    "logprobs": None,
-                    "finish_reason": None,
-                }
-            ]
-        )
-        if self.req.continuous_usage:
-            ev["usage"] = self._usage()
-        return _sse(ev)
-
-    def step(self, d: StepDraw, seq: Sequence, timings: dict | None) -> bytes:
-        self.sent += d.tokens
-        last = d.finish_reason is not None
-        if self.req.kind == "generate":
-            self.text_so_far += d.text
-            return _sse({"text": self.text_so_far, "meta_info": self.meta_info(seq, d.finish_reason)})
-        if last and self.usage_last:
-            ev = self._base([self._choice(d.text, d.finish_reason)])
-            ev["usage"] = self._usage()
-            if timings is not None:
-                ev["timings"] = timings
-            return _sse(ev)
-        if self._pre:
-            return b"".join((self._pre, b'"', d.text.encode(), b'"', self._post))
-        ev = self._base([self._choice(d.text, None)])
-        ev["usage"] = self._usage()  # continuous usage stats
-        return _sse(ev)
-
-    def tail(self, finish: str) -> bytes:
-        if self.req.kind == "generate" or self.usage_last:
-            return _DONE
-        ev = self._base([self._choice(None, finish)])
-        if self.req.continuous_usage:
-            ev["usage"] = self._usage()
-        out = _sse(ev)
-        if self.req.include_usage:
-            u = self._base([])
-            u["usage"] = self._usage()
-            out += _sse(u)
-        return out + _DONE
-
-    def meta_info(self, seq: Sequence, finish: str | None) -> dict[str, Any]:
-        fr: dict[str, Any] | None = None
-        if finish == "length":
-            fr = {"type": "length", "length": seq.max_tokens}
-        elif finish == "stop":
-            fr = {"type": "stop", "matched": 2}  # the EOS token id
-        return {
-            "id": self.req.rid,
-            "finish_reason": fr,
-            "prompt_tokens": self.req.prompt_tokens,
-            "completion_tokens": self.sent,
-            "cached_tokens": self.req.cached_tokens or 0,
-            "spec_verify_ct": seq.verify_steps,
-        }
+    def add_routes(self, app: web.Application, serve: Serve) -> None: ...
+    def bind(self, scheduler: Scheduler) -> None: ...
+    def parse(self, kind: str, body: Any) -> Req: ...
+    def bad_json(self, e: Exception) -> tuple[int, str, str]: ...
+    def begin(self, req: Req, seq: Sequence) -> Any: ...  # a Chunks of the wire's own kind
+    def admitted(self, seq: Sequence) -> None: ...
+    def released(self, seq: Sequence) -> None: ...
+    def reject(self, status: int, message: str, type_: str, rid: str, extra: dict[str, Any]) -> web.Response: ...
+    def account(self, seq: Sequence, fmt: Any, status: int, outcome: str, now: float) -> None: ...
+    def whole_body(self, req: Req, seq: Sequence, fmt: Any, text: str, finish: str) -> dict[str, Any]: ...
+    def crash_lines(self) -> list[str]: ...
+    def stop_lines(self) -> list[str]: ...
+    def ticker(self) -> Coroutine[Any, Any, None] | None: ...
 
 
 class SimServer:
@@ -266,7 +107,6 @@ class SimServer:
         seed = self.config.seed if self.config.seed is not None else random.SystemRandom().randrange(2**63)
         self._seed = seed
         self._fault_rng = random.Random(seed ^ 0x5EED)
-        self._ids = itertools.count(1)
         self._hangs: set[asyncio.Future[None]] = set()
         self._live: set[Sequence] = set()
         self._ticker: asyncio.Task[None] | None = None
@@ -275,13 +115,10 @@ class SimServer:
         self._prefix = PrefixCache(self.config.kv_capacity_tokens, self.config.prefix_block_tokens) \
             if self.config.prefix_cache else None
         self._finished_requests = 0
-        self._finish_reasons: dict[str, int] = {}
-        # llamacpp flavour: ids, tasks, slots' last use and request-level metrics
-        self._llama_log = LlamaLog()
-        self._llama_metrics = llamacpp.LlamaMetrics(self._counters)
-        self._id_rng = random.Random(seed ^ 0x11A3A)
-        self._tasks = itertools.count(0)
-        self._slot_last_us: dict[int, int] = {}
+        self._wire: Wire = (
+            LlamaWire(self.config, self._log, self._counters, seed, self._live) if self.config.llamacpp
+            else OpenAIWire(self.config, self._log, self._counters, seed, self._prefix)
+        )
         # drain_silently: no new work, and a wake-up when the last open request goes
         self._draining = False
         self._idle = asyncio.Event()
@@ -301,20 +138,9 @@ class SimServer:
         app = web.Application(middlewares=[self._crash_gate], client_max_size=64 * 1024 * 1024)
         app.router.add_post("/v1/completions", self._completions)
         app.router.add_post("/v1/chat/completions", self._chat)
-        if not self.config.llamacpp:
-            app.router.add_post("/generate", self._generate)  # SGLang's; llama-server has none
-        else:
-            self._scheduler.on_admit = self._launch_slot
-            app.on_response_prepare.append(_llama_headers)
-        if self.config.tokenize_endpoint:
-            app.router.add_post("/tokenize", self._tokenize)
-            if self.config.llamacpp:
-                app.router.add_post("/apply-template", self._apply_template)
-            else:
-                app.router.add_post("/v1/tokenize", self._tokenize)  # SGLang's second path
-        app.router.add_get("/v1/models", self._models)
         app.router.add_get("/health", self._health)
-        app.router.add_get("/metrics", self._metrics)
+        self._wire.add_routes(app, self._serve)
+        self._wire.bind(self._scheduler)
         # handler_cancellation: a client that leaves cancels its handler, which frees its batch slot
         self._runner = web.AppRunner(app, access_log=None, handler_cancellation=True, shutdown_timeout=1.0)
         await self._runner.setup()
@@ -322,8 +148,9 @@ class SimServer:
         await site.start()
         self.port = self._runner.addresses[0][1]
         self.url = f"http://{self.config.host}:{self.port}"
-        if not self.config.llamacpp:  # llama-server logs per request only, no periodic line
-            self._ticker = asyncio.get_running_loop().create_task(self._decode_log_loop())
+        ticker = self._wire.ticker()
+        if ticker is not None:
+            self._ticker = asyncio.get_running_loop().create_task(ticker)
         if self.config.crash_after == 0:
             self._crash()
         return self.url
@@ -343,8 +170,7 @@ class SimServer:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
-            if self.config.llamacpp:
-                self._log.line(self._llama_log.exiting())
+            self._log.lines(self._wire.stop_lines())
         self._log.close()
 
     async def drain_silently(self) -> None:
@@ -409,7 +235,7 @@ class SimServer:
         if self._ticker is not None:
             self._ticker.cancel()
             self._ticker = None
-        self._log.lines(llama_crash_lines() if self.config.llamacpp else crash_lines())
+        self._log.lines(self._wire.crash_lines())
         self.crashed.set()
 
     async def _hang(self) -> None:
@@ -450,83 +276,7 @@ class SimServer:
     # --- simple endpoints -----------------------------------------------------------------------
 
     async def _health(self, request: web.Request) -> web.Response:
-        return _json({"status": "ok"})
-
-    async def _tokenize(self, request: web.Request) -> web.Response:
-        """vLLM/SGLang: ``{"prompt": str | [str], "messages"?}`` -> ``{"count", "tokens", "max_model_len"}``
-        (a list of prompts gives lists, as SGLang does); llama.cpp: ``{"content", "with_pieces"?}`` ->
-        ``{"tokens": [...]}``, and ``{"tokens": []}`` for a body without content."""
-        try:
-            body = orjson.loads(await request.read())
-        except orjson.JSONDecodeError as e:
-            return _json({"error": {"message": f"malformed JSON body: {e}", "code": 400}}, 400)
-        if not isinstance(body, dict):
-            return _json({"error": {"message": "request body must be a JSON object", "code": 400}}, 400)
-        if self.config.llamacpp:
-            content = body.get("content")
-            if not isinstance(content, str):
-                return _json({"tokens": []})
-            if body.get("with_pieces"):
-                return _json({"tokens": [{"id": i, "piece": p} for i, p in tokenizer.piece_list(content)]})
-            # parse_special (llama.cpp's default): template markers are single special tokens
-            special = body.get("parse_special", True)
-            return _json({"tokens": tokenizer.special_ids(content) if special else tokenizer.text_ids(content)})
-        ctx = self.config.context_size
-        try:
-            if "messages" in body:
-                ids = tokenizer.chat_ids(body["messages"]) if isinstance(body["messages"], list) else None
-                if ids is None:
-                    raise ValueError("messages must be a list")
-                return _json({"count": len(ids), "max_model_len": ctx, "tokens": ids})
-            prompt = body.get("prompt")
-            if isinstance(prompt, list) and all(isinstance(p, str) for p in prompt):
-                lists = [tokenizer.text_ids(p) for p in prompt]
-                return _json({"count": [len(x) for x in lists], "max_model_len": ctx, "tokens": lists})
-            if not isinstance(prompt, str):
-                raise ValueError("prompt must be a string or a list of strings")
-        except ValueError as e:
-            return _json({"error": {"message": str(e), "type": "BadRequestError", "code": 400}}, 400)
-        ids = tokenizer.text_ids(prompt)
-        return _json({"count": len(ids), "max_model_len": ctx, "tokens": ids})
-
-    async def _apply_template(self, request: web.Request) -> web.Response:
-        """llama.cpp's ``/apply-template``: ``{"messages"}`` -> ``{"prompt"}``, the chat as the model reads it."""
-        try:
-            body = orjson.loads(await request.read())
-            messages = body.get("messages") if isinstance(body, dict) else None
-            if not isinstance(messages, list):
-                raise ValueError("'messages' is required")
-            return _json({"prompt": tokenizer.apply_template(messages)})
-        except (orjson.JSONDecodeError, ValueError) as e:
-            return _json({"error": {"code": 400, "message": str(e), "type": "invalid_request_error"}}, 400)
-
-    async def _models(self, request: web.Request) -> web.Response:
-        if self.config.llamacpp:
-            return _json(llamacpp.models_body(self.config.model_name, self.config.slot_context))
-        return _json(
-            {
-                "object": "list",
-                "data": [
-                    {
-                        "id": self.config.model_name,
-                        "object": "model",
-                        "created": int(time.time()),
-                        "owned_by": "specload-sim",
-                        "max_model_len": self.config.context_size,
-                    }
-                ],
-            }
-        )
-
-    async def _metrics(self, request: web.Request) -> web.Response:
-        if self.config.llamacpp:
-            sched = self._scheduler
-            assert sched is not None
-            text = self._llama_metrics.text(sched.running, sched.waiting, self._counters.accepted_per_pos)
-            return web.Response(body=text, headers={"Content-Type": "text/plain; version=0.0.4"})
-        registry = CollectorRegistry(auto_describe=False)
-        registry.register(_MetricsCollector(self))
-        return web.Response(body=generate_latest(registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
+        return json_response({"status": "ok"})
 
     # --- generation endpoints -----------------------------------------------------------------
 
@@ -536,175 +286,21 @@ class SimServer:
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         return await self._serve(request, "chat")
 
-    async def _generate(self, request: web.Request) -> web.StreamResponse:
-        return await self._serve(request, "generate")
-
-    def _parse_llama(self, kind: str, body: Any) -> _Req:
-        """llama-server's request rules: ``max_tokens`` from -1 (no limit) to 2^31-1, anything too long
-        stops when the slot's context is full; a prompt that does not fit the slot is refused."""
-        cfg = self.config
-        if not isinstance(body, dict):
-            raise _BadRequest("request body must be a JSON object")
-        if kind == "chat":
-            messages = body.get("messages")
-            if not isinstance(messages, list) or not messages:
-                raise _BadRequest("'messages' is required")
-            prompt_tokens = estimate_chat_tokens(messages)
-        else:
-            if "prompt" not in body:
-                raise _BadRequest("\"prompt\" must be provided")
-            prompt_tokens = estimate_prompt_tokens(body["prompt"])
-        name = "max_completion_tokens" if kind == "chat" and "max_completion_tokens" in body else "max_tokens"
-        raw = body.get(name)
-        if raw is None:
-            raw = cfg.default_max_tokens  # the server's -n
-        if isinstance(raw, bool) or not isinstance(raw, (int, float)):
-            kind_name = "string" if isinstance(raw, str) else type(raw).__name__
-            raise _BadRequest(
-                f"Field '{name}': [json.exception.type_error.302] type must be number, but is {kind_name}"
-            )
-        raw = int(raw)
-        if not (-1 <= raw <= llamacpp.MAX_TOKENS_LIMIT):
-            raise _BadRequest(
-                f"Field '{name}': Value must be between -1 <= value <= {llamacpp.MAX_TOKENS_LIMIT}, but got {raw}"
-            )
-        n_ctx = cfg.slot_context
-        if prompt_tokens >= n_ctx:
-            raise _BadRequest(
-                f"request ({prompt_tokens} tokens) exceeds the available context size "
-                f"({n_ctx} tokens), try increasing it",
-                type_="exceed_context_size_error",
-                n_prompt_tokens=prompt_tokens,
-                n_ctx=n_ctx,
-            )
-        room = n_ctx - prompt_tokens
-        # -1: until the context is full; 0 still yields one token here (the scheduler's unit)
-        max_tokens = room if raw == -1 else max(1, min(raw, room))
-        so = body.get("stream_options") or {}
-        if not isinstance(so, dict):
-            raise _BadRequest("stream_options must be an object")
-        return _Req(
-            kind,
-            llamacpp.new_id(self._id_rng),
-            prompt_tokens,
-            max_tokens,
-            bool(body.get("ignore_eos", False)),
-            bool(body.get("stream", False)),
-            bool(so.get("include_usage", False)),
-            False,  # no continuous usage stats in llama-server
-        )
-
-    def _parse(self, kind: str, body: Any) -> _Req:
-        cfg = self.config
-        if cfg.llamacpp:
-            return self._parse_llama(kind, body)
-        if not isinstance(body, dict):
-            raise _BadRequest("request body must be a JSON object")
-        n = next(self._ids)
-        sp: dict[str, Any] = {}
-        if kind == "generate":
-            sp = body.get("sampling_params") or {}
-            if not isinstance(sp, dict):
-                raise _BadRequest("sampling_params must be an object", param="sampling_params")
-            if "input_ids" in body and body["input_ids"] is not None:
-                prompt_tokens = estimate_prompt_tokens(body["input_ids"])
-            elif isinstance(body.get("text"), str):
-                prompt_tokens = estimate_text_tokens(body["text"])
-            else:
-                raise _BadRequest("either text or input_ids must be given", param="text")
-            raw_max = sp.get("max_new_tokens", cfg.default_max_tokens)
-            max_name = "max_new_tokens"
-            ignore_eos = bool(sp.get("ignore_eos", False))
-            rid = f"{self._seed & 0xFFFFFFFF:08x}{n:024x}"
-        else:
-            if kind == "chat":
-                messages = body.get("messages")
-                if not isinstance(messages, list) or not messages:
-                    raise _BadRequest("messages must be a non-empty list", param="messages")
-                prompt_tokens = estimate_chat_tokens(messages)
-                max_name = "max_completion_tokens" if "max_completion_tokens" in body else "max_tokens"
-                rid = f"chatcmpl-sim-{n}"
-            else:
-                if "prompt" not in body:
-                    raise _BadRequest("prompt is required", param="prompt")
-                prompt_tokens = estimate_prompt_tokens(body["prompt"])
-                max_name = "max_tokens"
-                rid = f"cmpl-sim-{n}"
-            raw_max = body.get(max_name)
-            if raw_max is None:
-                raw_max = cfg.default_max_tokens
-            ignore_eos = bool(body.get("ignore_eos", False))
-        max_tokens = _int_param(raw_max, max_name)
-        if prompt_tokens > cfg.context_size:
-            raise _BadRequest(
-                f"request ({prompt_tokens} tokens) exceeds the available context size "
-                f"({cfg.context_size} tokens), try increasing it",
-                type_="exceed_context_size_error",
-                n_prompt_tokens=prompt_tokens,
-                n_ctx=cfg.context_size,
-            )
-        # like llama-server: generate until the context is full rather than refuse
-        max_tokens = min(max_tokens, cfg.context_size - prompt_tokens) or 1
-        stream = bool(body.get("stream", False))
-        so = body.get("stream_options") or {}
-        if not isinstance(so, dict):
-            raise _BadRequest("stream_options must be an object", param="stream_options")
-        continuous = bool(so.get("continuous_usage_stats", False))
-        include_usage = bool(so.get("include_usage", False)) or continuous
-        return _Req(kind, rid, prompt_tokens, max_tokens, ignore_eos, stream, include_usage, continuous)
-
     def _reject(self, status: int, message: str, type_: str, rid: str = "-", **extra: Any) -> web.Response:
         self._failed += 1
-        if self.config.llamacpp:
-            return self._reject_llama(status, message, type_, **extra)
-        self._log.line(
-            finish_line(
-                rid=rid,
-                status=status,
-                outcome=type_,
-                prompt_tokens=0,
-                completion_tokens=0,
-                ttft_s=None,
-                tpot_s=None,
-                e2e_s=None,
-                spec_verify_ct=0,
-            )
-        )
+        resp = self._wire.reject(status, message, type_, rid, extra)
         self._request_ended()
-        return web.Response(
-            body=_error_body(status, message, type_, **extra), status=status, content_type="application/json"
-        )
-
-    def _reject_llama(self, status: int, message: str, type_: str, **extra: Any) -> web.Response:
-        extra.pop("param", None)  # llama.cpp names the field in the message instead
-        if type_ == "BadRequestError":
-            type_ = "invalid_request_error"
-        body = llamacpp.error_body(status, message, type_, **extra)
-        if message.startswith("[json.exception.parse_error"):
-            # the HTTP layer's exception handler, not a task
-            self._log.line(self._llama_log.got_exception(body.decode()))
-        elif type_ != "invalid_request_error":
-            # errors of a task (context overflow, the injected 500) are logged; validation is not
-            self._log.line(self._llama_log.send_error(next(self._tasks), message))
-        self._request_ended()
-        return web.Response(
-            body=body,
-            status=status,
-            content_type="application/json",
-            charset="utf-8",
-        )
+        return resp
 
     async def _serve(self, request: web.Request, kind: str) -> web.StreamResponse:
         self._requests += 1
         try:
             body = orjson.loads(await request.read())
         except orjson.JSONDecodeError as e:
-            if self.config.llamacpp:  # llama-server answers a body it cannot parse with a 500
-                return self._reject(500, f"[json.exception.parse_error.101] parse error: {e}", "server_error")
-            return self._reject(400, f"malformed JSON body: {e}", "BadRequestError")
+            return self._reject(*self._wire.bad_json(e))
         try:
-            req = self._parse(kind, body)
-        except _BadRequest as e:
+            req = self._wire.parse(kind, body)
+        except BadRequest as e:
             extra = dict(e.extra)
             type_ = extra.pop("type_", "BadRequestError")
             if e.param is not None:
@@ -740,24 +336,15 @@ class SimServer:
         if self._prefix is not None:
             seq.cached_tokens = self._prefix.lookup(_prompt_ids(kind, body))
             req.cached_tokens = seq.cached_tokens
-            self._llama_metrics.prompt_tokens_cached += seq.cached_tokens
         sched = self._scheduler
         assert sched is not None
         self._live.add(seq)
-        fmt: Any
-        if cfg.llamacpp:
-            seq.task = next(self._tasks)
-            fmt = llamacpp.LlamaFormatter(
-                req.kind, req.rid, cfg.model_name, seq, cfg.spec_tokens, req.include_usage
-            )
-        else:
-            fmt = _Formatter(req, cfg.model_name, cfg.usage_in_last_chunk)
+        fmt: Chunks = self._wire.begin(req, seq)
         if cfg.max_speed:
             self._counters.prompt_tokens += seq.prompt_tokens
             sched.extra_running += 1
             seq.admitted_at = seq.arrival  # no queue in max-speed mode
-            if cfg.llamacpp:
-                self._launch_slot(seq)
+            self._wire.admitted(seq)
         else:
             sched.submit(seq)
         outcome = "client_gone"
@@ -777,88 +364,19 @@ class SimServer:
             # a stream cut by stop() after a crash is not a request outcome worth a line
             if not fmt.accounted and not self._is_crashed:
                 self._account(seq, fmt, 200, outcome, time.perf_counter())
-            if seq.slot >= 0:
-                self._slot_last_us[seq.slot] = int((time.perf_counter() - self._llama_log.t0) * 1e6)
+            self._wire.released(seq)
 
-    def _launch_slot(self, seq: Sequence) -> None:
-        """llamacpp flavour: the request leaves the queue for a slot (the least recently used)."""
-        # Busy slots are read from the live sequences, not kept in a free list: the scheduler admits
-        # the next request the instant a sequence finishes, before that handler has run its cleanup.
-        busy = {s.slot for s in self._live if s.slot >= 0 and s.finish_reason is None and not s.cancelled}
-        free = [i for i in range(self.config.max_batch) if i not in busy]
-        if free:
-            # least recently used; among never-used slots the highest id, as llama-server picks 7, 6, ...
-            seq.slot = min(free, key=lambda i: (self._slot_last_us.get(i, -1), -i))
-        else:  # max-speed mode admits beyond max_batch: give it a slot of its own
-            seq.slot = self.config.max_batch + len(busy)
-        last = self._slot_last_us.get(seq.slot, -1)
-        self._log.lines(self._llama_log.launch(seq.slot, seq.task, last))
-
-    def _account_llama(self, seq: Sequence, fmt: Any, outcome: str) -> None:
-        ll = self._llama_log
-        n, p = seq.completion_tokens, seq.prompt_tokens
-        n_tokens = p + max(0, n - 1)  # the last token is sampled but not yet in the KV cache
-        if outcome in ("stop", "length"):
-            self._llama_metrics.finished(seq)
-            t = llamacpp.timings(seq, self.config.spec_tokens)
-            self._log.lines(
-                ll.finished(
-                    seq.slot,
-                    seq.task,
-                    prompt_ms=t["prompt_ms"],
-                    prompt_n=p,
-                    predicted_ms=t["predicted_ms"],
-                    predicted_n=n,
-                    steps=seq.verify_steps if self.config.spec_tokens else max(0, n - 1),
-                    drafted=t.get("draft_n", 0),
-                    accepted=t.get("draft_n_accepted", 0),
-                    drafts=seq.verify_steps,
-                    n_tokens=n_tokens,
-                    # the slot's context filled up before max_tokens (or -1) was reached
-                    truncated=outcome == "length" and p + n >= self.config.slot_context,
-                )
-            )
-        elif outcome != "injected_stall":
-            # the client is gone (or the injected drop looked like it): llama-server cancels the task
-            self._llama_metrics.seen(seq)
-            lines = [ll.cancel(seq.task)]
-            if seq.slot >= 0:
-                lines.append(ll.release(seq.slot, seq.task, n_tokens, False))
-            self._log.lines(lines)
-
-    def _account(self, seq: Sequence, fmt: _Formatter, status: int, outcome: str, now: float) -> None:
+    def _account(self, seq: Sequence, fmt: Chunks, status: int, outcome: str, now: float) -> None:
         fmt.accounted = True
         if outcome in ("stop", "length"):
             self._ok += 1
-            self._finish_reasons[outcome] = self._finish_reasons.get(outcome, 0) + 1
         elif outcome == "injected_disconnect":
             self._disconnects += 1
         elif outcome == "injected_stall":
             self._stalls += 1
         else:
             self._client_gone += 1
-        if self.config.llamacpp:
-            self._account_llama(seq, fmt, outcome)
-            if outcome != "injected_stall":
-                self._request_ended()
-            return
-        ttft = None if seq.first_token_at is None else seq.first_token_at - seq.arrival
-        tpot = None
-        if seq.first_token_at is not None and seq.last_token_at is not None and seq.completion_tokens > 1:
-            tpot = (seq.last_token_at - seq.first_token_at) / (seq.completion_tokens - 1)
-        self._log.line(
-            finish_line(
-                rid=seq.rid,
-                status=status,
-                outcome=outcome,
-                prompt_tokens=seq.prompt_tokens,
-                completion_tokens=fmt.flushed,
-                ttft_s=ttft,
-                tpot_s=tpot,
-                e2e_s=now - seq.arrival,
-                spec_verify_ct=seq.verify_steps,
-            )
-        )
+        self._wire.account(seq, fmt, status, outcome, now)
         if outcome != "injected_stall":
             self._request_ended()
 
@@ -879,35 +397,14 @@ class SimServer:
         counters.busy_slot_steps += len(out)
         return out
 
-    def _timings(self, seq: Sequence) -> dict | None:
-        """llama.cpp's non-standard ``timings`` object (only in ``usage_in_last_chunk`` mode)."""
-        if not self.config.usage_in_last_chunk or seq.first_token_at is None or seq.last_token_at is None:
-            return None
-        prompt_ms = (seq.first_token_at - seq.arrival) * 1000.0
-        n = seq.completion_tokens
-        pred_ms = (seq.last_token_at - seq.first_token_at) * 1000.0
-        p = seq.prompt_tokens
-        return {
-            "cache_n": 0,
-            "prompt_n": p,
-            "prompt_ms": round(prompt_ms, 3),
-            "prompt_per_token_ms": round(prompt_ms / p, 3) if p else 0.0,
-            "prompt_per_second": round(p * 1000.0 / prompt_ms, 2) if prompt_ms > 0 else 0.0,
-            "predicted_n": n,
-            "predicted_ms": round(pred_ms, 3),
-            "predicted_per_token_ms": round(pred_ms / n, 3) if n else 0.0,
-            "predicted_per_second": round(n * 1000.0 / pred_ms, 2) if pred_ms > 0 else 0.0,
-        }
-
     async def _stream(
-        self, request: web.Request, seq: Sequence, fmt: _Formatter, fault: str | None, fault_after: int
+        self, request: web.Request, seq: Sequence, fmt: Chunks, fault: str | None, fault_after: int
     ) -> tuple[str, web.StreamResponse]:
         cfg = self.config
         headers = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
         if cfg.closes_after_stream:
             headers["Keep-Alive"] = "timeout=5, max=100"
-        if cfg.llamacpp:
-            headers["X-Accel-Buffering"] = "no"
+        headers.update(self._wire.stream_headers)
         resp = web.StreamResponse(status=200, headers=headers)
         await resp.prepare(request)
         buf = bytearray(fmt.head())
@@ -919,7 +416,7 @@ class SimServer:
             for d in steps:
                 if fault is not None and (chunks == fault_after or d.finish_reason is not None):
                     return await self._inject(request, resp, seq, buf, fault, fmt), resp
-                buf += fmt.step(d, seq, self._timings(seq) if d.finish_reason else None)
+                buf += fmt.step(d, seq)
                 chunks += 1
             if seq.finish_reason is not None:
                 buf += fmt.tail(seq.finish_reason)
@@ -939,7 +436,7 @@ class SimServer:
             if cfg.max_speed:
                 await asyncio.sleep(0)  # a write that did not block must not starve other streams
 
-    async def _write(self, resp: web.StreamResponse, buf: bytearray, fmt: _Formatter) -> None:
+    async def _write(self, resp: web.StreamResponse, buf: bytearray, fmt: Chunks) -> None:
         if not buf:
             return
         data = bytes(buf)
@@ -956,7 +453,7 @@ class SimServer:
         seq: Sequence,
         buf: bytearray,
         fault: str,
-        fmt: _Formatter,
+        fmt: Chunks,
     ) -> str:
         await self._write(resp, buf, fmt)
         if fault == "disconnect":
@@ -973,8 +470,8 @@ class SimServer:
         return "injected_stall"
 
     async def _whole(
-        self, request: web.Request, req: _Req, seq: Sequence, fmt: Any, fault: str | None
-    ) -> web.StreamResponse:  # fmt: a _Formatter or, with --llamacpp, a llamacpp.LlamaFormatter
+        self, request: web.Request, req: Req, seq: Sequence, fmt: Chunks, fault: str | None
+    ) -> web.StreamResponse:
         if fault == "disconnect":
             self._account(seq, fmt, 200, "injected_disconnect", time.perf_counter())
             if request.transport is not None:
@@ -990,92 +487,12 @@ class SimServer:
                 fmt.sent += d.tokens
             if self.config.max_speed:
                 await asyncio.sleep(0)
-        text = "".join(parts)
-        finish = seq.finish_reason
-        model = self.config.model_name
-        if self.config.llamacpp:
-            self._tokens_sent += fmt.sent
-            fmt.flushed = fmt.sent
-            self._account(seq, fmt, 200, finish or "length", time.perf_counter())
-            return _json(fmt.whole(text, finish or "length"))
-        usage = fmt._usage()
-        if req.kind == "generate":
-            meta = fmt.meta_info(seq, finish)
-            meta["e2e_latency"] = time.perf_counter() - seq.arrival
-            body: dict[str, Any] = {"text": text, "meta_info": meta}
-        elif req.kind == "chat":
-            body = {
-                "id": req.rid,
-                "object": "chat.completion",
-                "created": fmt.created,
-                "model": model,
-                "choices": [
-                    {
-                        "index": 0,
-                        "message": {"role": "assistant", "content": text},
-                        "logprobs": None,
-                        "finish_reason": finish,
-                    }
-                ],
-                "usage": usage,
-            }
-        else:
-            body = {
-                "id": req.rid,
-                "object": "text_completion",
-                "created": fmt.created,
-                "model": model,
-                "choices": [
-                    {"index": 0, "text": text, "logprobs": None, "finish_reason": finish, "stop_reason": None}
-                ],
-                "usage": usage,
-            }
-        timings = self._timings(seq)
-        if timings is not None and req.kind != "generate":
-            body["timings"] = timings
+        finish = seq.finish_reason or "length"
+        body = self._wire.whole_body(req, seq, fmt, "".join(parts), finish)
         self._tokens_sent += fmt.sent
         fmt.flushed = fmt.sent
-        self._account(seq, fmt, 200, finish or "length", time.perf_counter())
-        return _json(body)
-
-    # --- periodic log -------------------------------------------------------------------------
-
-    async def _decode_log_loop(self) -> None:
-        loop = asyncio.get_running_loop()
-        c = self._counters
-        last_t = loop.time()
-        last_gen, last_verify, last_acc = c.generation_tokens, c.verify_steps, c.accepted_tokens
-        while True:
-            await asyncio.sleep(self.config.log_interval)
-            now = loop.time()
-            sched = self._scheduler
-            assert sched is not None
-            d_gen = c.generation_tokens - last_gen
-            d_verify = c.verify_steps - last_verify
-            d_acc = c.accepted_tokens - last_acc
-            dt = max(now - last_t, 1e-9)
-            last_t, last_gen, last_verify, last_acc = (
-                now,
-                c.generation_tokens,
-                c.verify_steps,
-                c.accepted_tokens,
-            )
-            if sched.running == 0 and sched.waiting == 0 and d_gen == 0:
-                continue  # like SGLang: no decode line while idle
-            kv = sched.kv_tokens()
-            accept = None
-            if self.config.spec_tokens:
-                accept = (d_verify + d_acc) / d_verify if d_verify else 0.0
-            self._log.line(
-                decode_batch_line(
-                    running=sched.running,
-                    tokens=kv,
-                    token_usage=kv / self.config.kv_capacity_tokens,
-                    accept_len=accept,
-                    gen_tok_s=d_gen / dt,
-                    queued=sched.waiting,
-                )
-            )
+        self._account(seq, fmt, 200, finish, time.perf_counter())
+        return json_response(body)
 
 
 def _prompt_ids(kind: str, body: dict) -> list[int]:
@@ -1087,66 +504,3 @@ def _prompt_ids(kind: str, body: dict) -> list[int]:
             return tokenizer.prompt_ids(body["input_ids"])
         return tokenizer.text_ids(body["text"])
     return tokenizer.prompt_ids(body["prompt"])
-
-
-async def _llama_headers(request: web.Request, response: web.StreamResponse) -> None:
-    response.headers["Server"] = "llama.cpp"
-
-
-class _MetricsCollector:
-    """vLLM-named metrics, computed at scrape time from the live counters."""
-
-    def __init__(self, server: SimServer) -> None:
-        self.s = server
-
-    def collect(self):
-        s = self.s
-        c = s._counters
-        sched = s._scheduler
-        labels = ["engine", "model_name"]
-        lv = ["0", s.config.model_name]
-
-        def gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
-            g = GaugeMetricFamily(name, doc, labels=labels)
-            g.add_metric(lv, value)
-            return g
-
-        def counter(name: str, doc: str, value: float) -> CounterMetricFamily:
-            m = CounterMetricFamily(name, doc, labels=labels)
-            m.add_metric(lv, value)
-            return m
-
-        running = sched.running if sched else 0
-        waiting = sched.waiting if sched else 0
-        kv = sched.kv_tokens() if sched else 0
-        yield gauge("vllm:num_requests_running", "Number of requests in model execution batches.", running)
-        yield gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", waiting)
-        yield gauge(
-            "vllm:kv_cache_usage_perc",
-            "KV-cache usage. 1 means 100 percent usage.",
-            min(1.0, kv / s.config.kv_capacity_tokens),
-        )
-        yield counter("vllm:prompt_tokens", "Number of prefill tokens processed.", c.prompt_tokens)
-        yield counter("vllm:generation_tokens", "Number of generation tokens processed.", c.generation_tokens)
-        succ = CounterMetricFamily(
-            "vllm:request_success",
-            "Count of successfully processed requests.",
-            labels=[*labels, "finished_reason"],
-        )
-        for reason in ("stop", "length"):
-            succ.add_metric([*lv, reason], s._finish_reasons.get(reason, 0))
-        yield succ
-        if s._prefix is not None:
-            yield counter("vllm:prefix_cache_queries", "Prefix cache queries, in tokens.", s._prefix.queries)
-            yield counter("vllm:prefix_cache_hits", "Prefix cache hits, in tokens.", s._prefix.hits)
-        yield counter("vllm:spec_decode_num_drafts", "Number of spec decoding drafts.", c.drafts)
-        yield counter("vllm:spec_decode_num_draft_tokens", "Number of draft tokens.", c.draft_tokens)
-        yield counter("vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens.", c.accepted_tokens)
-        per = CounterMetricFamily(
-            "vllm:spec_decode_num_accepted_tokens_per_pos",
-            "Accepted tokens per draft position.",
-            labels=[*labels, "position"],
-        )
-        for i, v in enumerate(c.accepted_per_pos):
-            per.add_metric([*lv, str(i)], v)
-        yield per
