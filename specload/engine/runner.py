@@ -6,8 +6,9 @@ cancels in-flight requests: they finish and are not replaced. Controls (pause, h
 concurrency changes, stop) are plain synchronous methods that set state and wake the dispatcher,
 so the TUI and headless mode drive the same object.
 
-Levels: the plan's levels run in order; a level ends after its request count or duration (unless
-held), and in drain mode the dispatcher waits for the level's requests to finish before the next.
+Levels: the plan's levels run in order; what ends one (its count or duration unless held, the
+search, the judge, a replayed pause, the run's bounds) is a table of end rules (engine/level_end.py)
+asked before each start. In drain mode the dispatcher waits for the level's requests before the next.
 A concurrency change made by the user starts a new, held "manual" level, so every level in the
 table has one concurrency; releasing the hold resumes the plan with its next level.
 
@@ -27,6 +28,19 @@ from typing import Protocol
 
 from specload.clock import SYSTEM_CLOCK, Clock
 from specload.datatypes import ErrorKind, RequestRecord, RunEvent
+from specload.engine.level_end import (
+    Duration,
+    EndRule,
+    JudgeExtension,
+    Level,
+    LevelSource,
+    MaxDuration,
+    MaxRequests,
+    Quota,
+    ReplayedPauses,
+    SearchProbe,
+    Step,
+)
 from specload.engine.load import Arrivals, LevelSpec, LoadPlan
 from specload.engine.prompts import Prompt, PromptSource
 from specload.stats.levels import LevelBook, LevelSummary
@@ -53,19 +67,6 @@ class LoadClient(Protocol):
         self, prompt: str, *, request_id: int = 0, level: int = 0, level_index: int = 0, warmup: bool = False,
         max_tokens: int | None = None, prompt_tokens_requested: int | None = None,
     ) -> RequestRecord: ...
-
-
-class LevelSource(Protocol):
-    """Levels decided as the run goes, awaited by the dispatcher (a source may think in a thread: the
-    requests in flight stream on meanwhile)."""
-
-    async def next_level(self, level_index: int) -> LevelSpec | None:
-        """The spec of level ``level_index`` (about to start), or None: no more levels from this source."""
-        ...
-
-    async def more_requests(self, level_index: int, started: int) -> int:
-        """The level has started ``started`` requests, its count so far: how many more to start (0: end)."""
-        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,17 +149,21 @@ class Runner:
         self._manual: int | None = None
         self._manual_rate: float | None = None
         self._cursor = 0
-        self._level_index = -1
-        self._level_number = 0
-        self._level_spec: LevelSpec | None = None
-        self._level_quota: int | None = None  # the level's request count, as a source extends it
-        self._pauses: list[tuple[float, float]] = []
-        self._sourced = False
-        self._level_started = 0
-        self._level_active_ns = 0
-        self._level_resumed_at: int | None = None
+        self._level: Level | None = None  # the level running, or the last one
+        self._level_open = False  # it runs (False before the first and while a run that stays open waits)
+        self._level_ends: tuple[EndRule, ...] = ()  # the end rules that apply to it
         self._next_id = 0
-        self._t0 = clock.now_ns()
+        self._time_bound = MaxDuration(plan.max_duration_s, clock, self._end_by_max_duration)
+        # what ends a level, asked in this order before each start: the first with a say wins
+        self.ends: tuple[EndRule, ...] = (
+            ReplayedPauses(self.pause, self.resume),
+            SearchProbe(lambda: self.source),
+            JudgeExtension(lambda: self.extend),
+            Quota(),
+            Duration(),
+            MaxRequests(plan.max_requests, lambda: self.started, lambda: self.stop("completed")),
+            self._time_bound,
+        )
 
     # ---------------------------------------------------------------- controls
 
@@ -177,7 +182,7 @@ class Runner:
     @property
     def plan_done(self) -> bool:
         """Every level of the plan has run (a run that stays open may go on with levels set by hand)."""
-        last_running = self._level_spec is not None and self._level_number > 0
+        last_running = self._level_open and self._level is not None and self._level.number > 0
         return self._cursor >= len(self.plan.levels) and not last_running
 
     @property
@@ -191,7 +196,8 @@ class Runner:
         self.book.cut_begin(why, self.clock.now_ns())
         if not self.paused:
             self.paused = True
-            self._pause_clock()
+            if self._level is not None:
+                self._level.stop_clock()
             self._refresh_state()
             self._emit("pause", self.target)
             self._wake.set()
@@ -200,7 +206,8 @@ class Runner:
         if self.paused:
             self.book.cut_end(self.clock.now_ns())
             self.paused = False
-            self._level_resumed_at = self.clock.now_ns()
+            if self._level is not None:
+                self._level.start_clock()
             self._refresh_state()
             self._emit("resume", self.target)
             self._wake.set()
@@ -214,7 +221,7 @@ class Runner:
         self.held = held
         self._refresh_state()
         self._emit("hold", held)
-        if not held and self._level_number == 0 and self._level_spec is not None:
+        if not held and self._level_open and self._level is not None and self._level.number == 0:
             # releasing the hold of a manual level hands control back to the plan
             self._skip = True
         self._wake.set()
@@ -234,7 +241,7 @@ class Runner:
 
     def next_level(self) -> None:
         self._skip = True
-        self._emit("next", self._level_index)
+        self._emit("next", self._level.index if self._level is not None else -1)
         self._wake.set()
 
     def cut_levels(self) -> tuple[LevelSummary, ...]:
@@ -270,21 +277,21 @@ class Runner:
     # ---------------------------------------------------------------- state
 
     def snapshot(self) -> RunnerState:
-        spec = self._level_spec
+        lv = self._level
         total: float | None = None
         unit = ""
         done: float = 0.0
-        if spec is not None and not self.held and (self._level_number or self._sourced):
-            if self._level_quota is not None:
-                total, unit, done = float(self._level_quota), "requests", float(self._level_started)
-            elif spec.duration_s is not None:
-                total, unit, done = spec.duration_s, "s", self._active_ns() / 1e9
+        if lv is not None and self._level_open and not self.held and (lv.number or lv.sourced):
+            if lv.quota is not None:
+                total, unit, done = float(lv.quota), "requests", float(lv.started)
+            elif lv.spec.duration_s is not None:
+                total, unit, done = lv.spec.duration_s, "s", lv.active_s()
         return RunnerState(
             state=self.state,
             target=self.target,
             in_flight=self.in_flight,
-            level_index=self._level_index,
-            level_number=self._level_number,
+            level_index=lv.index if lv is not None else -1,
+            level_number=lv.number if lv is not None else 0,
             level_count=len(self.plan.levels),
             level_concurrency=self.target,
             level_done=done,
@@ -293,7 +300,7 @@ class Runner:
             paused=self.paused,
             held=self.held,
             started=self.started,
-            sourced=self._sourced,
+            sourced=lv is not None and lv.sourced,
             requested=self.requested,
             plan_done=self.plan_done,
         )
@@ -303,7 +310,7 @@ class Runner:
             self.state = "stopped"
         elif self.paused:
             self.state = "paused"
-        elif self._level_index == -1 and self._level_spec is not None:
+        elif self._level_open and self._level is not None and self._level.warmup:
             self.state = "warmup"
         elif self.held:
             self.state = "holding"
@@ -318,24 +325,13 @@ class Runner:
     def _emit(self, kind: str, value: object) -> None:
         self._on_event(RunEvent(self.clock.now_ns(), kind, value))
 
-    def _active_ns(self) -> int:
-        t = self._level_active_ns
-        if self._level_resumed_at is not None:
-            t += self.clock.now_ns() - self._level_resumed_at
-        return t
-
-    def _pause_clock(self) -> None:
-        if self._level_resumed_at is not None:
-            self._level_active_ns += self.clock.now_ns() - self._level_resumed_at
-            self._level_resumed_at = None
-
     # ---------------------------------------------------------------- the loop
 
     async def run(self) -> str:
         try:
             if self.plan.warmup_requests and (self.plan.levels or self.source is not None):
                 warm = LevelSpec(self.target, self.plan.warmup_requests, None)
-                await self._run_level(warm, index=-1, number=0, warmup=True)
+                await self._run_level(Level(warm, -1, self.clock, warmup=True))
             index = 0
             while not self._stop:
                 manual = self._manual
@@ -359,13 +355,13 @@ class Runner:
                 elif self.stay_open:
                     # the ramp is over; the TUI stays and waits for the user to set a concurrency
                     self.state = "finished" if self.in_flight == 0 else "draining"
-                    self._level_spec = None
+                    self._level_open = False
                     self._wake.clear()
                     await self._wake.wait()
                     continue
                 else:
                     break
-                await self._run_level(spec, index=index, number=number, warmup=False, sourced=sourced is not None)
+                await self._run_level(Level(spec, index, self.clock, number=number, sourced=sourced is not None))
                 index += 1
             if self.end_reason is None:
                 self.end_reason = "completed"
@@ -379,116 +375,83 @@ class Runner:
             self.state = "finished" if self.end_reason == "completed" else "stopped"
         return self.end_reason or "completed"
 
-    async def _run_level(
-        self, spec: LevelSpec, *, index: int, number: int, warmup: bool, sourced: bool = False
-    ) -> None:
-        now = self.clock.now_ns()
-        self._level_index, self._level_number, self._level_spec = index, number, spec
-        self._sourced = sourced
-        self._level_quota = spec.requests
-        self._level_started = 0
-        self._level_active_ns = 0
-        self._level_resumed_at = None if self.paused else now
-        self._skip = False
-        if spec.concurrency != self.target:
-            self.target = spec.concurrency
-            self._emit("concurrency", self.target)
-        if not warmup:
-            manual = number == 0 and not sourced if spec.manual is None else spec.manual
-            value: dict[str, object] = {"index": index, "concurrency": spec.concurrency, "manual": manual}
-            if spec.repeat:
-                value["repeat"] = spec.repeat
-            if spec.rate is not None:
-                value["rate"] = spec.rate
-            if sourced:
-                value["probe"] = True
-            self._emit("level", value)
-        plan = self.plan
-        rate = spec.rate if spec.rate is not None else plan.rate
-        self.book.open(index, spec.concurrency, rate)
-        if rate:
-            if self._arrivals is None:
-                self._arrivals = Arrivals(rate, plan.burstiness, self._seed)
-            self._arrivals.rate = rate
-        arrivals = self._arrivals if rate else None
-        drain = plan.drain_between_levels if spec.drain is None else spec.drain
-        arrival_at: int | None = None
-        self._pauses = list(spec.pauses)  # a replayed schedule's pauses still to come, in order
-        pauses = self._pauses
+    async def _run_level(self, level: Level) -> None:
+        """Start the level's requests as arrivals and concurrency allow until an end rule ends it."""
+        arrivals = self._begin(level)
         while True:
             self._set_state()
             if self._stop or self._skip:
                 break
-            if pauses and not self.paused and self._active_ns() >= pauses[0][0] * 1e9:
-                _, length = pauses.pop(0)
-                self.pause()
-                asyncio.get_running_loop().call_later(length, self.resume)
+            level.held = self.held and not level.warmup
+            step = await self._end_step(level)
+            if step is Step.END:
+                break
+            if step is Step.AGAIN:
                 continue
-            if not (self.held and not warmup):
-                if self._level_quota is not None and self._level_started >= self._level_quota:
-                    source = self.source if sourced else None
-                    if source is not None:
-                        more = await source.more_requests(index, self._level_started)
-                    elif self.extend is not None and not warmup:
-                        more = self.extend(index, self._level_started)
-                    else:
-                        more = 0
-                    if more <= 0 or self._stop or self._skip:
-                        break
-                    self._level_quota += more
-                    continue
-                if spec.duration_s is not None and self._active_ns() >= spec.duration_s * 1e9:
-                    break
-            if plan.max_requests is not None and self.started >= plan.max_requests:
-                self.stop("completed")
-                break
-            if self._run_time_left_s() == 0.0:
-                self._end_by_max_duration()
-                break
             if self.paused or self.in_flight >= self.target:
-                await self._sleep_until_woken(self._time_left_s(spec))
+                await self._sleep_until_woken(self._due_in_s(level))
                 continue
-            if arrivals is not None:
-                now = self.clock.now_ns()
-                if arrival_at is None:
-                    arrival_at = now + int(arrivals.next_gap_s() * 1e9)
-                if now < arrival_at:
-                    left = self._time_left_s(spec)
-                    await self._sleep_until_woken(min((arrival_at - now) / 1e9, 1e9 if left is None else left))
-                    continue
-                arrival_at += int(arrivals.next_gap_s() * 1e9)
-            self._launch(index, spec.concurrency, warmup)
-        self._pause_clock()
-        if (warmup or drain) and not self._stop:
+            if arrivals is not None and (wait := arrivals.wait_s(self.clock.now_ns())) > 0:
+                await self._sleep_until_woken(self._due_in_s(level, wait))
+                continue
+            self._launch(level)
+        await self._end(level)
+
+    async def _end(self, level: Level) -> None:
+        """The level ended: in drain mode (and after the warm-up) its requests are waited for, within
+        the run's bound, before its summary."""
+        level.stop_clock()
+        drain = self.plan.drain_between_levels if level.spec.drain is None else level.spec.drain
+        if (level.warmup or drain) and not self._stop:
             self.state = "draining"
-            while self.book.in_flight(index) > 0 and not self._stop:
-                if self._run_time_left_s() == 0.0:
-                    self._end_by_max_duration()
-                    break
-                await self._sleep_until_woken(self._run_time_left_s())
-        for summary in self.book.close(index):
+            while self.book.in_flight(level.index) > 0 and not self._stop and not self._time_bound.over():
+                await self._sleep_until_woken(self._time_bound.left_s())
+        for summary in self.book.close(level.index):
             if summary.level_index >= 0:
                 self._on_level(summary)
 
-    def _time_left_s(self, spec: LevelSpec) -> float | None:
-        """How long the dispatcher may sleep: until the level's time is up or the run's bound."""
-        run_left = self._run_time_left_s()
-        if self.held or self.paused:
-            return run_left
-        ends = [spec.duration_s] if spec.duration_s is not None else []
-        if self._pauses:
-            ends.append(self._pauses[0][0])  # wake for the next replayed pause
-        if not ends:
-            return run_left
-        level_left = max(0.0, min(ends) - self._active_ns() / 1e9) + 0.001
-        return level_left if run_left is None else min(level_left, run_left)
-
-    def _run_time_left_s(self) -> float | None:
-        """Seconds left of --max-duration (None: no bound). Pauses count: it bounds the wall time."""
-        if self.plan.max_duration_s is None:
+    def _begin(self, level: Level) -> Arrivals | None:
+        """The level begins: its clock, concurrency and record line; its arrivals when open loop."""
+        spec = level.spec
+        self._level, self._level_open = level, True
+        self._level_ends = tuple(rule for rule in self.ends if rule.applies(level))
+        if not self.paused:
+            level.start_clock()
+        self._skip = False
+        if spec.concurrency != self.target:
+            self.target = spec.concurrency
+            self._emit("concurrency", self.target)
+        if not level.warmup:
+            manual = level.number == 0 and not level.sourced if spec.manual is None else spec.manual
+            value: dict[str, object] = {"index": level.index, "concurrency": spec.concurrency, "manual": manual}
+            if spec.repeat:
+                value["repeat"] = spec.repeat
+            if spec.rate is not None:
+                value["rate"] = spec.rate
+            if level.sourced:
+                value["probe"] = True
+            self._emit("level", value)
+        rate = spec.rate if spec.rate is not None else self.plan.rate
+        self.book.open(level.index, spec.concurrency, rate)
+        if not rate:
             return None
-        left = self.plan.max_duration_s - (self.clock.now_ns() - self._t0) / 1e9
-        return max(0.0, left)
+        if self._arrivals is None:
+            self._arrivals = Arrivals(rate, self.plan.burstiness, self._seed)
+        self._arrivals.rate = rate
+        self._arrivals.restart()
+        return self._arrivals
+
+    async def _end_step(self, level: Level) -> Step:
+        for rule in self._level_ends:
+            step = await rule.check(level)
+            if step is not Step.GO:
+                return step
+        return Step.GO
+
+    def _due_in_s(self, level: Level, *more: float) -> float | None:
+        """How long the dispatcher may sleep: until an end rule may have a say (or ``more``: the next arrival)."""
+        due = [*more, *(d for rule in self._level_ends if (d := rule.due_in_s(level)) is not None)]
+        return min(due) if due else None
 
     def _end_by_max_duration(self) -> None:
         # the bound is on the whole run: requests still in flight (stalled ones too) are cancelled
@@ -506,10 +469,11 @@ class Runner:
         except TimeoutError:
             pass
 
-    def _launch(self, level_index: int, concurrency: int, warmup: bool) -> None:
+    def _launch(self, level: Level) -> None:
+        level_index, concurrency, warmup = level.index, level.spec.concurrency, level.warmup
         rid = self._next_id
         self._next_id += 1
-        self._level_started += 1
+        level.started += 1
         if not warmup:
             self.started += 1
         self.in_flight += 1

@@ -16,6 +16,7 @@ import pytest
 
 from specload.config import RequestConfig
 from specload.datatypes import ErrorKind, RequestRecord
+from specload.engine.level_end import Level
 from specload.engine.load import build_plan
 from specload.engine.probe import discover
 from specload.engine.prompts import PromptSource
@@ -96,8 +97,9 @@ async def test_a_request_cancelled_before_it_started_is_recorded_as_cancelled(ho
         runner.cancel_in_flight()
         await asyncio.wait_for(run, 10)
         # and tasks cancelled in the very turn they were started, before their coroutine ran
-        runner._launch(0, 3, False)
-        runner._launch(0, 3, False)
+        level = Level(plan.levels[0], 0, runner.clock)
+        runner._launch(level)
+        runner._launch(level)
         runner.cancel_in_flight()
         await asyncio.wait_for(runner.cancel_and_wait(), 10)
     assert sorted(r.request_id for r in records) == [0, 1, 2, 3, 4]
