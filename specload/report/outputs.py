@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import click
-import numpy as np
 
 
 class OutputError(Exception):
@@ -72,37 +71,3 @@ def write_outputs(sides: Sequence[Any], comparison: dict | None, *, html: str | 
         except PlotError as e:
             raise OutputError(str(e)) from None
         click.echo(f"specload report: wrote {plot} ({size / 1e3:.0f} kB)", err=True)
-
-
-def peer_summaries(run: Any) -> list:
-    """A peer tool's run as level lines for the plain table (``report.level_table``): from its
-    per-request columns where it has them, else its own summary."""
-    from specload.stats.levels import LevelColumns
-
-    out = []
-    for lv in run.levels:
-        if lv.start_s is None or lv.ttft_ms is None:
-            if lv.summary is not None:
-                out.append(lv.summary)
-            continue
-        cols = LevelColumns(lv.index, lv.concurrency)
-        kinds = lv.error_kind or (None,) * lv.n
-
-        def ns(col: np.ndarray | None, i: int, scale: float = 1e6) -> float | None:
-            if col is None or not np.isfinite(col[i]):
-                return None
-            return float(col[i]) * scale
-
-        for i in range(lv.n):
-            start = float(lv.start_s[i])
-            end = float(lv.end_s[i]) if lv.end_s is not None and np.isfinite(lv.end_s[i]) else start
-            itl = ns(lv.itl_ms, i)
-            cols.add_values(
-                start_ns=int(start * 1e9), end_ns=int(end * 1e9), ok=bool(lv.ok[i]), error_kind=kinds[i],
-                output_tokens=int(lv.output_tokens[i]) if lv.output_tokens is not None else 0, estimated=False,
-                ttft_ns=ns(lv.ttft_ms, i), e2e_ns=ns(lv.e2e_ms, i), tpot_ns=ns(lv.tpot_ms, i),
-                itl_ns=[itl] if itl is not None else None,
-            )
-        out.append(cols.summary())
-    return out
-

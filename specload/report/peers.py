@@ -10,7 +10,8 @@ than mixing the two silently:
 - ITL: both tools record the gap between streamed chunks, so with speculative decoding (several
   tokens per chunk) their ITL is per chunk. specload's is per token; the per-token figure is derived
   here the way specload does without per-chunk counts (each gap divided by the request's mean tokens
-  per chunk after the first). The tools' own per-chunk figures are kept in their summary.
+  per chunk after the first); the tools' ITL is specload's gap per chunk. Each level's line (the
+  table, ``--json``) is computed from the arrays by specload's own level code, as a record's is.
 - TTFT: vLLM's chat client takes the first chunk that has ``choices``, which is the role-only chunk
   when the server sends one; specload waits for the first chunk carrying text.
 - TPOT: all three compute (E2E - TTFT) / (output tokens - 1), the first token excluded; they differ
@@ -36,11 +37,13 @@ import json
 import math
 import re
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import overload
 
 import numpy as np
 
 from specload import lines
+from specload.datatypes import RequestRecord
 from specload.record.reader import is_int, is_num, is_str
 from specload.record.runs import (
     Run,
@@ -51,7 +54,7 @@ from specload.record.runs import (
     register_reader,
 )
 from specload.stats.level_metrics import LevelRequests
-from specload.stats.levels import LevelSummary
+from specload.stats.levels import LevelColumns, LevelSummary, ServerFigures
 
 VLLM = "vllm-bench-serve"
 SGLANG = "sglang-bench-serving"
@@ -59,7 +62,7 @@ SGLANG = "sglang-bench-serving"
 ITL_NOTE = (
     "{tool}'s ITL is the gap between streamed chunks (per chunk); specload's is per token. The ITL "
     "shown here is per token, each gap divided by the request's mean tokens per chunk; {tool}'s "
-    "per-chunk ITL is in its summary."
+    "per-chunk ITL is the gap here, and in its summary."
 )
 THROUGHPUT_NOTE = (
     "{tool}'s output throughput divides all output tokens by the whole benchmark's duration (ramp-up "
@@ -436,7 +439,7 @@ def _vllm_level(d: dict, n: int, concurrency: int, open_loop: bool) -> LevelRequ
     if isinstance(d.get("itls"), list) and tokens is not None:
         itl = np.array([per_token_itl_median(d["itls"][i], tokens[i]) if ok[i] else np.nan for i in range(n)])
     errors = _list(d, "errors", [""] * n)
-    return LevelRequests(
+    lv = LevelRequests(
         index=0,
         concurrency=concurrency,
         ok=ok,
@@ -452,6 +455,52 @@ def _vllm_level(d: dict, n: int, concurrency: int, open_loop: bool) -> LevelRequ
         error_kind=tuple(None if ok[i] else _error_kind(str(errors[i] or "")) for i in range(n)),
         open_loop=open_loop,
     )
+    per_pos = _list(d, "spec_decode_per_position_acceptance_rates")
+    rate = _f(d.get("spec_decode_acceptance_rate"))  # percent
+    accept = _f(d.get("spec_decode_acceptance_length"))
+    # the server's counters over the whole run, as vLLM's client computed them
+    server = None if accept is None and rate is None else ServerFigures(
+        accept_len=accept, accept_rate=None if rate is None else rate / 100,
+        accept_per_pos=tuple(float(v) for v in per_pos) if per_pos else None, source=VLLM)
+    return replace(lv, summary=level_line(lv, _list(d, "itls")).with_server(server))
+
+
+def level_line(lv: LevelRequests, itls: list | None) -> LevelSummary:
+    """The level's line computed from the file's per-request arrays by specload's own code
+    (``LevelColumns``, as a record's level line is): each request's chunk times are its TTFT plus the
+    running sum of its chunk gaps (the times vLLM's own peak tok/s rebuilds), so its ITL is per token
+    (a gap over the tokens of its chunk, every token pooled) and its gap per chunk is the tool's ITL.
+    Without start times (SGLang's file) every request starts at 0: the caller puts the tool's own
+    rates in their place."""
+    cols = LevelColumns(lv.index, lv.concurrency)
+
+    def at(col: np.ndarray | None, i: int) -> float | None:
+        return None if col is None or not np.isfinite(col[i]) else float(col[i])
+
+    for i in range(lv.n):
+        start = round((at(lv.start_s, i) or 0.0) * 1e9)
+        e2e_ms = at(lv.e2e_ms, i)
+        end_s = at(lv.end_s, i)
+        end = round(end_s * 1e9) if end_s is not None else start + round((e2e_ms or 0.0) * 1e6)
+        if not lv.ok[i]:
+            cols.add_values(start_ns=start, end_ns=end, ok=False, error_kind=lv.error_kind[i], output_tokens=0,
+                            estimated=False, ttft_ns=None, e2e_ns=None, tpot_ns=None, itl_ns=None)
+            continue
+        ttft_ms = at(lv.ttft_ms, i)
+        offs: tuple[int, ...] = ()
+        if ttft_ms is not None:
+            t = ttft_ms / 1e3 + np.concatenate(([0.0], np.cumsum(np.asarray(itls[i] if itls else [], dtype=float))))
+            offs = tuple(np.rint(t * 1e9).astype(np.int64).tolist())
+        tokens = at(lv.output_tokens, i)
+        prompt = at(lv.prompt_tokens, i)
+        cols.add(RequestRecord(
+            request_id=i, level=lv.concurrency, level_index=lv.index, warmup=False, start_ns=start, end_ns=end,
+            ttft_ns=None if ttft_ms is None else round(ttft_ms * 1e6),
+            e2e_ns=None if e2e_ms is None else round(e2e_ms * 1e6),
+            output_tokens=len(offs) if tokens is None else int(tokens), tokens_estimated=tokens is None,
+            prompt_tokens=None if prompt is None else int(prompt), chunks=len(offs), chunk_offsets_ns=offs,
+        ))
+    return cols.summary()
 
 
 MAX_REQUESTS = 10_000_000  # a summary-only file's level holds a column entry per request it counts
@@ -639,8 +688,6 @@ def read_sglang(path: str, label: str | None = None) -> Run:
 
 
 def _replace_index(s: LevelSummary, idx: int) -> LevelSummary:
-    from dataclasses import replace
-
     return replace(s, level_index=idx)
 
 
@@ -663,7 +710,7 @@ def _sglang_level(d: dict, n: int, idx: int, concurrency: int, open_loop: bool, 
     errors = _list(d, "errors", [""] * n)
     # the level's throughput is the tool's (tokens over its duration): without start times there is no
     # steady state to measure; the summary line carries it
-    return LevelRequests(
+    lv = LevelRequests(
         index=idx,
         concurrency=concurrency,
         ok=ok,
@@ -676,8 +723,12 @@ def _sglang_level(d: dict, n: int, idx: int, concurrency: int, open_loop: bool, 
         else None,
         error_kind=tuple(None if ok[i] else _error_kind(str(errors[i] or "")) for i in range(n)),
         open_loop=open_loop,
-        summary=summary,
     )
+    # the figures from the arrays; the rates over the tool's whole duration (it keeps no start times)
+    line = replace(level_line(lv, itls), wall_s=summary.wall_s, throughput_tok_s=summary.throughput_tok_s,
+                   req_s=summary.req_s, peak_tok_s=None, peak_concurrency=None, span_ns=None)
+    accept = _f(d.get("accept_length"))
+    return replace(lv, summary=line.with_server(ServerFigures(accept_len=accept, source=SGLANG) if accept else None))
 
 
 register_reader(VLLM, _is_vllm, read_vllm)

@@ -361,7 +361,7 @@ def _single_report(record: str, as_json: bool, as_csv: bool, spec: SloSpec | Non
         if run is None:
             click.echo(f"specload report: {e}", err=True)
             sys.exit(ExitCode.USAGE)
-        _peer_report(run, as_json, as_csv)
+        _peer_report(run, as_json, as_csv, wide)
         return run
     levels, recomputed = summaries_from_record(data)
     if spec is not None:
@@ -487,11 +487,10 @@ def _levels_csv(levels: list[LevelSummary]) -> None:
         w.writerow({k: "" if v is None else v for k, v in row.items()})
 
 
-def _peer_report(run, as_json: bool, as_csv: bool) -> None:  # a Run
+def _peer_report(run, as_json: bool, as_csv: bool, wide: bool = False) -> None:  # a Run
     from specload.report.figures import describe
-    from specload.report.outputs import peer_summaries
 
-    levels = peer_summaries(run)
+    levels = [lv.summary for lv in run.levels if lv.summary is not None]  # as the peer reader made them
     if as_csv:
         _levels_csv(levels)
         return
@@ -509,6 +508,6 @@ def _peer_report(run, as_json: bool, as_csv: bool) -> None:  # a Run
     for k, v in describe(run):
         if k != "source":
             console.print(f"[dim]{k}:[/] {v}", highlight=False)
-    console.print(level_table(levels))
+    console.print(level_table(levels, wide=wide))
     for n in run.notes:
         console.print(f"[yellow]note:[/] {n}", highlight=False)

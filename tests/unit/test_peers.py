@@ -246,3 +246,48 @@ def test_sglang_summary_only_lines(tmp_path: Path) -> None:
     assert run.description.api == "generate" and run.description.rate == 8.0
     assert "summary only" in " ".join(run.notes)
     assert run.description.config["tool_summary"]["accept_length"] == 2.7
+
+
+SECOND = PEERS.parent / "vllm-0.32-cpu-2" if PEERS is not None else None
+
+
+@needs_fixtures
+@pytest.mark.parametrize("name", ["vllm_r1_c1", "vllm_r1_c4", "vllm_spec_c4"])
+def test_vllm_level_line_has_gap_input_tokens_acceptance_and_itl_per_token(name: str) -> None:
+    # before: the gap per chunk, input tokens and acceptance, all in the file, showed as "-", and
+    # itl_ms_avg was the mean of per-request medians (1.56 ms for c1, where per token it is ~2.31)
+    assert SECOND is not None
+    d = json.loads((SECOND / f"{name}.json").read_text())
+    (lv,) = load_run(str(SECOND / f"{name}.json")).levels
+    s = lv.summary
+    assert s is not None
+    # the gap per chunk is vLLM's ITL: its mean exactly, its median within the histogram's bins
+    assert s.gap_ms_avg == pytest.approx(d["mean_itl_ms"], abs=0.0011)
+    assert s.gap_ms_std == pytest.approx(d["std_itl_ms"], abs=0.0011)
+    assert s.gap_ms_p50 == pytest.approx(d["median_itl_ms"], rel=0.006)
+    assert s.input_tokens == d["total_input_tokens"]
+    assert s.prompt_tokens_avg == pytest.approx(d["total_input_tokens"] / d["completed"], abs=0.001)
+    # ITL per token (README): each gap over its request's mean tokens per chunk after the first (at
+    # least one), every chunk pooled
+    per_token = [g / max(1.0, (n - 1) / len(gaps)) for n, gaps in zip(d["output_lens"], d["itls"], strict=True)
+                 for g in gaps]
+    assert s.itl_ms_avg == pytest.approx(np.mean(per_token) * 1e3, abs=0.0011)
+    assert s.itl_ms_std == pytest.approx(np.std(per_token) * 1e3, abs=0.0011)
+    assert s.itl_ms_p50 == pytest.approx(np.median(per_token) * 1e3, rel=0.006)
+    if name != "vllm_spec_c4":  # one token a chunk: the decode time over the tokens, within 1 %
+        decode = sum(map(sum, d["itls"])) / sum(n - 1 for n in d["output_lens"]) * 1e3
+        assert s.itl_ms_avg == pytest.approx(decode, rel=0.01)
+        assert s.accept_len is None and s.accept_rate is None
+    else:  # the server's acceptance over the run, as vLLM's client counted it
+        assert s.accept_len == d["spec_decode_acceptance_length"] == 5.0
+        assert s.accept_rate == d["spec_decode_acceptance_rate"] / 100 == 1.0
+        assert s.accept_per_pos == tuple(d["spec_decode_per_position_acceptance_rates"])
+    # and the table shows them
+    from click.testing import CliRunner
+
+    from specload.report.report import report_command
+
+    out = CliRunner().invoke(report_command, [str(SECOND / f"{name}.json")]).output
+    row = next(line for line in out.splitlines() if line.startswith(f"{d['max_concurrency']} │"))
+    assert f"{s.itl_ms_p50:.2f}/{s.gap_ms_p50:.2f}" in row and f" {round(s.prompt_tokens_avg)} " in row
+    assert ("5.00/100%" in row) == (name == "vllm_spec_c4")
