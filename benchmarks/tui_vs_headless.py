@@ -5,7 +5,7 @@ identical for both runs), then runs a fixed load twice, each in its own process:
 
 * headless: ``specload run URL -c 64 -n 640 --max-tokens 100 --ignore-eos --record ...``
 * TUI: this script re-invoked with ``--tui-child``: the real ``SpecloadApp`` with the engine where
-  ``run_app`` puts it (a process of its own; ``--variants thread`` for an engine thread), driven by
+  ``run_app`` puts it (a process of its own), driven by
   Textual's headless test driver at 160x48 (rendering and compositing happen; only the terminal write is skipped),
   quitting with 'q' once the load is done. While the load runs, the child works the UI as a user does
   (issue 11), over and over: opens the help (``?``) and closes it, resizes to 120x40 (the tabbed
@@ -17,17 +17,17 @@ It prints TTFT p50, TPOT p50 and throughput from the two records (through the sa
 ``client`` lines: the worst wake-up delay of the loop the requests run on, each second), and each
 process's CPU seconds per wall second. Numbers only: no asserts, since the figures depend on the machine.
 
-Both children time every garbage collection (``gc.callbacks``: a collection holds the GIL, so it stops
-an engine thread whichever thread set it off; with the engine in a process of its own, the TUI child's
-figures are the UI's alone and stop nothing of the engine's); from the first request on, each run's line gives
+Both children time every garbage collection (``gc.callbacks``; with the engine in a process of its own,
+the TUI child's figures are the UI's alone and stop nothing of the engine's); from the first request on,
+each run's line gives
 their count, the worst pause (wall and CPU ms), the full collections, and the seconds whose loop lag a
-collection explains. ``--variants`` compares where the engine runs and the TUI process's settings
+collection explains. ``--variants`` compares the TUI process's settings
 (``TuiProcess``: the GIL's switch interval, the GC's thresholds, the UI thread's nice value; "shipped"
 is what ``run_app`` applies), each run once per round after a headless run, ``--rounds`` times with the order rotated;
 the summary gives each one's means and its ratios to the headless runs of the same invocation.
 
     python benchmarks/tui_vs_headless.py [--concurrency 64] [--requests 640] [--max-tokens 100] [--idle]
-    python benchmarks/tui_vs_headless.py --rounds 3 --variants shipped,thread
+    python benchmarks/tui_vs_headless.py --rounds 3 --variants shipped,process-plain
 """
 
 from __future__ import annotations
@@ -179,7 +179,7 @@ def gc_figures(pauses: list, data) -> dict:
             explained += 1
     out: dict = {"n": len(ms), "total_ms": sum(ms), "max_ms": max(ms, default=0.0),
                  "max_cpu_ms": max((p[4] for p in inside if len(p) > 4), default=0.0),
-                 "over_2ms": sum(1 for m in ms if m > 2), "engine_thread": sum(1 for p in inside if not p[2]),
+                 "over_2ms": sum(1 for m in ms if m > 2), "off_main_thread": sum(1 for p in inside if not p[2]),
                  "lag_s_over_2ms": sum(1 for c in data.clients if (c.get("loop_lag_ms") or 0) >= 2),
                  "lag_s_explained": explained}
     for g in (0, 1, 2):
@@ -213,7 +213,7 @@ async def work_the_ui(app, pilot) -> int:
     return actions
 
 
-async def drive_tui(argv: list[str], idle: bool = False, tuning: object = None, engine: str = "process") -> None:
+async def drive_tui(argv: list[str], idle: bool = False, tuning: object = None) -> None:
     from specload.cli_run import build_config, tui_command
     from specload.ui.app import create_app
 
@@ -221,21 +221,8 @@ async def drive_tui(argv: list[str], idle: bool = False, tuning: object = None, 
     params.pop("headless", None)
     params.pop("theme", None)
     cfg = build_config(params, ui=True)
-    if tuning is not None:  # as run_app does
-        try:
-            extra = {k: True for k in ("ui_idle", "ui_pin") if getattr(tuning, k, False)}
-            app = create_app(cfg, ui_nice=tuning.ui_nice, engine=engine, **extra)  # type: ignore[attr-defined]
-            if hasattr(tuning, "after_start"):
-                app.after_start = tuning.after_start
-        except TypeError:  # a tree from before the engine process
-            app = create_app(cfg, ui_nice=tuning.ui_nice)  # type: ignore[attr-defined]
-    else:  # older trees, measured for a before/after
-        try:
-            from specload.session.engine_thread import UI_NICE
-
-            app = create_app(cfg, ui_nice=UI_NICE)
-        except ImportError:
-            app = create_app(cfg)
+    app = create_app(cfg, process=tuning)  # as run_app does
+    app.after_start = tuning.after_start  # type: ignore[attr-defined]
     async with app.run_test(size=(160, 48)) as pilot:
         deadline = time.monotonic() + RUN_TIMEOUT_S - 10
         actions = 0
@@ -255,10 +242,8 @@ async def drive_tui(argv: list[str], idle: bool = False, tuning: object = None, 
             await pilot.pause(0.1)
 
 
-# what --variants compares: where the engine runs ("engine": process, what run_app does, or thread, its
-# own loop on a thread of the UI's process, run_app's before), and the TUI process's settings
-# (TuiProcess: each a change from "shipped", what run_app applies). The thread variants are the
-# settings that were measured for the engine thread; "thread" is run_app as it was before the process.
+# what --variants compares: the TUI process's settings (TuiProcess: each a change from "shipped", what
+# run_app applies)
 VARIANTS: dict[str, dict] = {
     "shipped": {},
     "process-plain": {"gc_threshold": None, "switch_interval_s": None},
@@ -267,39 +252,23 @@ VARIANTS: dict[str, dict] = {
     "ui-nice": {"ui_idle": False},
     "ui-pin": {"ui_pin": True},
     "no-freeze": {"freeze_ui_heap": False},
-    "thread": {"engine": "thread"},
-    "nice-only": {"engine": "thread", "gc_threshold": None, "switch_interval_s": None},
-    "thresh-big": {"engine": "thread", "gc_threshold": (10_000, 50, 100)},
-    "gen2-rare": {"engine": "thread", "gc_threshold": (700, 10, 100)},
-    "no-thresh": {"engine": "thread", "gc_threshold": None},
-    "switch1": {"engine": "thread", "switch_interval_s": 0.001},
-    "switch05": {"engine": "thread", "switch_interval_s": 0.0005},
-    "no-switch": {"engine": "thread", "switch_interval_s": None},
-    "no-nice": {"engine": "thread", "ui_nice": 0},
 }
 
 
 def tui_child(argv: list[str]) -> None:
-    from specload.headless import _install_loop
+    import dataclasses
+
+    from specload.ui.process import TUI_PROCESS
+    from specload.warmup import install_loop
 
     idle = "--idle" in argv
     variant = next((a.split("=", 1)[1] for a in argv if a.startswith("--variant=")), None)
     argv = [a for a in argv if a != "--idle" and not a.startswith("--variant=")]
-    tuning = None
-    try:
-        import dataclasses
-
-        from specload.session.engine_thread import TUI_PROCESS
-
-        settings = dict(VARIANTS[variant or "shipped"])
-        engine = settings.pop("engine", "process")
-        tuning = dataclasses.replace(TUI_PROCESS, **settings)
-        tuning.apply()
-    except ImportError:  # a tree from before TuiProcess: run_app's UI nice only
-        engine = "thread"
+    tuning = dataclasses.replace(TUI_PROCESS, **VARIANTS[variant or "shipped"])
+    tuning.apply()
     GcPauses().install()
-    _install_loop()  # as run_app does: the same event loop as the headless run
-    asyncio.run(drive_tui(argv, idle, tuning, engine))
+    install_loop()  # as run_app does: the same event loop as the headless run
+    asyncio.run(drive_tui(argv, idle, tuning))
 
 
 def headless_child(argv: list[str]) -> None:

@@ -185,7 +185,7 @@ def default_record(cfg: RunConfig, no_record: bool, now: float | None = None) ->
 def _replay(tui: TuiOptions) -> int:
     """``specload tui --replay RUN.jsonl``: the dashboard fed from a record, no session, no load."""
     from specload.record.reader import RecordReadError, read_record
-    from specload.record.replay import ReplaySource
+    from specload.sources.replay import ReplaySource
 
     if tui.headless:
         _fail("--replay plays a record in the dashboard; for its figures use 'specload report'")

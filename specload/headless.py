@@ -23,6 +23,7 @@ from specload.formatting import level_line, verdict_text
 from specload.session import Session, SessionResult
 from specload.stats.client_load import ClientLoad
 from specload.stats.levels import LevelSummary
+from specload.warmup import install_loop
 
 STATUS_INTERVAL_S = 1.0
 _CLEAR = "\r\x1b[K"
@@ -101,16 +102,6 @@ class HeadlessPrinter:
         pass
 
 
-def _install_loop() -> None:
-    try:
-        import uvloop
-    except ImportError:
-        return
-    import uvloop
-
-    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
-
-
 def status_text(session: Session) -> str | None:
     """One line on the run so far, or None before the load starts."""
     rs = session.runner_state()
@@ -162,7 +153,7 @@ async def _run_with_status(session: Session, printer: HeadlessPrinter, status: b
 
 
 def run_headless(cfg: RunConfig, *, as_json: bool) -> int:
-    _install_loop()
+    install_loop()
     printer = HeadlessPrinter()
     session = Session(cfg, listener=printer, handle_signals=True)
     status = sys.stderr.isatty()

@@ -1,4 +1,8 @@
-"""Paying first-call costs before the load, and keeping the garbage collector off the streams.
+"""Getting a process ready for a load: its event loop, first-call costs paid, the collector kept off
+the streams.
+
+``install_loop`` makes uvloop the event loop where it is installed (headless, the TUI's engine
+process and its UI, a replay).
 
 Found with the slow-callback probe (``specload.stats.slow_callbacks``, ``benchmarks/loop_stalls.py``):
 during a load, the callbacks that held specload's event loop for more than a few milliseconds were
@@ -16,11 +20,20 @@ objects created during the load. ``after_load`` unfreezes, so a process that run
 
 from __future__ import annotations
 
+import asyncio
 import gc
 
 from specload.datatypes import RequestRecord
 
 _frozen = False
+
+
+def install_loop() -> None:
+    try:
+        import uvloop
+    except ImportError:
+        return
+    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
 
 
 def _exercise() -> None:

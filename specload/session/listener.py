@@ -6,11 +6,15 @@ called synchronously in the session's event loop, so an implementation must be q
 block: print a line, post a message, append to a list.
 
 ``NullListener`` implements every method as a no-op; subclass it and override what you need.
+``forwarding_listener`` hands every call, by name, to one function (to another listener later, onto
+another loop, over a socket); ``forwarder`` builds such an object for any protocol of methods.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+import inspect
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from specload.datatypes import CrashEvent, RunEvent
@@ -71,3 +75,36 @@ class NullListener:
 
     def ended(self, result: SessionResult) -> None:
         pass
+
+
+_FORWARDERS: dict[type, type] = {}
+
+
+def forwarder(protocol: type, forward: Callable[[str, tuple], object]) -> Any:
+    """An object with every public method of ``protocol`` (a ``Protocol`` of methods), each of which
+    hands its name and its arguments (positional, as the protocol orders them) to ``forward``. Typed
+    by the caller as the protocol, a misspelt method is a type error (mypy); at run time, an
+    ``AttributeError``. The methods come from the protocol itself: one added there is forwarded."""
+    cls = _FORWARDERS.get(protocol)
+    if cls is None:
+        methods = {name: _forwarding(name, inspect.signature(fn)) for name, fn in vars(protocol).items()
+                   if not name.startswith("_") and inspect.isfunction(fn)}
+        cls = _FORWARDERS[protocol] = type(f"Forwarding{protocol.__name__}", (), {"__slots__": ("_forward",),
+                                                                                 **methods})
+    obj = cls()
+    obj._forward = forward
+    return obj
+
+
+def _forwarding(name: str, signature: inspect.Signature) -> Callable[..., None]:
+    def method(self: Any, *args: object, **kwargs: object) -> None:
+        self._forward(name, signature.bind(self, *args, **kwargs).args[1:])
+
+    method.__name__ = method.__qualname__ = name
+    return method
+
+
+def forwarding_listener(forward: Callable[[str, tuple], object]) -> SessionListener:
+    """A ``SessionListener`` whose every call goes to ``forward(name, args)``."""
+    listener: SessionListener = forwarder(SessionListener, forward)
+    return listener

@@ -12,8 +12,7 @@ look alike from inside (the event loop wakes up late) and need different answers
   hundreds of ms). specload's own CPU is low; the latencies include scheduling delay.
 
 The monitor runs on the loop it watches (the engine's: in the TUI, the engine process's,
-session/engine_process.py; or a thread of its own beside the UI's, session/engine_thread.py). It
-wakes every ``tick_s`` (5 ms: a 10 ms stall of the loop delays at least one wake-up by 5 ms or more, so it shows) and measures how late it woke; on Linux it also
+sources/engine_process.py). It wakes every ``tick_s`` (5 ms: a 10 ms stall of the loop delays at least one wake-up by 5 ms or more, so it shows) and measures how late it woke; on Linux it also
 reads its thread's run-queue wait (``/proc/thread-self/schedstat``) around each wait, so the worst
 late wake-up of an interval comes with how much of it was spent waiting for a CPU. Once per
 ``interval_s`` it takes the CPU share of the loop's thread (not the process's: in the TUI the

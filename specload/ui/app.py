@@ -1,11 +1,11 @@
-"""The Textual app: the live dashboard over one ``RunSource`` (a run in an engine process of its own,
-or on an engine thread of its own; a record played back, or fixed data).
+"""The Textual app: the live dashboard over one ``RunSource`` (``specload/sources/``: a run in an engine
+process of its own, or on the app's loop; a record played back, or fixed data).
 
 How data reaches the screen (one path each):
 
 * State is *pulled*: a 4 Hz timer reads ``source.frame()`` into the app's reactives, and the panels
   receive them through ``data_bind``. The engine never calls into the UI per token or per request, and
-  ``specload tui``'s engine is a process of its own (``specload.session.engine_process``), so a busy
+  ``specload tui``'s engine is a process of its own (``specload.sources.engine_process``), so a busy
   screen (a modal, a resize) does not delay the load.
 * One-off happenings are *pushed*: the source's ``SessionListener`` calls become messages
   (``messages.py``) the app handles between frames: a notice, a new crash (alert, bell, flash), a
@@ -39,9 +39,9 @@ from specload.engine.capacity import SearchView
 from specload.engine.runner import MAX_CONCURRENCY, RunnerState, scaled
 from specload.exitcode import ExitCode
 from specload.session import SessionResult
-from specload.session.engine_process import EngineStartError, ProcessSessionSource
-from specload.session.engine_thread import TUI_PROCESS, ThreadedSessionSource
-from specload.session.source import Frame, RunControl, RunSource
+from specload.sources.engine_process import EngineStartError, ProcessSessionSource
+from specload.sources.frame import Frame, RunControl, RunSource
+from specload.sources.local import SessionSource
 from specload.stats.levels import LevelSummary
 from specload.stats.live import StatsSnapshot
 from specload.stats.live_judge import LiveView
@@ -55,6 +55,7 @@ from specload.ui.messages import (
     SessionEnded,
     SessionNotice,
 )
+from specload.ui.process import TUI_PROCESS, TuiProcess
 from specload.ui.screens import ConcurrencyScreen, CrashScreen, HelpScreen, MarkerScreen
 from specload.ui.themes import DEFAULT_THEME, FALLBACK_DARK, VARIABLE_DEFAULTS, load_themes
 from specload.ui.watchdog import QuitWatchdog
@@ -65,6 +66,7 @@ from specload.ui.widgets.load import LoadPanel
 from specload.ui.widgets.logtail import LogTail
 from specload.ui.widgets.metrics import LatencyPanel, ThroughputPanel
 from specload.ui.widgets.server import ErrorsPanel, ServerPanel
+from specload.warmup import install_loop
 
 REFRESH_S = 0.25  # the sampling period: 4 Hz is smooth for people and negligible for the engine
 # The log tail is pulled every 4th sample (1 Hz): a growing log changes its virtual size, which
@@ -146,7 +148,7 @@ class SpecloadApp(App[int]):
         self.key_settle_s = KEY_SETTLE_S
         self._settle_timer: Timer | None = None
         self._saturated_levels: set[tuple[int, bool]] = set()  # (level, starved) already announced
-        self._startup_notices: list[tuple[str, str]] = []
+        self.startup_notices: list[tuple[str, str]] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self.watchdog = QuitWatchdog(process_groups=self._process_groups, exit_code=lambda: self.exit_code)
         # The watchdog ends the whole process: only when the app is the process (run_app, run_replay),
@@ -169,15 +171,15 @@ class SpecloadApp(App[int]):
         for t in found.themes.values():
             self.register_theme(t)
         for problem in found.problems:
-            self._startup_notices.append((problem, "warning"))
+            self.startup_notices.append((problem, "warning"))
         name = wanted or DEFAULT_THEME
         if name not in self.available_themes:
-            self._startup_notices.append((f"unknown theme {name!r}: using {DEFAULT_THEME}", "warning"))
+            self.startup_notices.append((f"unknown theme {name!r}: using {DEFAULT_THEME}", "warning"))
             name = DEFAULT_THEME
         try:
             self.theme = name
         except Exception as e:  # noqa: BLE001 - a theme must never stop a load test
-            self._startup_notices.append((f"theme {name!r} failed ({e}): using {DEFAULT_THEME}", "warning"))
+            self.startup_notices.append((f"theme {name!r} failed ({e}): using {DEFAULT_THEME}", "warning"))
             self.theme = DEFAULT_THEME
 
     # ------------------------------------------------------------------ layout
@@ -204,7 +206,7 @@ class SpecloadApp(App[int]):
     def on_mount(self) -> None:
         self.query_one(CrashTable).t0_ns = self.frame.info.t0_ns
         self.query_one(LatencyPanel).set_objectives(self.frame.info.slo)
-        for text, severity in self._startup_notices:
+        for text, severity in self.startup_notices:
             self.notify(text, severity=severity, timeout=8)  # type: ignore[arg-type]
         self.sample()
         self.set_interval(self.refresh_s, self.sample)
@@ -590,46 +592,44 @@ def create_app(
     theme: str | None = None,
     source: RunSource | None = None,
     theme_dirs: list[Path] | None = None,
-    ui_nice: int = 0,
-    ui_idle: bool = False,
-    ui_pin: bool = False,
-    engine: str = "thread",
+    process: TuiProcess | None = None,
+    engine: str = "process",
+    notices: tuple[str, ...] = (),
 ) -> SpecloadApp:
     """The app for a run (``cfg``) or for a given source (fixed data, a replay): used by the CLI and
-    the tests. A run's session runs where ``engine`` says: ``process``, a process of its own (the CLI:
-    nothing of the UI's can delay it), or ``thread``, a thread of this process with its own event loop
-    (tests that look into the session). ``ui_nice``: lower the UI thread's CPU priority by that much
-    once the engine runs; ``ui_idle`` (process engine): put the UI's threads in ``SCHED_IDLE`` too
-    (the CLI's process only: neither can be undone)."""
+    the tests. A run's session runs where ``engine`` says: ``process``, a process of its own (what
+    ``specload tui`` ships: nothing of the UI's can delay it), or ``local``, on the app's own loop
+    (tests that must look inside the session). ``process``: the UI process's settings applied once
+    the engine process runs (the CLI's process only: they cannot be undone). ``notices``: shown on
+    screen at the start."""
     if source is None:
         if cfg is None:
             raise ValueError("create_app needs a RunConfig or a source")
         if engine == "process":
-            source = ProcessSessionSource(cfg, ui_nice=ui_nice, ui_idle=ui_idle, ui_pin=ui_pin)
-        elif engine == "thread":
-            source = ThreadedSessionSource(cfg, ui_nice=ui_nice)
+            source = ProcessSessionSource(cfg, on_started=process.engine_started if process is not None else None)
+        elif engine == "local":
+            source = SessionSource(cfg)
         else:
-            raise ValueError(f"unknown engine {engine!r}: process or thread")
-    return SpecloadApp(source, theme=theme, theme_dirs=theme_dirs)
+            raise ValueError(f"unknown engine {engine!r}: process or local")
+    app = SpecloadApp(source, theme=theme, theme_dirs=theme_dirs)
+    app.startup_notices.extend((text, "information") for text in notices)
+    return app
 
 
 def run_app(cfg: RunConfig, theme: str | None = None, notice: str | None = None) -> int:
     """``specload tui``: run the dashboard until the user quits; the process exit status. ``notice``:
     shown on screen at the start (where the run records to)."""
-    from specload.headless import _install_loop, print_tui_end
+    from specload.headless import print_tui_end
 
-    _install_loop()
+    install_loop()
     TUI_PROCESS.apply()  # process-global: here only, never in a test suite's process
     try:
-        app = create_app(cfg, theme=theme, ui_nice=TUI_PROCESS.ui_nice, ui_idle=TUI_PROCESS.ui_idle,
-                         ui_pin=TUI_PROCESS.ui_pin, engine="process")
+        app = create_app(cfg, theme=theme, process=TUI_PROCESS, notices=(notice,) if notice else ())
     except EngineStartError as e:
         sys.stderr.write(f"specload: error: {e}\n")
         return ExitCode.ERROR
     app.owns_process = True
     app.after_start = TUI_PROCESS.after_start
-    if notice:
-        app._startup_notices.append((notice, "information"))
     code = app.run()
     result = app.result
     print_tui_end(result, cfg.record.path)
@@ -640,9 +640,7 @@ def run_app(cfg: RunConfig, theme: str | None = None, notice: str | None = None)
 
 def run_replay(source: RunSource, theme: str | None = None) -> int:
     """``specload tui --replay``: the dashboard on a record played back; exit status 0 when quit."""
-    from specload.headless import _install_loop
-
-    _install_loop()
+    install_loop()
     app = create_app(source=source, theme=theme)
     app.owns_process = True
     code = app.run()

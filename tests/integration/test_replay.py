@@ -10,8 +10,8 @@ import pytest
 
 from specload.clock import FakeClock
 from specload.record.reader import read_record
-from specload.record.replay import ReplaySource
 from specload.session import Session
+from specload.sources.replay import ReplaySource
 from tests.virtual_runs import virtual_record
 
 

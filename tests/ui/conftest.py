@@ -1,4 +1,5 @@
-"""UI test helpers: a config built from the CLI's own option names, bounded waits.
+"""UI test helpers: a config built from the CLI's own option names, the app on the engine process
+``specload tui`` ships, bounded waits.
 
 (No user themes: the root conftest points ``XDG_CONFIG_HOME`` at an empty folder for every test.)
 """
@@ -10,6 +11,7 @@ from collections.abc import Callable
 
 from specload.cli_run import build_config, tui_command
 from specload.config import RunConfig
+from specload.engine.runner import RunnerState
 
 
 def tui_config(*args: str) -> RunConfig:
@@ -18,6 +20,38 @@ def tui_config(*args: str) -> RunConfig:
     params.pop("headless", None)
     params.pop("theme", None)
     return build_config(params, ui=True)
+
+
+def live_app(*args: str):  # -> SpecloadApp
+    """The app ``specload tui ARGS`` runs: the session in an engine process of its own."""
+    from specload.sources.engine_process import ProcessSessionSource
+    from specload.ui.app import create_app
+
+    app = create_app(tui_config(*args))
+    assert isinstance(app.source, ProcessSessionSource)
+    return app
+
+
+def runner(app) -> RunnerState:  # a running SpecloadApp
+    """The runner's state now (the engine's newest frame), once the load is built."""
+    rs = app.source.frame().runner
+    assert rs is not None, "the load has not started"
+    return rs
+
+
+async def load_running(pilot, app, started: int = 1, timeout: float = 20.0) -> None:
+    """Until the load runs (``started`` requests so far, one in flight); fails if the run ends first."""
+    def running() -> bool:
+        assert app.result is None, f"the run ended: {app.result}"
+        rs = app.source.frame().runner
+        return rs is not None and rs.started >= started and rs.in_flight > 0
+
+    await wait_for(pilot, running, "the load to run", timeout=timeout)
+
+
+async def quit_app(pilot, app, key: str = "q", timeout: float = 30.0) -> None:
+    await pilot.press(key)
+    await wait_for(pilot, lambda: app.return_code is not None, f"the app to exit after {key}", timeout=timeout)
 
 
 async def wait_for(pilot, cond: Callable[[], object], what: str, timeout: float = 10.0) -> None:

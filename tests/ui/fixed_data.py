@@ -11,7 +11,7 @@ import math
 
 from specload.datatypes import CrashEvent, ServerSample
 from specload.engine.runner import RunnerState
-from specload.session.source import StaticSource
+from specload.sources.static import StaticSource
 from specload.stats import intervals as iv
 from specload.stats.judgement import LevelJudgement
 from specload.stats.levels import LevelSummary

@@ -15,7 +15,7 @@ from specload.record.reader import read_record
 from specload.ui.app import create_app
 from specload.ui.layout import DETAIL_PANELS, Dashboard
 from specload.ui.screens import ConcurrencyScreen, HelpScreen
-from tests.ui.conftest import burst, tui_config, wait_for
+from tests.ui.conftest import burst, live_app, load_running, runner, wait_for
 from tests.ui.fixed_data import mid_run_source
 
 
@@ -53,55 +53,35 @@ async def test_tab_keys_in_one_burst_settle_on_the_right_panel() -> None:
             assert app.query_one("#panel-tabs").active == f"tab-{shown}"
 
 
-async def test_concurrency_typed_with_c_in_one_burst(sim) -> None:
+async def test_every_dashboard_key_in_bursts(sim, tmp_path) -> None:
     server = await sim(ttft_ms=5, itl_ms=100, spec_tokens=0)
-    cfg = tui_config(server.url, "-c", "2", "-d", "60", "--max-tokens", "8")
-    app = create_app(cfg)
-    async with app.run_test(size=(120, 40)) as pilot:
-        await wait_for(pilot, lambda: app.source.session.runner is not None and app.source.frame().runner.in_flight > 0,
-                       "the load to start")
-        runner = app.source.session.runner
+    record = tmp_path / "keys.jsonl"
+    app = live_app(server.url, "-c", "2,4", "-d", "60", "--max-tokens", "8", "--record", str(record))
+    async with app.run_test(size=(100, 30)) as pilot:
+        await load_running(pilot, app)
+        # the concurrency dialog's digits typed before it had mounted
         for keys, want in ((("c", "7", "enter"), 7), (("c", "1", "2", "enter"), 12),
                            (("c", "backspace", "3", "enter"), 3)):
             burst(app, *keys)
-            await wait_for(pilot, lambda w=want: not isinstance(app.screen, ConcurrencyScreen) and runner.target == w,
-                           f"C={want} after {' '.join(keys)}")
+            await wait_for(pilot, lambda w=want: not isinstance(app.screen, ConcurrencyScreen)
+                           and runner(app).target == w, f"C={want} after {' '.join(keys)}")
             assert not [n for n in app._notifications if "not a concurrency" in n.message], keys
-
-
-async def _live(sim, tmp_path, name: str, *args: str):
-    server = await sim(ttft_ms=5, itl_ms=100, spec_tokens=0)
-    record = tmp_path / f"{name}.jsonl"
-    cfg = tui_config(server.url, "-c", "2,4", "-d", "60", "--max-tokens", "8", "--record", str(record), *args)
-    return create_app(cfg), record
-
-
-async def _loaded(pilot, app) -> None:
-    await wait_for(pilot, lambda: app.source.session.runner is not None and app.source.frame().runner.in_flight > 0,
-                   "the load to start")
-
-
-async def test_every_dashboard_key_in_bursts(sim, tmp_path) -> None:
-    app, record = await _live(sim, tmp_path, "keys")
-    async with app.run_test(size=(100, 30)) as pilot:
-        await _loaded(pilot, app)
-        runner = app.source.session.runner
         app.key_settle_s = 0.05
         steps: list[tuple[tuple[str, ...], object]] = [
-            (("up", "up", "plus"), lambda: runner.target == 5),
-            (("down", "minus"), lambda: runner.target == 3),
-            (("right_square_bracket", "right_square_bracket"), lambda: runner.target == 12),
-            (("left_square_bracket", "down"), lambda: runner.target == 5),
+            (("up", "up", "plus"), lambda: runner(app).target == 6),
+            (("down", "minus"), lambda: runner(app).target == 4),
+            (("right_square_bracket", "right_square_bracket"), lambda: runner(app).target == 16),
+            (("left_square_bracket", "down"), lambda: runner(app).target == 7),
             # a dialog's result is applied before the key after enter is looked at
-            (("c", "1", "2", "enter", "up"), lambda: runner.target == 13),
-            (("space", "space", "space"), lambda: runner.paused),
-            (("space",), lambda: not runner.paused),
+            (("c", "1", "2", "enter", "up"), lambda: runner(app).target == 13),
+            (("space", "space", "space"), lambda: runner(app).paused),
+            (("space",), lambda: not runner(app).paused),
             (("m", "n", "o", "t", "e", "enter"), lambda: "note" in record.read_text()),
             # keys a dialog takes as text are not dashboard keys: q, c, h and n typed into the note
             (("m", "q", "c", "h", "n", "enter"), lambda: '"qchn"' in record.read_text()),
-            (("question_mark", "escape", "h"), lambda: not runner.held),
+            (("question_mark", "escape", "h"), lambda: not runner(app).held),
             (("question_mark", "q"), lambda: not isinstance(app.screen, HelpScreen)),
-            (("c", "left", "left", "9", "escape", "n"), lambda: runner.snapshot().level_number >= 1),
+            (("c", "left", "left", "9", "escape", "n"), lambda: runner(app).level_number >= 1),
         ]
         for keys, done in steps:
             burst(app, *keys)

@@ -8,10 +8,13 @@ from __future__ import annotations
 import pytest
 
 from specload.record.reader import read_record
-from specload.ui.app import create_app
 from specload.ui.widgets.levels import KneeChart, LevelTable, chart_title
 from specload.ui.widgets.metrics import LimitSparkline
-from tests.ui.conftest import tui_config, wait_for
+from tests.ui.conftest import live_app, load_running, quit_app, runner, wait_for
+
+# how long a search may take: the run's own bound (--max-duration 120); a busy 2-core machine (load 10)
+# took over 60 s to the search's first bracket
+SEARCH_S = 110.0
 
 
 def _text(app, selector: str) -> str:  # the app
@@ -23,42 +26,40 @@ async def test_f_runs_a_search_that_shows_on_screen_and_b_holds_its_best_point(s
     # 4 slots, pinned timing: throughput stops growing past C=4
     server = await sim(ttft_ms=5, itl_ms=4, spec_tokens=0, max_batch=4)
     record = tmp_path / "tui-search.jsonl"
-    cfg = tui_config(server.url, "-c", "2", "-d", "60", "--max-tokens", "10", "--ignore-eos",
-                     "--slo", "tpot_p50<=1s", "--record", str(record), "--max-duration", "120")
-    app = create_app(cfg)
+    app = live_app(server.url, "-c", "2", "-d", "60", "--max-tokens", "10", "--ignore-eos",
+                   "--slo", "tpot_p50<=1s", "--record", str(record), "--max-duration", "120")
     async with app.run_test(size=(160, 48)) as pilot:
-        session = app.source.session
-        await wait_for(pilot, lambda: session.runner is not None and session.runner.in_flight > 0, "the load")
+        await load_running(pilot, app)
         # the objective is drawn on the TPOT row: its sparkline has the limit, its text the mark
         assert app.query_one("#lat-tpot").query_one(LimitSparkline).limit == 1000.0
         assert app.query_one("#lat-ttft").query_one(LimitSparkline).limit is None
         await wait_for(pilot, lambda: "≤1s" in _text(app, "#lat-tpot .metric-value"), "the objective on TPOT")
 
         await pilot.press("f")
-        await wait_for(pilot, lambda: session.capacity.searching, "the search to start")
+        await wait_for(pilot, lambda: app.source.frame().searching, "the search to start")
         await wait_for(pilot, lambda: "probe" in _text(app, "#load-level"), "the probe on the load panel")
         await wait_for(pilot, lambda: app.search is not None and app.search.bracket[1] is not None,
-                       "a bracket", timeout=60)
+                       "a bracket", timeout=SEARCH_S)
         assert chart_title(app.search).startswith("search: ")
-        await wait_for(pilot, lambda: bool(session.capacity.results), "the search to end", timeout=90)
-        result = session.capacity.results[-1]
-        assert result.best is not None, result.message
-        await wait_for(pilot, lambda: app.search is not None and app.search.result is not None, "the result sampled")
+        await wait_for(pilot, lambda: app.search is not None and app.search.result is not None, "the search to end",
+                       timeout=SEARCH_S)
+        result = app.search.result
+        assert result is not None and result.best is not None, result
+        assert not app.source.frame().searching
         assert chart_title(app.search).startswith(f"best C={result.best.value:g}")
         chart = app.query_one(KneeChart)
         assert chart.search is app.search
         # the level table grew the goodput columns, every probe a row (the last probe's level reaches
-        # the table with a later frame than the search's result can: the engine runs on its own thread)
+        # the table with a later frame than the search's result can: the engine runs in its own process)
         table = app.query_one(LevelTable)
         await wait_for(pilot, lambda: table._goodput and table.row_count >= len(result.probes) + 1,
                        "a table row for every probe")
 
         await pilot.press("b")
-        await wait_for(pilot, lambda: session.runner.held and session.runner.target == int(result.best.value),
+        await wait_for(pilot, lambda: runner(app).held and runner(app).target == int(result.best.value),
                        "the load held at the best point")
-        await wait_for(pilot, lambda: session.runner.in_flight > 0, "requests at the best point")
-        await pilot.press("q")
-        await wait_for(pilot, lambda: app.return_code is not None, "the app to exit", timeout=30)
+        await wait_for(pilot, lambda: runner(app).in_flight > 0, "requests at the best point")
+        await quit_app(pilot, app)
     data = read_record(str(record))
     phases = [e["value"]["phase"] for e in data.events if e.get("kind") == "search"]
     assert phases[0] == "start" and "result" in phases
@@ -66,21 +67,25 @@ async def test_f_runs_a_search_that_shows_on_screen_and_b_holds_its_best_point(s
 
 async def test_f_again_stops_the_search_with_what_it_confirmed(sim) -> None:
     server = await sim(ttft_ms=5, itl_ms=20, spec_tokens=0, max_batch=64)
-    cfg = tui_config(server.url, "-c", "2", "-d", "60", "--max-tokens", "10", "--ignore-eos", "--max-duration", "120")
-    app = create_app(cfg)
+    app = live_app(server.url, "-c", "2", "-d", "60", "--max-tokens", "10", "--ignore-eos", "--max-duration", "120")
     async with app.run_test(size=(80, 24)) as pilot:
-        session = app.source.session
-        await wait_for(pilot, lambda: session.runner is not None and session.runner.in_flight > 0, "the load")
+        await load_running(pilot, app)
         await pilot.press("f")
-        await wait_for(pilot, lambda: session.capacity.searching, "the search to start")
-        await wait_for(pilot, lambda: len(session.capacity.driver.search.probes) >= 1, "a first probe", timeout=60)
+        await wait_for(pilot, lambda: app.source.frame().searching, "the search to start")
+        await wait_for(pilot, lambda: (sv := app.source.frame().search) is not None and len(sv.probes) >= 1,
+                       "a first probe", timeout=60)
         await pilot.press("f")
-        await wait_for(pilot, lambda: not session.capacity.searching, "the search to stop")
-        result = session.capacity.results[-1]
-        assert result.reason == "stopped by the user" and result.best is not None
-        assert session.runner.source is None  # the levels are the user's again
-        await pilot.press("q")
-        await wait_for(pilot, lambda: app.return_code is not None, "the app to exit", timeout=30)
+        await wait_for(pilot, lambda: not app.source.frame().searching, "the search to stop")
+        search = app.source.frame().search
+        result = search.result if search is not None else None
+        assert result is not None and result.reason == "stopped by the user" and result.best is not None
+        # the levels are the user's again: a key sets a held level of its own, no probe follows
+        app.key_settle_s = 0.05
+        want = runner(app).target + 1
+        await pilot.press("up")
+        await wait_for(pilot, lambda: runner(app).target == want and not runner(app).sourced, f"C={want} by hand")
+        assert runner(app).held and not app.source.frame().searching
+        await quit_app(pilot, app)
 
 
 def test_chart_title_and_ticks_say_where_the_search_is() -> None:

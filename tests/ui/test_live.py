@@ -1,7 +1,9 @@
 """The real app against the real simulator: keys change the engine, widgets fill, the record has it all.
 
-Each test starts a simulator on 127.0.0.1 (the ``sim`` fixture), builds the config the CLI would,
-and drives ``SpecloadApp`` with Pilot. Every wait is bounded (``wait_for``); nothing sleeps blindly.
+Each test starts a simulator on 127.0.0.1 (the ``sim`` fixture), builds the app the CLI would (the
+session in an engine process of its own), and drives ``SpecloadApp`` with Pilot; what the engine does
+is read from its frames and, after the quit, from its record. Every wait is bounded (``wait_for``);
+nothing sleeps blindly. Keys that go together share one run (each run costs a process start).
 """
 
 from __future__ import annotations
@@ -10,24 +12,23 @@ import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-import pytest
 from textual.pilot import Pilot
 from textual.widgets import Input, Sparkline
 
+from specload.engine.runner import RunnerState
 from specload.record.reader import read_record
-from specload.ui.app import SpecloadApp, create_app
+from specload.ui.app import SpecloadApp
 from specload.ui.screens import ConcurrencyScreen, HelpScreen, MarkerScreen
 from specload.ui.widgets.header import RunHeader
 from specload.ui.widgets.levels import LevelTable
 from specload.ui.widgets.value import ValueLabel
-from tests.ui.conftest import tui_config, wait_for
+from tests.ui.conftest import live_app, load_running, quit_app, runner, wait_for
 
 
 async def test_levels_fill_the_table_and_sparklines_fill(sim, tmp_path) -> None:
     server = await sim(ttft_ms=5, itl_ms=5, spec_tokens=0)
     record = tmp_path / "run.jsonl"
-    cfg = tui_config(server.url, "-c", "1,2", "-n", "4", "--max-tokens", "8", "--record", str(record))
-    app = create_app(cfg)
+    app = live_app(server.url, "-c", "1,2", "-n", "4", "--max-tokens", "8", "--record", str(record))
     async with app.run_test(size=(160, 48)) as pilot:
         table = app.query_one(LevelTable)
         await wait_for(pilot, lambda: table.row_count == 2, "two finished levels in the table")
@@ -44,20 +45,23 @@ async def test_levels_fill_the_table_and_sparklines_fill(sim, tmp_path) -> None:
                        "TTFT sparkline data", timeout=5)
         assert len(sparks) >= 5
         assert app.snapshot is not None and app.snapshot.tokens_total >= 8 * 8
-        await pilot.press("q")
-        await wait_for(pilot, lambda: app.return_code is not None, "the app to exit after q")
+        await quit_app(pilot, app)
     assert app.return_code == 0
     data = read_record(str(record))
     assert data.end is not None and len(data.levels) == 2
 
 
 class _Run:
-    """A dashboard driving a real session against a slow simulator (Pilot waits for idle, up to 1 s,
-    after each key: a slow stream keeps the process mostly idle), on the first of its long levels."""
+    """A dashboard driving a real session in its engine process against a slow simulator (Pilot waits
+    for idle, up to 1 s, after each key: a slow stream keeps the process mostly idle), on the first
+    of its long levels."""
 
     def __init__(self, pilot: Pilot, app: SpecloadApp, record: Path) -> None:
         self.pilot, self.app, self.record = pilot, app, record
-        self.runner = app.source.session.runner
+
+    @property
+    def runner(self) -> RunnerState:
+        return runner(self.app)
 
     def events(self, kind: str) -> list[object]:
         """The values of the record's events of ``kind`` (read once the app has quit)."""
@@ -69,30 +73,33 @@ async def _running(sim, tmp_path: Path) -> AsyncIterator[_Run]:
     """The app on its first level (levels 2,4,8 of 60 s each), quit with 'q' at the end."""
     server = await sim(ttft_ms=5, itl_ms=100, spec_tokens=0)
     record = tmp_path / "keys.jsonl"
-    app = create_app(tui_config(server.url, "-c", "2,4,8", "-d", "60", "--max-tokens", "8", "--record", str(record)))
+    app = live_app(server.url, "-c", "2,4,8", "-d", "60", "--max-tokens", "8", "--record", str(record))
+    app.key_settle_s = 0.05
     async with app.run_test(size=(120, 40)) as pilot:
-        await wait_for(pilot, lambda: app.source.session.runner is not None and app.source.frame().runner.in_flight > 0,
-                       "the load to start")
+        await load_running(pilot, app)
         yield _Run(pilot, app, record)
-        await pilot.press("q")
-        await wait_for(pilot, lambda: app.return_code is not None, "the app to exit after q")
+        await quit_app(pilot, app)
 
 
-@pytest.mark.parametrize(("key", "want"), [("up", 3), ("plus", 3), ("down", 1), ("minus", 1),
-                                           ("right_square_bracket", 4), ("left_square_bracket", 1)])
-async def test_a_concurrency_key_sets_a_held_manual_level(sim, tmp_path, key: str, want: int) -> None:
+async def test_concurrency_keys_set_held_manual_levels_and_q_records_in_flight_requests_cancelled(sim, tmp_path) -> None:
     async with _running(sim, tmp_path) as run:
-        await run.pilot.press(key)
-        # shown at once, handed to the runner when no further key follows within key_settle_s
-        await wait_for(run.pilot, lambda: f"2→{want}" in str(run.app.query_one("#load-conc").render())
-                       or run.runner.target == want, "the keyed concurrency shown")
-        await wait_for(run.pilot, lambda: run.runner.target == want, f"C={want} after {key}")
-        assert run.app.pending_target is None
-        assert run.runner.held  # a user-set concurrency is a held manual level
-    assert run.events("concurrency")[:1] == [want]
+        for key, want in (("up", 3), ("plus", 4), ("down", 3), ("minus", 2), ("right_square_bracket", 4),
+                          ("left_square_bracket", 2)):
+            await run.pilot.press(key)
+            # handed to the runner when no further key follows within key_settle_s
+            await wait_for(run.pilot, lambda w=want: run.runner.target == w, f"C={want} after {key}")
+            assert run.app.pending_target is None
+            assert run.runner.held  # a user-set concurrency is a held manual level
+        assert run.runner.in_flight > 0
+    assert run.events("concurrency") == [3, 4, 3, 2, 4, 2]
+    data = read_record(str(run.record))
+    assert run.app.return_code == 0
+    # the ramp was not done: the quit interrupted it, in-flight requests recorded as cancelled
+    assert data.end is not None and data.end["reason"] == "interrupted"
+    assert any((r.get("error") or {}).get("kind") == "cancelled" for r in data.requests)
 
 
-async def test_c_sets_an_exact_concurrency_and_keeps_the_dialog_on_bad_input(sim, tmp_path) -> None:
+async def test_dialogs_c_and_m_set_a_concurrency_and_a_marker(sim, tmp_path) -> None:
     async with _running(sim, tmp_path) as run:
         pilot, app = run.pilot, run.app
         await pilot.press("c")
@@ -100,7 +107,7 @@ async def test_c_sets_an_exact_concurrency_and_keeps_the_dialog_on_bad_input(sim
         app.screen.query_one(Input).value = ""
         await pilot.press("a", "b", "enter")
         await pilot.pause()
-        assert isinstance(app.screen, ConcurrencyScreen)
+        assert isinstance(app.screen, ConcurrencyScreen)  # bad input keeps the dialog
         assert any("not a concurrency" in n.message for n in app._notifications)
         app.screen.query_one(Input).value = ""
         await pilot.press("0", "enter")
@@ -109,98 +116,68 @@ async def test_c_sets_an_exact_concurrency_and_keeps_the_dialog_on_bad_input(sim
         await pilot.press("5", "enter")
         await wait_for(pilot, lambda: not isinstance(app.screen, ConcurrencyScreen), "the modal to close")
         await wait_for(pilot, lambda: run.runner.target == 5, "C=5 typed")
-    assert run.events("concurrency")[:1] == [5]
-
-
-async def test_space_pauses_and_resumes(sim, tmp_path) -> None:
-    async with _running(sim, tmp_path) as run:
-        await run.pilot.press("space")
-        assert run.runner.paused
-        await wait_for(run.pilot, lambda: "paused" in str(run.app.query_one("#h-state", ValueLabel).render()),
-                       "the paused state in the header")
-        await run.pilot.press("space")
-        assert not run.runner.paused
-    assert len(run.events("pause")) == 1 and len(run.events("resume")) == 1
-
-
-async def test_h_releases_a_manual_level_and_holds_a_planned_one(sim, tmp_path) -> None:
-    async with _running(sim, tmp_path) as run:
-        await run.pilot.press("up")
-        await wait_for(run.pilot, lambda: run.runner.target == 3 and run.runner.held, "a held C=3")
-        # h releases the hold of the manual level: the plan resumes with its next level
-        await run.pilot.press("h")
-        assert not run.runner.held
-        await wait_for(run.pilot, lambda: run.runner.snapshot().level_number >= 1, "the plan to resume")
-        # h again holds the planned level
-        await run.pilot.press("h")
-        assert run.runner.held
-    assert run.events("hold") == [False, True]
-
-
-async def test_n_starts_the_next_level(sim, tmp_path) -> None:
-    async with _running(sim, tmp_path) as run:
-        before = run.runner.snapshot().level_index
-        await run.pilot.press("n")
-        await wait_for(run.pilot, lambda: run.runner.snapshot().level_index > before, "the next level")
-    assert len(run.events("next")) == 1
-
-
-async def test_m_records_a_marker_with_its_note(sim, tmp_path) -> None:
-    async with _running(sim, tmp_path) as run:
-        pilot, app = run.pilot, run.app
+        level = run.runner.level_index
         for typed in (("n", "o", "t", "e", "enter"), ("enter",)):  # 'n' is typed, not 'next level'
             await pilot.press("m")
             await wait_for(pilot, lambda: isinstance(app.screen, MarkerScreen), "the marker modal")
             await pilot.press(*typed)
             await wait_for(pilot, lambda: not isinstance(app.screen, MarkerScreen), "the marker modal to close")
-        assert run.runner.snapshot().level_index == 0  # the typed 'n' did not start the next level
+        assert run.runner.level_index == level  # the typed 'n' did not start the next level
+        await pilot.press("question_mark")
+        await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen), "the help screen")
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: not isinstance(app.screen, HelpScreen), "the help screen to close")
+    assert run.events("concurrency")[:1] == [5]
     assert run.events("marker") == ["note", ""]
 
 
-async def test_question_mark_shows_the_keys(sim, tmp_path) -> None:
+async def test_space_pauses_h_holds_and_n_starts_the_next_level(sim, tmp_path) -> None:
     async with _running(sim, tmp_path) as run:
-        await run.pilot.press("question_mark")
-        await wait_for(run.pilot, lambda: isinstance(run.app.screen, HelpScreen), "the help screen")
-        await run.pilot.press("escape")
-        await wait_for(run.pilot, lambda: not isinstance(run.app.screen, HelpScreen), "the help screen to close")
-
-
-async def test_q_records_in_flight_requests_as_cancelled(sim, tmp_path) -> None:
-    async with _running(sim, tmp_path) as run:
-        assert run.app.source.frame().runner.in_flight > 0
-    data = read_record(str(run.record))
-    assert run.app.return_code == 0
-    assert data.end is not None and data.end["reason"] == "interrupted"
-    # the quit recorded in-flight requests as cancelled rather than dropping them
-    assert any((r.get("error") or {}).get("kind") == "cancelled" for r in data.requests)
+        await run.pilot.press("space")
+        assert run.runner.paused  # the command's ack carried the frame after it ran
+        await wait_for(run.pilot, lambda: "paused" in str(run.app.query_one("#h-state", ValueLabel).render()),
+                       "the paused state in the header")
+        await run.pilot.press("space")
+        assert not run.runner.paused
+        await run.pilot.press("up")
+        await wait_for(run.pilot, lambda: run.runner.target == 3 and run.runner.held, "a held C=3")
+        # h releases the hold of the manual level: the plan resumes with its next level
+        await run.pilot.press("h")
+        assert not run.runner.held
+        await wait_for(run.pilot, lambda: run.runner.level_number >= 1, "the plan to resume")
+        # h again holds the planned level
+        await run.pilot.press("h")
+        assert run.runner.held
+        before = run.runner.level_index
+        await run.pilot.press("n")
+        await wait_for(run.pilot, lambda: run.runner.level_index > before, "the next level")
+    assert len(run.events("pause")) == 1 and len(run.events("resume")) == 1
+    assert run.events("hold") == [False, True]
+    assert len(run.events("next")) == 1
 
 
 async def test_quick_concurrency_keys_make_one_level(sim, tmp_path) -> None:
     """Keys pressed in quick succession are one change: one manual level, no rows of 1-2 requests."""
     server = await sim(ttft_ms=5, itl_ms=100, spec_tokens=0)
     record = tmp_path / "quick.jsonl"
-    cfg = tui_config(server.url, "-c", "2", "-d", "60", "--max-tokens", "8", "--record", str(record))
-    app = create_app(cfg)
+    app = live_app(server.url, "-c", "2", "-d", "60", "--max-tokens", "8", "--record", str(record))
     # keys settle only after a minute: whatever Pilot's pace, the first presses are one burst
     app.key_settle_s = 60.0
     async with app.run_test(size=(120, 40)) as pilot:
-        await wait_for(pilot, lambda: app.source.session.runner is not None and app.source.frame().runner.in_flight > 0,
-                       "the load to start")
-        runner = app.source.session.runner
-        level = runner.snapshot().level_index
+        await load_running(pilot, app)
+        level = runner(app).level_index
         await pilot.press("up", "up", "up", "right_square_bracket")  # (2 + 3) x 2
         assert app.pending_target == 10
         await wait_for(pilot, lambda: "2→10" in str(app.query_one("#load-conc").render()),
                        "the pending concurrency in the load panel")
-        assert runner.target == 2 and runner.snapshot().level_index == level  # nothing applied yet
+        assert runner(app).target == 2 and runner(app).level_index == level  # nothing applied yet
         app.key_settle_s = 0.05
         await pilot.press("down")  # the burst's last key: 9, applied once the keys settle
-        await wait_for(pilot, lambda: runner.target == 9, "C=9 once the keys settle")
-        assert runner.snapshot().level_index == level + 1 and runner.held
+        await wait_for(pilot, lambda: runner(app).target == 9, "C=9 once the keys settle")
+        assert runner(app).level_index == level + 1 and runner(app).held
         assert app.pending_target is None
         await wait_for(pilot, lambda: "→" not in str(app.query_one("#load-conc").render()), "the arrow to go")
-        await pilot.press("q")
-        await wait_for(pilot, lambda: app.return_code is not None, "the app to exit after q")
+        await quit_app(pilot, app)
     levels = [e["value"] for e in read_record(str(record)).events if e["kind"] == "level"]
     assert [(lv["concurrency"], lv["manual"]) for lv in levels] == [(2, False), (9, True)]
 
@@ -211,13 +188,11 @@ async def test_quitting_after_a_crash_records_crashed_as_the_exit_status_says(si
     log = tmp_path / "server.log"
     server = await sim(ttft_ms=5, itl_ms=5, spec_tokens=0, crash_after=6, log_file=str(log))
     record = tmp_path / "crash.jsonl"
-    cfg = tui_config(server.url, "-c", "2", "-d", "60", "--max-tokens", "20", "--server-log", str(log),
-                     "--metrics-url", "off", "--record", str(record))
-    app = create_app(cfg)
+    app = live_app(server.url, "-c", "2", "-d", "60", "--max-tokens", "20", "--server-log", str(log),
+                   "--metrics-url", "off", "--record", str(record))
     async with app.run_test(size=(120, 40)) as pilot:
         await wait_for(pilot, lambda: bool(app.source.frame().stats.crashes), "the crash on screen", timeout=20)
-        await pilot.press("q")
-        await wait_for(pilot, lambda: app.return_code is not None, "the app to exit after q", timeout=30)
+        await quit_app(pilot, app)
     assert app.return_value == 3  # what run_app exits with (return_code is Textual's own)
     data = read_record(str(record))
     assert data.end is not None and data.end["reason"] == "crashed"

@@ -12,17 +12,17 @@ from __future__ import annotations
 import signal
 
 from specload.ui.app import create_app
-from tests.ui.conftest import tui_config, wait_for
+from tests.ui.conftest import live_app, load_running, tui_config, wait_for
 
 
 async def test_a_finished_quit_leaves_the_watchdog_disarmed(sim) -> None:
     server = await sim(ttft_ms=5, itl_ms=50, spec_tokens=0)
-    app = create_app(tui_config(server.url, "-c", "1", "-d", "60", "--max-tokens", "4"))
+    app = live_app(server.url, "-c", "1", "-d", "60", "--max-tokens", "4")
     app.owns_process = True
     handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     try:
         async with app.run_test(size=(120, 40)) as pilot:
-            await wait_for(pilot, lambda: app.source.session.runner is not None, "the load to start")
+            await load_running(pilot, app)
             await pilot.press("q")
             await wait_for(pilot, lambda: app.watchdog.armed or not app.is_running, "the quit to arm the watchdog")
     finally:
@@ -36,7 +36,8 @@ async def test_an_app_hosted_by_another_process_never_arms_the_watchdog(sim) -> 
     # a Pilot test that fails mid-quit once left the watchdog armed, and a minute later it ended the
     # whole pytest run with os._exit(3): an app that is not the process never arms it
     server = await sim(ttft_ms=5, itl_ms=50, spec_tokens=0)
-    app = create_app(tui_config(server.url, "-c", "1", "-d", "60", "--max-tokens", "4"))
+    # the app's own rule, whatever its source: the session on the app's loop (no process to start)
+    app = create_app(tui_config(server.url, "-c", "1", "-d", "60", "--max-tokens", "4"), engine="local")
     before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     async with app.run_test(size=(120, 40)) as pilot:
         await wait_for(pilot, lambda: app.source.session.runner is not None, "the load to start")

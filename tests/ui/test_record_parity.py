@@ -15,8 +15,7 @@ import orjson
 
 from specload.cli_run import build_config, run_command
 from specload.session import Session
-from specload.ui.app import create_app
-from tests.ui.conftest import tui_config, wait_for
+from tests.ui.conftest import live_app, wait_for
 
 ARGS = ("-c", "2,3", "-n", "6", "--max-tokens", "8", "--ignore-eos", "--drain", "--seed", "3",
         "--warmup-requests", "2", "--on-crash", "stop")
@@ -40,7 +39,9 @@ def structure(recs: list[dict]) -> dict:
     return {
         "types": [r["type"] for r in recs if r["type"] not in periodic and
                   not (r["type"] == "event" and r["kind"] == "health")],
-        "keys": {r["type"]: sorted(r) for r in recs if r["type"] != "event"},
+        "keys": {r["type"]: sorted(r) for r in recs if r["type"] not in ("event", *periodic)},
+        # a periodic line's keys when there is one: whether a short run had its first second is timing
+        "periodic": {r["type"]: sorted(r) for r in recs if r["type"] in periodic},
         "events": events,
         "config": _config(recs[0]),
         "levels": [(r["concurrency"], r["requests"], r["ok"], r["output_tokens"]) for r in recs if r["type"] == "level"],
@@ -58,7 +59,7 @@ async def test_tui_and_headless_write_the_same_record(sim, tmp_path) -> None:
     result = await asyncio.wait_for(Session(build_config(params, ui=False)).run(), 60)
     assert result.reason == "completed"
 
-    app = create_app(tui_config(server.url, *ARGS, "--record", str(tui)))
+    app = live_app(server.url, *ARGS, "--record", str(tui))
     async with app.run_test(size=(120, 40)) as pilot:
         await wait_for(pilot, lambda: (rs := app.source.frame().runner) is not None and rs.state == "finished",
                        "the ramp to finish", timeout=30)
@@ -66,6 +67,9 @@ async def test_tui_and_headless_write_the_same_record(sim, tmp_path) -> None:
         await wait_for(pilot, lambda: app.return_code is not None, "the app to exit")
 
     h, t = structure(lines(head)), structure(lines(tui))
+    for kind in set(h["periodic"]) & set(t["periodic"]):
+        assert h["periodic"][kind] == t["periodic"][kind], kind
+    del h["periodic"], t["periodic"]
     # the headless run ends by itself; the TUI stays open until the user quits, and its record says
     # what had happened by then: the ramp completed (it said "interrupted" before, issue 11)
     assert h["end"]["reason"] == t["end"]["reason"] == "completed"

@@ -42,23 +42,21 @@ async def test_help_names_the_palette_entry_as_it_is() -> None:
 
 
 async def test_h_at_the_end_of_the_plan_says_so(sim, tmp_path) -> None:
-    from tests.ui.conftest import tui_config
+    from tests.ui.conftest import live_app, runner
 
     server = await sim(ttft_ms=5, itl_ms=20, spec_tokens=0)
-    cfg = tui_config(server.url, "-c", "1", "-n", "2", "--max-tokens", "8", "--record", str(tmp_path / "h.jsonl"))
-    app = create_app(cfg)
+    app = live_app(server.url, "-c", "1", "-n", "2", "--max-tokens", "8", "--record", str(tmp_path / "h.jsonl"))
     async with app.run_test(size=(120, 40)) as pilot:
         await wait_for(pilot, lambda: (rs := app.source.frame().runner) is not None and rs.state == "finished",
                        "the ramp to finish", timeout=30)
-        runner = app.source.session.runner
         await pilot.press("h")
-        assert not runner.held
+        assert not runner(app).held
         assert any("nothing to hold" in n.message for n in app._notifications)
         # a level set by hand after the ramp is held; h releases it, and the load ends: said so
         await pilot.press("c", "backspace", "3", "enter")
-        await wait_for(pilot, lambda: runner.target == 3 and runner.in_flight > 0, "C=3 running")
+        await wait_for(pilot, lambda: runner(app).target == 3 and runner(app).in_flight > 0, "C=3 running")
         await pilot.press("h")
-        await wait_for(pilot, lambda: runner.snapshot().state == "finished", "the load to end", timeout=20)
+        await wait_for(pilot, lambda: runner(app).state == "finished", "the load to end", timeout=20)
         assert any("the load stops here" in n.message for n in app._notifications)
         await pilot.press("q")
         await wait_for(pilot, lambda: app.return_value is not None, "the app to exit", timeout=30)
@@ -88,7 +86,7 @@ async def test_a_small_wobble_of_throughput_is_not_drawn_as_a_cliff() -> None:
 
 
 async def test_long_server_log_lines_wrap_instead_of_being_cut() -> None:
-    from specload.session.source import StaticSource
+    from specload.sources.static import StaticSource
     from tests.ui.fixed_data import T0, mid_run_snapshot
 
     long = "AttributeError: " + "x" * 150 + " THE-END"

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from specload.datatypes import CrashConsequence
-from specload.session.source import StaticSource
+from specload.sources.static import StaticSource
 from specload.ui.app import create_app
 from specload.ui.messages import CrashReported, MessageListener
 from specload.ui.screens import CrashScreen, parse_concurrency

@@ -1,15 +1,14 @@
 """A ``Session`` in a process of its own: ``specload tui``'s engine, which the UI cannot delay.
 
-Issue 11: on an engine *thread* (``engine_thread.py``) the load no longer waits for a whole UI
-callback, but the two threads still take turns with one GIL and one garbage collector: a worked
-dashboard (a modal, a resize, tab switches) left the engine's loop lagging 10-12 ms on average where
-headless lags 5-7, and Textual/Rich held the GIL three times as often as the engine. In a process of
-its own the engine has its own interpreter: the UI's Python work, its heap and its collections are
-not the engine's, and the kernel's scheduler, not the GIL, shares the CPUs (the UI's thread is niced,
-so the streams get a CPU first when they are short).
+On the UI's event loop every millisecond the UI spent (a modal, a resize: 46-122 ms) was one every
+stream waited; on a thread of the UI's process the two still took turns with one GIL and one
+garbage collector (the engine's loop lagged 10-12 ms on average where headless lags 5-7). In a
+process of its own the engine has its own interpreter: the UI's Python work, its heap and its
+collections are not the engine's, and the kernel's scheduler shares the CPUs (the UI's thread is
+niced, so the streams get a CPU first when they are short).
 
 ``ProcessSessionSource`` is the ``RunSource`` ``specload tui`` uses. The engine process is
-``python -m specload.session.engine_process FD``: it builds the ``Session`` from the ``RunConfig`` it
+``python -m specload.sources.engine_process FD``: it builds the ``Session`` from the ``RunConfig`` it
 is sent and runs it on its own event loop (uvloop when installed, as headless). It has a session of
 its own (``setsid``: no terminal, so the terminal's signals and keys reach the UI alone), its standard
 output and error go to a file (nothing it prints can tear the screen; the tail is shown if it dies).
@@ -22,7 +21,7 @@ config's API key is not in ``ps``):
   (a few hundred microseconds), and is never torn.
 * **Commands** (UI -> engine): each ``RunControl`` method is a message; the UI waits (bounded by
   ``CONTROL_WAIT_S``) for its ack, which carries the frame built right after it ran, so the frame the
-  UI samples after a key shows the key's effect, as on the engine thread.
+  UI samples after a key shows the key's effect.
 * **Happenings** (engine -> UI): each ``SessionListener`` call is a message, queued onto the UI's
   loop in the order the session made it (the app's handlers touch widgets).
 * **The end**: ``run`` resolves with the session's result, sent when the engine's loop finished the
@@ -56,28 +55,17 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from specload.exitcode import ExitCode
-from specload.session.engine_thread import (
-    CONTROL_WAIT_S,
-    TEARDOWN_WAIT_S,
-    OnLoop,
-    lower_thread_priority,
-    pin_thread_to_last_cpu,
-)
-from specload.session.source import (
-    ForwardingControl,
-    Frame,
-    RunControl,
-    RunInfo,
-    SessionControl,
-    run_info,
-    session_frame,
-)
+from specload.session.listener import forwarding_listener
+from specload.sources.frame import Frame, RunControl, RunInfo, forwarding_control
+from specload.sources.local import SessionControl, run_info, session_frame
 
 if TYPE_CHECKING:
     from specload.config import RunConfig
     from specload.session import Session, SessionResult
     from specload.session.listener import SessionListener
 
+CONTROL_WAIT_S = 2.0  # the longest the UI waits for a command to have run (it runs anyway, later)
+TEARDOWN_WAIT_S = 30.0  # an abandoned run's teardown (the app closed without a quit), at most
 FRAME_S = 0.25  # how often the engine sends a frame (the dashboard samples at 4 Hz)
 START_WAIT_S = 60.0  # the longest the UI waits for the engine process to have built its session
 EXIT_WAIT_S = 5.0  # after its socket closed, how long the engine process gets to exit
@@ -128,8 +116,7 @@ class ProcessSessionSource:
     the same options and defaults as ``SessionSource``. Building it starts the process and waits
     until the session is built (``EngineStartError`` if it cannot be)."""
 
-    def __init__(self, cfg: RunConfig, *, ui_nice: int = 0, ui_idle: bool = False, ui_pin: bool = False,
-                 frame_s: float = FRAME_S,
+    def __init__(self, cfg: RunConfig, *, on_started: Callable[[], object] | None = None, frame_s: float = FRAME_S,
                  start_wait_s: float = START_WAIT_S, **session_options: object) -> None:
         self.cfg = cfg
         self.stop_grace_s = cfg.watch.stop_grace_s
@@ -146,13 +133,13 @@ class ProcessSessionSource:
         self._result: SessionResult | None = None
         self.done: concurrent.futures.Future = concurrent.futures.Future()
         self.done.set_running_or_notify_cancel()  # a cancelled await must not cancel the result
-        self.control: RunControl | None = ForwardingControl(lambda name, args: self.command(name, *args))
+        self.control: RunControl | None = forwarding_control(lambda name, args: self.command(name, *args))
         # the engine's stdout and stderr; open as long as the source (its tail explains an engine that died)
         self._output = tempfile.TemporaryFile()  # noqa: SIM115
         ours, theirs = socket.socketpair()
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "specload.session.engine_process", str(theirs.fileno())],
+                [sys.executable, "-m", "specload.sources.engine_process", str(theirs.fileno())],
                 pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, stdout=self._output,
                 stderr=subprocess.STDOUT, start_new_session=True)
         except OSError as e:  # no process to be had (out of memory, out of processes)
@@ -175,13 +162,11 @@ class ProcessSessionSource:
             self._stop_process()
             raise EngineStartError(why)
         _, self.info, self._last = msg
-        if ui_nice or ui_idle:
-            # the UI's priority lowered once the engine process runs (it keeps its own), in the thread
-            # that builds the source (the app's: run_app calls create_app before app.run), so the
-            # threads started from now on inherit it: the reader below, Textual's driver and writer
-            lower_thread_priority(ui_nice, idle=ui_idle)
-        if ui_pin:
-            pin_thread_to_last_cpu()
+        if on_started is not None:
+            # once the engine process runs (it keeps its own priority), in the thread that builds the
+            # source, before the reader below starts: what the UI's process sets for its threads
+            # (``ui/process.py``) reaches every thread it starts from now on
+            on_started()
         self._reader = threading.Thread(target=self._read, name="specload-engine-reader", daemon=True)
         self._reader.start()
 
@@ -197,7 +182,7 @@ class ProcessSessionSource:
 
     async def run(self, listener: SessionListener) -> SessionResult | None:
         with self._lock:
-            self._listener = OnLoop(listener, asyncio.get_running_loop())
+            self._listener = on_loop(listener, asyncio.get_running_loop())
             early, self._early = self._early, []
         for name, args in early:
             getattr(self._listener, name)(*args)
@@ -340,18 +325,30 @@ def last_error(output: str) -> str:
     return lines[-1] if lines else ""
 
 
+def on_loop(target: SessionListener, loop: asyncio.AbstractEventLoop) -> SessionListener:
+    """A ``SessionListener`` whose every call is queued onto ``loop`` (the UI's), in order; the reader
+    thread never waits for the listener. Calls after that loop closed are dropped (nobody listens)."""
+
+    def queue(name: str, args: tuple) -> None:
+        with contextlib.suppress(RuntimeError):  # the UI's loop is closed: the app is gone
+            loop.call_soon_threadsafe(getattr(target, name), *args)
+
+    return forwarding_listener(queue)
+
+
 # ---------------------------------------------------------------------------------- the engine's side
 
 
 class _Wire:
-    """The engine's ``SessionListener``: each call a message to the UI, after a frame of the state it
-    happened in (the UI's alert shows with its data). Never blocks: it writes into the socket's
-    buffer, which the event loop drains."""
+    """The engine's end of the socket; ``listener`` is the session's ``SessionListener``: each call a
+    message to the UI, after a frame of the state it happened in (the UI's alert shows with its
+    data). Never blocks: it writes into the socket's buffer, which the event loop drains."""
 
     def __init__(self, writer: asyncio.StreamWriter) -> None:
         self.writer = writer
         self.frame: Callable[[], Frame] | None = None
         self.frame_failed = False  # said once
+        self.listener = forwarding_listener(self.call)
 
     def send(self, msg: object) -> None:
         if not self.writer.is_closing():
@@ -372,13 +369,11 @@ class _Wire:
             return
         self.send(("frame", frame))
 
-    def __getattr__(self, name: str) -> Callable[..., None]:
-        def call(*args: object) -> None:
-            if name != "client_load":  # every second: the periodic frame is recent enough
-                self.push_frame()
-            self.send(("call", name, args))
-
-        return call
+    def call(self, name: str, args: tuple) -> None:
+        """One ``SessionListener`` call, after a frame of the state it happened in."""
+        if name != "client_load":  # every second: the periodic frame is recent enough
+            self.push_frame()
+        self.send(("call", name, args))
 
 
 async def _read_msg(reader: asyncio.StreamReader) -> Any:
@@ -442,7 +437,7 @@ async def _engine_main(sock: socket.socket) -> int:
     _, cfg, options, frame_s = init
     try:
         options = {"stay_open": True, "on_crash": cfg.watch.on_crash, **options}
-        session = Session(cfg, listener=wire, **options)
+        session = Session(cfg, listener=wire.listener, **options)
     except Exception as e:  # noqa: BLE001 - one line for the user, in the UI's process
         wire.send(("error", f"{type(e).__name__}: {e}"))
         await writer.drain()
@@ -486,9 +481,9 @@ def main() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     sock = socket.socket(fileno=int(sys.argv[1]))
-    from specload.headless import _install_loop
+    from specload.warmup import install_loop
 
-    _install_loop()
+    install_loop()
 
     sys.exit(asyncio.run(_engine_main(sock)))
 

@@ -27,7 +27,7 @@ from specload.datatypes import CrashEvent, ErrorKind, RequestRecord, RunEvent, S
 from specload.engine.runner import RunnerState
 from specload.record.reader import RecordData
 from specload.session.listener import SessionListener
-from specload.session.source import LOG_TAIL, Frame, RunInfo
+from specload.sources.frame import LOG_TAIL, Frame, RunInfo
 from specload.stats.levels import LevelSummary
 from specload.stats.live import LiveStats, StatsSnapshot
 
