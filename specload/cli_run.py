@@ -94,12 +94,13 @@ def _config_or_exit(params: dict, *, ui: bool) -> RunConfig:
         _fail(str(e))
     # the command line as given, for the record (secrets are masked when it is written)
     cfg = dataclasses.replace(cfg, command=shlex.join(["specload", *sys.argv[1:]]))
-    if cfg.request.dataset or cfg.request.prompt_file:
+    if cfg.request.dataset or cfg.request.prompt_file or cfg.request.trace:
         from specload.engine.prompts import PromptSource
 
         try:
             r = cfg.request
-            PromptSource.from_options(prompt_file=r.prompt_file, dataset=r.dataset, dataset_format=r.dataset_format)
+            PromptSource.from_options(prompt_file=r.prompt_file, dataset=r.dataset, dataset_format=r.dataset_format,
+                                      trace=r.trace, trace_block_tokens=r.trace_block_tokens)
         except PromptError as e:
             _fail(str(e))
     return cfg

@@ -299,6 +299,15 @@ class RequestConfig:
                                       "'builtin', or 'builtin:coding,math' for some of its categories.")
     dataset_format: str = option("auto", "--dataset-format", choices=("auto", "plain", "sharegpt", "openai"),
                                  help="The rows' shape in --dataset FILE (auto: detected).")
+    trace: str | None = option(None, "--trace", path=True, metavar="FILE",
+                               help="Replay a request trace (Mooncake-style JSONL: timestamp in ms, input_length, "
+                                    "output_length, hash_ids of shared prefix blocks) at its own times, as one "
+                                    "level capped at the largest -c; prompts built to its lengths and shared "
+                                    "blocks, its output lengths sent with ignore_eos.")
+    trace_speed: float = option(1.0, "--trace-speed", check=positive, most=1e6,
+                                help="Replay --trace this many times faster (0.5: half as fast).")
+    trace_block_tokens: int = option(512, "--trace-block-tokens", check=at_least(1), most=1_000_000,
+                                     help="Tokens per hash_ids block of --trace (Mooncake's: 512).")
     output_len: str = option("max-tokens", "--output-len", choices=("max-tokens", "dataset"),
                              help="max-tokens: answers stop at their natural end, capped at --max-tokens "
                                   "(fixed with --ignore-eos); dataset: each row's reference output length, "
@@ -338,8 +347,12 @@ class RequestConfig:
         if self.shared_prefix_tokens and self.shared_prefix_tokens >= Lengths.parse(self.prompt_tokens).low:
             raise ConfigError(f"--shared-prefix-tokens must be below the shortest prompt "
                               f"({Lengths.parse(self.prompt_tokens).low} tokens)")
-        if sum(1 for v in (self.prompt, self.prompt_file, self.dataset) if v) > 1:
-            raise ConfigError("give only one of --prompt, --prompt-file, --dataset")
+        if sum(1 for v in (self.prompt, self.prompt_file, self.dataset, self.trace) if v) > 1:
+            raise ConfigError("give only one of --prompt, --prompt-file, --dataset, --trace")
+        if self.trace:
+            set_field(self, "ignore_eos", True)  # the trace's output lengths are the output lengths
+        elif self.trace_speed != 1.0 or self.trace_block_tokens != 512:
+            raise ConfigError("--trace-speed and --trace-block-tokens apply to --trace FILE")
         if self.dataset_format != "auto" and not self.dataset:
             raise ConfigError("--dataset-format applies to --dataset FILE")
         if self.output_len == "dataset":
@@ -562,6 +575,13 @@ class RunConfig:
             set_field(self, "request", replace(self.request, continuous_usage=self.target.url is None))
         if self.target.url is None and self.sim_args != DEFAULT_DEMO_SIM:
             check_sim_args(self.sim_args)
+        if self.request.trace:
+            c = self.compare
+            for flag, used in (("--rate", self.load.rate), ("--find-max", self.capacity.find_max),
+                               ("--schedule-from", c.schedule_from), ("--repeat", c.repeat > 1),
+                               ("--target-ci", c.target_ci_pct), ("--until-decided", c.until_decided)):
+                if used:
+                    raise ConfigError(f"{flag} does not go with --trace (the trace decides the arrivals)")
         if self.capacity.find_max:
             c = self.compare
             for flag, used in (("--schedule-from", c.schedule_from), ("--repeat", c.repeat > 1),
@@ -616,7 +636,8 @@ class RunConfig:
             for lv in self.plan.levels
         ]
         r = self.request
-        d["prompt_source"] = "text" if r.prompt else "file" if r.prompt_file else "dataset" if r.dataset else "synthetic"
+        d["prompt_source"] = ("text" if r.prompt else "file" if r.prompt_file else "dataset" if r.dataset
+                              else "trace" if r.trace else "synthetic")
         return redact_config(d)  # type: ignore[return-value]
 
 

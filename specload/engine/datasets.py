@@ -34,9 +34,10 @@ import hashlib
 import itertools
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import orjson
 
@@ -56,6 +57,7 @@ OUTPUT_KEYS = ("output_tokens", "output_len", "output_length")
 _EXPECTED = ("JSONL or a JSON array of prompts: strings or {\"prompt\": ...} (plain), "
              "{\"conversations\": [{\"from\", \"value\"}]} (sharegpt) or {\"messages\": [{\"role\", \"content\"}]} (openai)")
 
+T = TypeVar("T")
 BUILTIN = "builtin"
 DATA_DIR = Path(__file__).resolve().parent.parent / "data"
 
@@ -234,7 +236,7 @@ def _read_bytes(path: str, limit: int) -> bytes:
         raise PromptError(f"cannot read {path}: {e.strerror or e}") from None
 
 
-def _lines(path: str) -> Iterator[tuple[int, bytes]]:
+def read_lines(path: str) -> Iterator[tuple[int, bytes]]:
     """(line number, line) of a JSONL file, read a line at a time, each line and the whole bounded."""
     total = 0
     try:
@@ -249,7 +251,7 @@ def _lines(path: str) -> Iterator[tuple[int, bytes]]:
         raise PromptError(f"cannot read {path}: {e.strerror or e}") from None
 
 
-def _first_byte(path: str) -> bytes:
+def first_byte(path: str, expected: str = _EXPECTED) -> bytes:
     """The first byte that is not white space (BOM skipped), or b"" for an empty file; binary refused."""
     try:
         with open(path, "rb") as f:
@@ -257,7 +259,7 @@ def _first_byte(path: str) -> bytes:
     except OSError as e:
         raise PromptError(f"cannot read {path}: {e.strerror or e}") from None
     if b"\0" in head:
-        raise PromptError(f"{path}: not a text file (binary data); expected {_EXPECTED}")
+        raise PromptError(f"{path}: not a text file (binary data); expected {expected}")
     head = head.removeprefix(b"\xef\xbb\xbf").lstrip()
     return head[:1]
 
@@ -268,19 +270,23 @@ def load_dataset(path: str, fmt: str = "auto") -> Dataset:
         return load_builtin(path)
     if fmt not in FORMATS:
         raise PromptError(f"--dataset-format must be one of {', '.join(FORMATS)}, not {fmt!r}")
+    return read_once(path, fmt, lambda: _load(path, fmt))
+
+
+_cache: dict = {}
+
+
+def read_once(path: str, how: object, load: Callable[[], T]) -> T:
+    """``load()``, or what it gave last time for this path, read the same way (``how``), while the
+    file is unchanged: the CLI's preflight reads a dataset or trace, and the session needs it again."""
     try:
         st = os.stat(path)
     except OSError as e:
         raise PromptError(f"cannot read {path}: {e.strerror or e}") from None
-    key = (path, fmt, st.st_size, st.st_mtime_ns, st.st_ino)
-    if _cache.get("key") == key:  # the CLI's preflight read it; the session needs it again
-        return _cache["dataset"]
-    dataset = _load(path, fmt)
-    _cache.update(key=key, dataset=dataset)
-    return dataset
-
-
-_cache: dict = {}
+    key = (path, how, st.st_size, st.st_mtime_ns, st.st_ino)
+    if _cache.get("key") != key:
+        _cache.update(key=key, value=load())
+    return _cache["value"]
 
 
 def _load(path: str, fmt: str) -> Dataset:
@@ -301,7 +307,7 @@ def _load(path: str, fmt: str) -> Dataset:
         else:
             convs.append(conv)
 
-    if _first_byte(path) == b"[":
+    if first_byte(path) == b"[":
         data = _read_bytes(path, MAX_DATASET_BYTES)
         digest.update(data)
         try:
@@ -314,7 +320,7 @@ def _load(path: str, fmt: str) -> Dataset:
         for i, obj in enumerate(rows):
             take(f"{path}: row {i + 1}", obj)
     else:
-        for n, line in _lines(path):
+        for n, line in read_lines(path):
             digest.update(line)
             if not line.strip():
                 continue

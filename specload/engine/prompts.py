@@ -34,6 +34,7 @@ import random
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from specload.engine.datasets import (
     TOKENS_PER_WORD,
@@ -43,6 +44,9 @@ from specload.engine.datasets import (
     load_dataset,
     read_text,
 )
+
+if TYPE_CHECKING:
+    from specload.engine.trace import Trace
 
 __all__ = ["TOKENS_PER_WORD", "Lengths", "Prompt", "PromptError", "PromptSource", "TokenModel", "synthetic_text"]
 
@@ -164,7 +168,7 @@ class TokenModel:
         }
 
 
-def _fill(rng: random.Random, target: float, model: TokenModel) -> list[str]:
+def fill_words(rng: random.Random, target: float, model: TokenModel) -> list[str]:
     """Words whose tokens add up to ``target`` (exactly when the model knows each word)."""
     words: list[str] = []
     if target <= 0:
@@ -197,9 +201,9 @@ def synthetic_text(
 ) -> str:
     """A prompt the server should count as ``n_tokens`` (its overhead included)."""
     if prefix:
-        words = _fill(rng, n_tokens - model.overhead - prefix_tokens, model)
+        words = fill_words(rng, n_tokens - model.overhead - prefix_tokens, model)
         return prefix + "".join(" " + w for w in words)
-    words = _fill(rng, n_tokens - model.overhead - model.opening, model)
+    words = fill_words(rng, n_tokens - model.overhead - model.opening, model)
     return OPENING + "".join(" " + w for w in words)
 
 
@@ -235,6 +239,8 @@ class PromptSource:
         prompts: list[str] | None = None,
         *,
         dataset: Dataset | None = None,
+        trace: Trace | None = None,
+        block_tokens: int = 512,
         synthetic_tokens: int | Lengths | None = None,
         output_lengths: Lengths | None = None,
         output_len: str = "max-tokens",
@@ -245,13 +251,18 @@ class PromptSource:
         if prompts is not None and not prompts:
             raise PromptError("no prompts to send")
         self.dataset = dataset
+        self.trace = trace  # a replayed trace: its rows' lengths and shared blocks, in order
+        if trace is not None:
+            from specload.engine.trace import BlockTexts
+
+            self._blocks = BlockTexts(seed, nonce or "", block_tokens)
         convs: list[Conversation] | None = (
             list(dataset.conversations) if dataset is not None
             else [Conversation((p,)) for p in prompts] if prompts is not None else None)
         if isinstance(synthetic_tokens, int):
             synthetic_tokens = Lengths("fixed", (synthetic_tokens,))
-        self.lengths: Lengths | None = synthetic_tokens if convs is None else None
-        if convs is None and self.lengths is None:
+        self.lengths: Lengths | None = synthetic_tokens if convs is None and trace is None else None
+        if convs is None and trace is None and self.lengths is None:
             self.lengths = Lengths("fixed", (128,))
         self.output_lengths = output_lengths if output_lengths is not None and not output_lengths.fixed else None
         self.output_len = output_len
@@ -259,6 +270,8 @@ class PromptSource:
         self.seed = seed
         # distinct prompts in every run: without it a rerun with the same seed hits a prefix cache
         self.nonce = nonce if nonce is not None else os.urandom(4).hex()
+        if trace is not None:
+            self._blocks.nonce = self.nonce
         self._rng = random.Random(seed)  # lengths
         self._serial = itertools.count()
         # until conversations are sent turn by turn (--multi-turn), a row is sent as its first turn
@@ -279,7 +292,7 @@ class PromptSource:
         if self.shared_prefix_tokens and self.synthetic:
             # the first N tokens of the text (after whatever the template puts before it)
             rng = random.Random(f"{self.seed}:shared-prefix")
-            words = _fill(rng, self.shared_prefix_tokens - model.opening, model)
+            words = fill_words(rng, self.shared_prefix_tokens - model.opening, model)
             self._prefix = OPENING + "".join(" " + w for w in words)
             self._prefix_tokens = float(self.shared_prefix_tokens)
 
@@ -295,6 +308,9 @@ class PromptSource:
             if self.output_len == "dataset" and conv.output_tokens is not None:
                 max_tokens = conv.output_tokens
             return Prompt(conv.turns[0], None, max_tokens, conv.category)
+        if self.trace is not None:
+            row = self.trace.rows[n % len(self.trace.rows)]
+            return Prompt(self._blocks.prompt(row, self.model), row.input_length, row.output_length)
         assert self.lengths is not None
         want = self.lengths.draw(self._rng)
         return Prompt(self.text_of(want, n), want, max_tokens)
@@ -302,7 +318,11 @@ class PromptSource:
     def summary(self) -> str:
         """One line for the start of a run: what is sent and how long the answers are."""
         ds = self.dataset
-        if ds is None:
+        if self.trace is not None:
+            t = self.trace.describe(block_tokens=self._blocks.block_tokens)
+            what = (f"trace {t['name']} ({t['rows']:,} requests over {t['span_s']:,.1f} s, {t['distinct_blocks']:,} "
+                    f"distinct blocks of {t['block_tokens']} tokens in {t['blocks']:,})")
+        elif ds is None:
             what = "synthetic" if self.synthetic else "a fixed text"
         else:
             info = ds.describe()
@@ -315,7 +335,10 @@ class PromptSource:
 
     def describe(self) -> dict:
         d: dict = {"nonce": self.nonce}
-        if self.synthetic and self.lengths is not None:
+        if self.trace is not None:
+            d["trace"] = self.trace.describe(block_tokens=self._blocks.block_tokens)
+            d["model"] = self.model.describe()
+        elif self.synthetic and self.lengths is not None:
             d["prompt_tokens"] = self.lengths.spec
             d["shared_prefix_tokens"] = self.shared_prefix_tokens
             d["model"] = self.model.describe()
@@ -335,6 +358,8 @@ class PromptSource:
         prompt_file: str | None = None,
         dataset: str | None = None,
         dataset_format: str = "auto",
+        trace: str | None = None,
+        trace_block_tokens: int = 512,
         prompt_tokens: int | Lengths = 128,
         output_lengths: Lengths | None = None,
         output_len: str = "max-tokens",
@@ -354,6 +379,12 @@ class PromptSource:
             src = cls([text], **kw)
         elif dataset is not None:
             src = cls(dataset=load_dataset(dataset, dataset_format), output_len=output_len, **kw)
+        elif trace is not None:
+            from specload.engine.trace import read_trace
+
+            src = cls(trace=read_trace(trace, trace_block_tokens), block_tokens=trace_block_tokens, **kw)
+            src.output = "the trace's output lengths with ignore_eos"
+            return src
         else:
             src = cls(synthetic_tokens=prompt_tokens, shared_prefix_tokens=shared_prefix_tokens, **kw)
         src.output = output_rule(ignore_eos, max_tokens, output_len if dataset is not None else "max-tokens",

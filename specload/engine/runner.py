@@ -114,6 +114,7 @@ class Runner:
         seed: int = 0,
         source: LevelSource | None = None,
         extend: Callable[[int, int], int] | None = None,
+        arrivals: Arrivals | None = None,
     ) -> None:
         self.client = client
         self.prompts = prompts
@@ -128,7 +129,8 @@ class Runner:
         # extend(level_index, started) -> how many more requests to start (0: the level ends)
         self.extend = extend
         self._seed = seed
-        self._arrivals = Arrivals(plan.rate, plan.burstiness, seed) if plan.rate else None
+        # open-loop arrivals: drawn at the plan's rate, or given (a trace's own, engine/trace.py)
+        self._arrivals = arrivals or (Arrivals(plan.rate, plan.burstiness, seed) if plan.rate else None)
         self.book = LevelBook()
         client.on_cancelled = self._finished
         self.target = plan.levels[0].concurrency if plan.levels else 1

@@ -255,12 +255,13 @@ class Session:
         r = cfg.request
         prompts = PromptSource.from_options(
             prompt=r.prompt, prompt_file=r.prompt_file, dataset=r.dataset, dataset_format=r.dataset_format,
+            trace=r.trace, trace_block_tokens=r.trace_block_tokens,
             prompt_tokens=Lengths.parse(r.prompt_tokens),
             output_lengths=Lengths.parse(r.max_tokens_dist) if r.max_tokens_dist else None, output_len=r.output_len,
             ignore_eos=r.ignore_eos, max_tokens=r.max_tokens, shared_prefix_tokens=r.shared_prefix_tokens, seed=cfg.seed)
         if prompts.synthetic:
             await self._calibrate_prompts(prompts, url, headers)
-        else:
+        if not prompts.synthetic or prompts.trace is not None:
             fan.notice(prompts.summary())
         self._prompts = prompts
         self.client = client = _client(cfg, url, api, self.model, headers, self.clock, self.stats, self.scrub)
@@ -271,11 +272,17 @@ class Session:
         await _start_client(client, cfg)
         # --find-max: the search decides every level; the ramp's levels only give it its start
         plan = dataclasses.replace(cfg.plan, levels=()) if cfg.capacity.find_max else cfg.plan
+        arrivals = None
+        if prompts.trace is not None:  # one level: the trace's requests at its own times (engine/trace.py)
+            from specload.engine.trace import TraceArrivals, trace_plan
+
+            plan = trace_plan(plan, prompts.trace, r.trace_speed)
+            arrivals = TraceArrivals(prompts.trace, r.trace_speed)
         self.judge = fan.judge = _judge(cfg, self.t0_ns)
         extend = self.judge.extend if self.judge is not None and self.judge.judging else None
         self.runner = self.policy.runner = Runner(
             client, prompts, plan, clock=self.clock, on_record=fan.request, on_event=fan.event,
-            on_level=fan.level, stay_open=self.stay_open, seed=cfg.seed, extend=extend)
+            on_level=fan.level, stay_open=self.stay_open, seed=cfg.seed, extend=extend, arrivals=arrivals)
         if self.capacity is not None and cfg.capacity.find_max:
             search.search_from_the_start(cfg, self.capacity, self.runner)
         fan.tg = tg

@@ -150,6 +150,9 @@ def test_interrupt_records_in_flight_as_cancelled_and_closes_the_record(tmp_path
         (["--dataset", "/nonexistent.jsonl"], "cannot read"),
         (["--dataset", "builtin:code"], "the built-in categories are chat, coding, math,"),
         (["--output-len", "dataset"], "--output-len dataset needs --dataset"),
+        (["--trace", "/dev/zero"], "not a text file"),
+        (["--trace", "/nonexistent.jsonl"], "cannot read"),
+        (["--trace-speed", "3"], "apply to --trace FILE"),
         (["--dataset", "/dev/zero"], "not a text file"),
         (["--header", "NoColon"], "bad header"),
         (["--requests-per-level", "-3"], "at least 1"),
@@ -187,6 +190,36 @@ def test_the_builtin_set_tags_every_request_with_its_category(sim_url: str, tmp_
     cats = [r["category"] for r in reqs]
     assert set(cats) == set(prompts["dataset"]["categories"])  # 24 requests: each category three times
     assert all(cats.count(c) == 3 for c in set(cats))
+
+
+def test_a_trace_is_replayed_at_its_times_with_its_lengths_and_shared_blocks(tmp_path: Path) -> None:
+    """--trace: each request at its timestamp / speed (never early, in order), its prompt as long as
+    the trace says in the server's own count, its output length sent with ignore_eos, and the blocks
+    the hash ids share served by the server's prefix cache."""
+    rows = [{"timestamp": 100 * i, "input_length": 150 + 10 * i, "output_length": 5 + i,
+             "hash_ids": [1, 2, 10 + i, 50 + i] if i % 2 else [1, 20 + i, 30 + i, 40 + i]} for i in range(8)]
+    trace = tmp_path / "trace.jsonl"
+    trace.write_bytes(b"\n".join(orjson.dumps(r) for r in rows))
+    rec = tmp_path / "run.jsonl"
+    p = run(["run", "-c", "1,16", "--trace", str(trace), "--trace-speed", "2", "--trace-block-tokens", "64",
+             "--sim-args", "--prefix-cache --ttft-ms 5 --itl-ms 2", "--record", str(rec)], timeout=90)
+    assert p.returncode == 0, p.stderr
+    assert "prompts: trace " in p.stderr and "8 requests over 0.7 s" in p.stderr
+    lines = [orjson.loads(x) for x in rec.read_bytes().splitlines()]
+    assert lines[0]["ignore_eos"] is True and lines[0]["prompts"]["trace"]["distinct_blocks"] == 22
+    levels = [x for x in lines if x["type"] == "event" and x["kind"] == "level"]
+    assert [lv["value"]["concurrency"] for lv in levels] == [16]  # one level, capped at the largest -c
+    reqs = sorted((x for x in lines if x["type"] == "request"), key=lambda r: r["id"])
+    assert len(reqs) == 8 and all(r["ok"] for r in reqs)
+    assert [r["prompt_tokens"] for r in reqs] == [row["input_length"] for row in rows]
+    assert [r["output_tokens"] for r in reqs] == [row["output_length"] for row in rows]
+    t0 = reqs[0]["start_s"]
+    for r, row in zip(reqs, rows, strict=True):
+        assert r["start_s"] - t0 >= row["timestamp"] / 1000 / 2 - 0.002  # never before its time
+    assert [r["start_s"] for r in reqs] == sorted(r["start_s"] for r in reqs)
+    # blocks 1 and 2 (128 tokens) open every odd row, block 1 every even one: the cache serves them
+    cached = [r.get("prompt_tokens_cached") or 0 for r in reqs]
+    assert cached[0] == 0 and all(c >= 48 for c in cached[1:]) and all(c >= 112 for c in cached[3::2])
 
 
 def test_unreachable_server_is_one_line_exit_1() -> None:
