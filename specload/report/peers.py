@@ -388,7 +388,7 @@ def read_vllm(path: str, label: str | None = None) -> Run:
             notes.append("no --max-concurrency: every request was sent at once (concurrency = the request count)"
                          if not open_loop else f"open loop at {rate:g} req/s without a concurrency cap")
         concurrency = int(mc) if isinstance(mc, int) else n
-        level = _vllm_level(d, n, concurrency, open_loop)
+        level = _vllm_level(path, d, n, concurrency, open_loop)
     extra = {k: d[k] for k in ("backend", "endpoint_type", "label", "tokenizer_id", "num_prompts", "request_rate",
                                "burstiness", "max_concurrency", "date") if k in d}
     extra["tool_summary"] = summary
@@ -412,7 +412,7 @@ def read_vllm(path: str, label: str | None = None) -> Run:
     )
 
 
-def _vllm_level(d: dict, n: int, concurrency: int, open_loop: bool) -> LevelRequests:
+def _vllm_level(where: str, d: dict, n: int, concurrency: int, open_loop: bool) -> LevelRequests:
     ok = np.array(_vllm_ok(d, n), dtype=bool)
 
     def col(key: str, scale: float = 1.0, ok_only: bool = True) -> np.ndarray | None:
@@ -462,16 +462,41 @@ def _vllm_level(d: dict, n: int, concurrency: int, open_loop: bool) -> LevelRequ
     server = None if accept is None and rate is None else ServerFigures(
         accept_len=accept, accept_rate=None if rate is None else rate / 100,
         accept_per_pos=tuple(float(v) for v in per_pos) if per_pos else None, source=VLLM)
-    return replace(lv, summary=level_line(lv, _list(d, "itls")).with_server(server))
+    return replace(lv, summary=level_line(where, lv, _list(d, "itls")).with_server(server))
 
 
-def level_line(lv: LevelRequests, itls: list | None) -> LevelSummary:
+MAX_SPAN_S = 1e6  # eleven days: one benchmark's requests, the first sent to the last chunk, lie within it
+
+
+def _span_s(lv: LevelRequests, itls: list | None) -> tuple[float, str]:
+    """From the level's first request sent to its last chunk (or end), in seconds, and the field that
+    adds the most to it."""
+    if lv.n == 0:
+        return 0.0, ""
+    zero = np.zeros(lv.n)
+    start = zero if lv.start_s is None else np.nan_to_num(lv.start_s)
+    parts = {
+        "start_times": start - np.min(start),
+        "ttfts": zero if lv.ttft_ms is None else np.nan_to_num(lv.ttft_ms) / 1e3,
+        "itls": np.array([math.fsum(g) for g in itls]) if itls else zero,
+        # SGLang's E2E is TTFT + the gaps; vLLM's its latencies (and then its requests have an end)
+        "latencies": zero if lv.e2e_ms is None or lv.end_s is None else np.nan_to_num(lv.e2e_ms) / 1e3,
+    }
+    last = np.maximum(parts["ttfts"] + parts["itls"], parts["latencies"])
+    return float(np.max(parts["start_times"] + last)), max(parts, key=lambda k: float(np.max(parts[k])))
+
+
+def level_line(where: str, lv: LevelRequests, itls: list | None) -> LevelSummary:
     """The level's line computed from the file's per-request arrays by specload's own code
     (``LevelColumns``, as a record's level line is): each request's chunk times are its TTFT plus the
     running sum of its chunk gaps (the times vLLM's own peak tok/s rebuilds), so its ITL is per token
     (a gap over the tokens of its chunk, every token pooled) and its gap per chunk is the tool's ITL.
     Without start times (SGLang's file) every request starts at 0: the caller puts the tool's own
-    rates in their place."""
+    rates in their place. Requests spanning more than ``MAX_SPAN_S`` are a ``RunReadError``."""
+    span, field = _span_s(lv, itls)
+    if not span <= MAX_SPAN_S:
+        raise RunReadError(f"{where}: {field} make its requests span {span:.3g} s, more than one benchmark "
+                           "run (times not in seconds, or a corrupted file)")
     cols = LevelColumns(lv.index, lv.concurrency)
 
     def at(col: np.ndarray | None, i: int) -> float | None:
@@ -661,7 +686,7 @@ def read_sglang(path: str, label: str | None = None) -> Run:
             levels.append(LevelRequests(index=idx, concurrency=concurrency, ok=np.ones(completed, dtype=bool),
                                         error_kind=(None,) * completed, open_loop=open_loop, summary=summary))
         else:
-            levels.append(_sglang_level(d, n, idx, concurrency, open_loop, summary))
+            levels.append(_sglang_level(f"{path}:{idx + 1}", d, n, idx, concurrency, open_loop, summary))
     d0 = runs[0]
     extra = {k: d0[k] for k in ("backend", "dataset_name", "random_input_len", "random_output_len",
                                 "random_range_ratio", "sharegpt_output_len") if k in d0}
@@ -691,7 +716,8 @@ def _replace_index(s: LevelSummary, idx: int) -> LevelSummary:
     return replace(s, level_index=idx)
 
 
-def _sglang_level(d: dict, n: int, idx: int, concurrency: int, open_loop: bool, summary: LevelSummary) -> LevelRequests:
+def _sglang_level(where: str, d: dict, n: int, idx: int, concurrency: int, open_loop: bool,
+                  summary: LevelSummary) -> LevelRequests:
     ok = np.array(_sglang_ok(d, n), dtype=bool)
     ttfts = _list(d, "ttfts")
     itls = _list(d, "itls")
@@ -725,7 +751,7 @@ def _sglang_level(d: dict, n: int, idx: int, concurrency: int, open_loop: bool, 
         open_loop=open_loop,
     )
     # the figures from the arrays; the rates over the tool's whole duration (it keeps no start times)
-    line = replace(level_line(lv, itls), wall_s=summary.wall_s, throughput_tok_s=summary.throughput_tok_s,
+    line = replace(level_line(where, lv, itls), wall_s=summary.wall_s, throughput_tok_s=summary.throughput_tok_s,
                    req_s=summary.req_s, peak_tok_s=None, peak_concurrency=None, span_ns=None)
     accept = _f(d.get("accept_length"))
     return replace(lv, summary=line.with_server(ServerFigures(accept_len=accept, source=SGLANG) if accept else None))

@@ -48,7 +48,7 @@ def _sources() -> list[tuple[str, dict]]:
 
 SOURCES = _sources()
 HOSTILE = st.sampled_from([
-    None, True, "12", "inf", "", 2**64, -(2**64), 10**12, -1, 0, 1.5, 1e300, math.nan, math.inf, -math.inf,
+    None, True, "12", "inf", "", 2**64, -(2**64), 10**12, -1, -0.5, 0, 1.5, 1e5, 1e12, 1e300, math.nan, math.inf, -math.inf,
     [], [None], [1.5], [[1.5]], ["x"], {"a": 1},
 ])
 
@@ -64,7 +64,8 @@ def hostile_file(draw: st.DrawFn) -> tuple[str, dict, list[str]]:
     for _ in range(draw(st.integers(1, 3))):
         if not keys:
             break
-        key = draw(st.sampled_from(keys))
+        arrays = [k for k in keys if k in ARRAYS]
+        key = draw(st.sampled_from(arrays if arrays and draw(st.booleans()) else keys))
         v = d[key]
         if isinstance(v, list) and v and draw(st.booleans()):
             # one element of an array, or one gap of a request's chunk gaps
@@ -130,6 +131,7 @@ def test_each_real_file_is_read(tmp_path: Path) -> None:
         path.write_text(json.dumps(d) + "\n")
         assert peers.field_problem(json.loads(path.read_text()), peers._SGLANG_FIELDS if kind == "sglang"
                                    else peers._VLLM_FIELDS) is None
+        path.write_text(json.dumps(_cut(d, 8)) + "\n")
         assert _report([str(path), "--json"])[0] == 0
 
 
@@ -142,6 +144,9 @@ def _flat(d: dict) -> dict:
     (lambda d: {"output_lens": [None] * 3}, r"output_lens\[0\] = None is not a token count"),
     (lambda d: {"ttfts": ["0.1", "0.2", "0.3"]}, r"ttfts\[0\] = '0.1' is not a number of seconds"),
     (lambda d: {"total_output_tokens": 2**64}, r"total_output_tokens = 18446744073709551616 is not a count"),
+    # found by the property: a time of 1e12 s once asked for 687 GiB (the level's 100 ms buckets)
+    (lambda d: {"ttfts": [1e12, *d["ttfts"][1:]]}, r"ttfts make its requests span 1e\+12 s, more than one .*"),
+    (lambda d: {"start_times": [1e12, *d["start_times"][1:]]}, r"start_times make its requests span .*"),
 ])
 def test_the_reported_cases(tmp_path: Path, change, message: str) -> None:
     d = _cut(json.loads((PEERS.parent / "vllm-0.32-cpu-2" / "vllm_r1_c4.json").read_text()), 3)
