@@ -370,6 +370,16 @@ class RequestConfig:
             raise ConfigError(f"--max-tokens {self.max_tokens_dist}: {problem}")
 
 
+def _gpu_metrics_check(value: str) -> str | None:
+    from specload.watch.gpu import parse_gpu_metrics
+
+    try:
+        parse_gpu_metrics(value)
+    except ValueError as e:
+        return str(e)
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class WatchConfig:
     """The server watch: log sources, a launched server, health, /metrics, what a crash does."""
@@ -389,6 +399,11 @@ class WatchConfig:
                                      help="Prometheus /metrics URL (default: the server's, if it answers; 'off').")
     metrics_interval_s: float = option(1.0, "--metrics-interval", check=at_least(0.1, " s"),
                                        help="Seconds between /metrics scrapes (at least 0.1).")
+    gpu_metrics: str = option(
+        "auto", "--gpu-metrics", check=_gpu_metrics_check, metavar="SOURCE",
+        help="The server's GPUs, read every --metrics-interval: auto, nvidia-smi, nvml, dcgm:URL, cmd:'COMMAND' "
+             "or off (auto: the server's /metrics if it has DCGM series, else NVML or nvidia-smi when the server "
+             "is on this machine).")
     health: bool = option(True, "--no-health", help="Do not poll the health endpoint.")
     on_crash: str = option("stop", "--on-crash", choices=("pause", "stop", "continue"), tui_default="pause",
                            help="What a detected server crash does (TUI: pause, headless: stop).")
@@ -618,7 +633,7 @@ class RunConfig:
         return secret_values(
             api_key=self.api_key(),
             headers=self.request_headers().items(),
-            texts=(w.metrics_url, w.server_log_cmd, w.launch, *self.sim_args),
+            texts=(w.metrics_url, w.server_log_cmd, w.launch, w.gpu_metrics, *self.sim_args),
         )
 
     def describe(self) -> dict:

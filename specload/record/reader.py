@@ -32,6 +32,7 @@ class RecordData:
     events: list[dict] = field(default_factory=list)
     crashes: list[dict] = field(default_factory=list)
     servers: list[dict] = field(default_factory=list)
+    gpus: list[dict] = field(default_factory=list)
     clients: list[dict] = field(default_factory=list)
     end: dict | None = None
     truncated: bool = False
@@ -96,6 +97,11 @@ def _counts(v: object) -> bool:
     return isinstance(v, dict) and all(isinstance(k, str) and is_int(n) for k, n in v.items())
 
 
+def _numbers(v: object) -> bool:
+    """A flat object of numbers (or nulls): a level's GPU figures."""
+    return isinstance(v, dict) and all(isinstance(k, str) and (x is None or is_num(x)) for k, x in v.items())
+
+
 def _strs(v: object) -> bool:
     return isinstance(v, list) and all(isinstance(x, str) for x in v)
 
@@ -137,6 +143,7 @@ _SCHEMA: dict[str, dict] = {
         "server_source": (_ostr, False),
         # a level cut by a crash, the server down or a pause (issue 11): what cut it, its active time
         "cut": (_ostr, False), "active_s": (_onum, False), "lost": (_oint, False),
+        "gpu": (_numbers, False),  # its GPUs' figures (--gpu-metrics): utilisation, memory, power, energy
     },
     "event": {"t_s": (is_num, True), "kind": (is_str, True), "value": (_any, False)},
     "crash": {
@@ -149,6 +156,9 @@ _SCHEMA: dict[str, dict] = {
         **{k: (_onum, False) for k in ("running", "queued", "gen_tok_s", "prompt_tok_s", "accept_len", "accept_rate",
                                         "token_usage")},
     },
+    "gpu": {"t_s": (is_num, True), "gpu": (is_int, True), "source": (is_str, False), "name": (_ostr, False),
+            **{k: (_onum, False) for k in ("util_pct", "mem_used_mib", "mem_total_mib", "power_w", "sm_clock_mhz",
+                                            "temp_c")}},
     "client": {"t_s": (is_num, True), "cpu_pct": (_onum, False), "loop_lag_ms": (_onum, False),
                "saturated": (_bool, False), "level": (is_int, False), "starved": (_bool, False),
                "lag_cpu_wait_ms": (_onum, False)},
@@ -182,6 +192,7 @@ def read_record(path: str) -> RecordData:
         "event": rec.events,
         "crash": rec.crashes,
         "server": rec.servers,
+        "gpu": rec.gpus,
         "client": rec.clients,
     }
     runs: list[int] = []

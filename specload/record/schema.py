@@ -1,7 +1,7 @@
 """The JSONL record schema: how each kind of line is written. Version 1.
 
 Every line is one complete JSON object with a ``type``: ``run`` (header), ``request``, ``level``,
-``event``, ``crash``, ``server``, ``client``, ``end``. Times are seconds since the run started
+``event``, ``crash``, ``server``, ``gpu``, ``client``, ``end``. Times are seconds since the run started
 (``t_s``/``start_s``) except the wall-clock stamps in ``run`` and ``end``. The README documents the
 keys; tests check that every line the engine writes has them. What is secret and how it is masked is
 ``specload.secrets``.
@@ -9,7 +9,7 @@ keys; tests check that every line the engine writes has them. What is secret and
 
 from __future__ import annotations
 
-from specload.datatypes import CrashEvent, RequestRecord, RunEvent, ServerSample
+from specload.datatypes import CrashEvent, GpuSample, RequestRecord, RunEvent, ServerSample
 
 SCHEMA_VERSION = 1
 
@@ -126,4 +126,19 @@ def server_line(s: ServerSample, t0_ns: int) -> dict:
             d[k] = v
     if s.extra:
         d["extra"] = s.extra
+    return d
+
+
+GPU_FIELDS = ("util_pct", "mem_used_mib", "mem_total_mib", "power_w", "sm_clock_mhz", "temp_c")
+
+
+def gpu_line(s: GpuSample, t0_ns: int, *, named: bool) -> dict:
+    """One GPU at one sample; its name only on its first line (``named``)."""
+    d: dict = {"type": "gpu", "t_s": round((s.t_ns - t0_ns) / 1e9, 6), "gpu": s.gpu, "source": s.source}
+    for k in GPU_FIELDS:
+        v = getattr(s, k)
+        if v is not None:
+            d[k] = v
+    if named and s.name:
+        d["name"] = s.name
     return d

@@ -3,7 +3,7 @@
 The record's header needs what is known only once the server answers (its URL, model and API), but
 the server may print a crash, an ``--expect-log`` result or stats lines before that: ``RecordSink``
 stashes those lines and writes them right after the header. Request and server lines are written in
-batches (``flush_loop``, a task of the session's TaskGroup), everything else at once (the
+batches (``flush_loop``, a task of the session's TaskGroup), GPU lines too, everything else at once (the
 ``Recorder``). Without ``--record`` every call is a no-op, so the session never asks.
 """
 
@@ -15,7 +15,7 @@ from typing import Any
 
 from specload.clock import Clock
 from specload.config import RecordConfig
-from specload.datatypes import CrashEvent, RequestRecord, RunEvent, ServerSample
+from specload.datatypes import CrashEvent, GpuSample, RequestRecord, RunEvent, ServerSample
 from specload.record.writer import Recorder, RecordError
 from specload.secrets import Scrubber
 from specload.stats.client_load import ClientLoad
@@ -79,6 +79,9 @@ class RecordSink:
 
     def server(self, sample: ServerSample) -> None:
         self._early("server", sample)
+
+    def gpu(self, sample: GpuSample) -> None:
+        self._early("gpu", sample)
 
     def request(self, rec: RequestRecord) -> None:
         if self.recorder is not None:

@@ -17,7 +17,7 @@ import orjson
 
 from specload import __version__
 from specload.clock import SYSTEM_CLOCK, Clock
-from specload.datatypes import CrashEvent, RequestRecord, RunEvent, ServerSample
+from specload.datatypes import CrashEvent, GpuSample, RequestRecord, RunEvent, ServerSample
 from specload.record import schema
 from specload.secrets import Scrubber, redact_config
 from specload.stats.client_load import ClientLoad
@@ -73,6 +73,7 @@ class Recorder:
         on_error: Callable[[str], None] | None = None,
     ) -> None:
         self.path = path
+        self._gpus_named: set[int] = set()
         self.clock = clock
         self.t0_ns = clock.now_ns() if t0_ns is None else t0_ns
         self.with_chunks = with_chunks
@@ -181,6 +182,11 @@ class Recorder:
 
     def server(self, sample: ServerSample) -> None:
         self._put(schema.server_line(sample, self.t0_ns), flush=False)
+
+    def gpu(self, sample: GpuSample) -> None:
+        named = sample.gpu not in self._gpus_named
+        self._gpus_named.add(sample.gpu)
+        self._put(schema.gpu_line(sample, self.t0_ns, named=named), flush=False)
 
     def client(self, t_ns: int, load: ClientLoad, level: int) -> None:
         wait = load.lag_cpu_wait_ms

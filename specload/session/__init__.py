@@ -42,6 +42,7 @@ from specload.stats.levels import LevelSummary
 from specload.stats.live import LiveStats, StatsSnapshot
 from specload.stats.live_judge import LiveJudge, LiveView
 from specload.warmup import after_load, settle_before_load
+from specload.watch.gpu import is_local
 from specload.watch.logwatch import LogWatch
 from specload.watch.serverwatch import ServerWatch
 from specload.watch.supervisor import ServerStartError, ServerSupervisor
@@ -88,7 +89,7 @@ class Session:
         self.record = RecordSink(cfg.record, clock=clock, t0_ns=self.t0_ns, scrub=self.scrub,
                                  on_error=self._record_failed, on_notice=lambda text: self.fan.notice(text))
         self.fan = fan = Fanout(stats=self.stats, record=self.record, listener=self.listener, scrub=self.scrub,
-                                now_ns=clock.now_ns)
+                                now_ns=clock.now_ns, gpu_interval_s=cfg.watch.metrics_interval_s)
         self.capacity = fan.capacity = search.capacity_part(cfg, stay_open=stay_open, clock=clock, t0_ns=self.t0_ns,
                                                             on_event=fan.search_event)
         w = cfg.watch
@@ -291,7 +292,9 @@ class Session:
                             tg.create_task(self.supervisor.watch_exit(fan.server_exit))]
         self.watch = fan.watch = ServerWatch(
             cfg.watch, url, clock=self.clock, on_health=fan.health, on_server=fan.server,
-            on_client_load=fan.client_load, on_notice=fan.notice, worker_loads=lambda: getattr(client, "worker_loads", []))
+            on_client_load=fan.client_load, on_notice=fan.notice, worker_loads=lambda: getattr(client, "worker_loads", []),
+            on_gpu=fan.gpu, on_gpu_fault=fan.gpu_fault,
+            server_local=self.supervisor.command() is not None or is_local(url))
         await self.watch.start(tg)
         return self.runner
 

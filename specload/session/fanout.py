@@ -12,13 +12,22 @@ import asyncio
 import dataclasses
 from collections import deque
 
-from specload.datatypes import CrashEvent, ErrorKind, RequestRecord, RunEvent, ServerSample
+from specload.datatypes import (
+    CrashEvent,
+    ErrorKind,
+    GpuFault,
+    GpuSample,
+    RequestRecord,
+    RunEvent,
+    ServerSample,
+)
 from specload.engine.capacity import CapacityPart
 from specload.record.sink import RecordSink
 from specload.secrets import Scrubber, redact_command
 from specload.session.listener import SessionListener
 from specload.session.policy import RunPolicy
 from specload.stats.client_load import ClientLoad
+from specload.stats.gpu_levels import GpuLevels
 from specload.stats.levels import LevelSummary
 from specload.stats.live import LiveStats
 from specload.stats.live_judge import LiveJudge
@@ -32,7 +41,7 @@ PROMPT_LENGTH_TOLERANCE = 0.05
 
 class Fanout:
     def __init__(self, *, stats: LiveStats, record: RecordSink, listener: SessionListener, scrub: Scrubber,
-                 now_ns) -> None:  # the clock's now_ns
+                 now_ns, gpu_interval_s: float = 1.0) -> None:  # the clock's now_ns
         self.stats, self.record, self.listener, self.scrub, self.now_ns = stats, record, listener, scrub, now_ns
         self.policy: RunPolicy | None = None  # set by the session (the policy reports through here too)
         self.watch: ServerWatch | None = None  # once the server watch runs
@@ -44,7 +53,9 @@ class Fanout:
         # level summaries waiting for their goodput and the server's figures over their span, in order
         self.level_chain: asyncio.Task | None = None
         self.server_levels = ServerLevels()
+        self.gpu_levels = GpuLevels(gpu_interval_s)
         self._warned_unstreamed = False
+        self._said_unsupported = False
 
     def notice(self, text: str) -> None:
         text = self.scrub(redact_command(text) or "")
@@ -129,6 +140,8 @@ class Fanout:
     def level_done(self, summary: LevelSummary) -> None:
         if summary.span_ns is not None:
             summary = summary.with_server(self.server_levels.figures(*summary.span_ns))
+        if (active := summary.active_span_ns()) is not None:
+            summary = summary.with_gpu(self.gpu_levels.figures(*active, output_tokens=summary.output_tokens))
         self.stats.on_level(summary)
         self.record.level(summary)
         self.listener.level_done(summary)
@@ -150,6 +163,22 @@ class Fanout:
         self.server_levels.add(sample)
         self.stats.on_server(sample)
         self.record.server(sample)
+
+    def gpu(self, sample: GpuSample) -> None:
+        self.gpu_levels.add(sample)
+        self.stats.on_gpu(sample)
+        self.record.gpu(sample)
+
+    def gpu_fault(self, f: GpuFault) -> None:
+        """A GPU fault is an event and a notice, never a stop: a field a GPU does not report is said
+        once for all (each is in the record's events)."""
+        self.stats.on_gpu_fault(f)
+        self.event(RunEvent(f.t_ns, "gpu_fault", {"kind": f.kind, "message": f.message, "gpu": f.gpu}))
+        if f.kind != "unsupported":
+            self.notice(f"GPU fault ({f.kind}): {f.message}")
+        elif not self._said_unsupported:
+            self._said_unsupported = True
+            self.notice(f"GPU metrics: {f.message} (every such field is in the record's gpu_fault events)")
 
     def crash(self, ev: CrashEvent) -> None:
         self.stats.on_crash(ev)

@@ -199,6 +199,9 @@ def _prob(name: str):
     show_default=True,
     help="Seconds between 'Decode batch' lines.",
 )
+@click.option("--gpus", type=click.IntRange(0, 64), default=0, show_default=True,
+              help="Simulated GPUs whose utilisation and power follow the load, on /metrics in a DCGM "
+              "exporter's names (for --gpu-metrics).")
 @click.option("--quiet", is_flag=True, help="No log lines (the listening line is still printed).")
 @click.option("--seed", type=int, default=None, help="Make a run reproducible.")
 def sim_command(**options: object) -> None:

@@ -45,6 +45,7 @@ class SimConfig:
     step_jitter: float = 0.05
     prefill_jitter: float = 0.10
     kv_capacity_tokens: int = 262_144  # for "token usage" and vllm:kv_cache_usage_perc
+    gpus: int = 0  # simulated GPUs on /metrics in a DCGM exporter's names (sim/gpus.py); 0: none
 
     # --- pinned timing (exact tests): either set turns the batch model off ----------------------
     ttft_ms: float | None = None  # admission -> first token, fixed
@@ -137,6 +138,8 @@ def _problems(c: SimConfig):
                 pass
         except OSError as e:
             yield f"cannot write --log-file {c.log_file}: {e.strerror or e}"
+    if not 0 <= c.gpus <= 64:
+        yield "gpus must be between 0 and 64"
     if c.flavor not in FLAVORS:
         yield f"flavor must be one of {', '.join(FLAVORS)}, got {c.flavor!r}"
     if not (0 <= c.port <= 65535):

@@ -28,6 +28,7 @@ from aiohttp import web
 
 from specload.sim import tokenizer
 from specload.sim.config import SimConfig
+from specload.sim.gpus import SimGpus
 from specload.sim.llamacpp import LlamaWire
 from specload.sim.model import StepDraw
 from specload.sim.openai import BadRequest, OpenAIWire, Req, Serve, json_response
@@ -115,6 +116,7 @@ class SimServer:
         self._prefix = PrefixCache(self.config.kv_capacity_tokens, self.config.prefix_block_tokens) \
             if self.config.prefix_cache else None
         self._finished_requests = 0
+        self._gpus = SimGpus(self.config) if self.config.gpus else None
         self._wire: Wire = (
             LlamaWire(self.config, self._log, self._counters, seed, self._live) if self.config.llamacpp
             else OpenAIWire(self.config, self._log, self._counters, seed, self._prefix)
@@ -135,7 +137,8 @@ class SimServer:
 
     async def start(self) -> str:
         self._scheduler = Scheduler(self.config, self._counters)
-        app = web.Application(middlewares=[self._crash_gate], client_max_size=64 * 1024 * 1024)
+        middlewares = [self._crash_gate] if self._gpus is None else [self._crash_gate, self._gpu_metrics]
+        app = web.Application(middlewares=middlewares, client_max_size=64 * 1024 * 1024)
         app.router.add_post("/v1/completions", self._completions)
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_get("/health", self._health)
@@ -262,6 +265,16 @@ class SimServer:
             transport.close()
             raise asyncio.CancelledError
         return await handler(request)
+
+    async def _gpu_metrics(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        """``--gpus``: the simulated GPUs after the flavour's own /metrics (``sim/gpus.py``)."""
+        response = await handler(request)
+        if request.path != "/metrics" or not isinstance(response, web.Response) or response.body is None:
+            return response
+        assert self._gpus is not None and self._scheduler is not None
+        body = response.body if isinstance(response.body, bytes) else bytes(response.body)  # type: ignore[arg-type]
+        response.body = body + self._gpus.text(self._counters, self._scheduler.kv_tokens())
+        return response
 
     def _close_stale(self, transport: asyncio.BaseTransport) -> None:
         self._closing.discard(transport)

@@ -53,6 +53,16 @@ class GpuFigures:
                 "coverage": r(self.coverage), "tok_per_j": r(self.tok_per_j, 4),
                 "j_per_1k_tok": r(self.j_per_1k_tok, 2)}
 
+    @classmethod
+    def from_record(cls, d: dict | None) -> GpuFigures | None:
+        if not isinstance(d, dict):
+            return None
+        return cls(gpus=int(d.get("gpus") or 0), util_pct_mean=d.get("util_pct_mean"),
+                   mem_used_mib_peak=d.get("mem_used_mib_peak"), mem_total_mib=d.get("mem_total_mib"),
+                   power_w_mean=d.get("power_w_mean"), energy_j=d.get("energy_j"),
+                   coverage=float(d.get("coverage") or 0.0), tok_per_j=d.get("tok_per_j"),
+                   j_per_1k_tok=d.get("j_per_1k_tok"))
+
 
 def energy_j(points: Sequence[tuple[int, float]], start_ns: int, end_ns: int,
              max_gap_ns: int) -> tuple[float, int]:

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from specload.datatypes import RequestRecord
+from specload.stats.gpu_levels import GpuFigures
 from specload.stats.histogram import LogHistogram
 from specload.stats.judgement import LevelJudgement
 from specload.stats.quantiles import percentiles
@@ -92,6 +93,8 @@ class LevelSummary:
     cut: str | None = None  # crash, server_down, pause: the first that cut it
     active_s: float | None = None  # the time throughput and req/s are over (wall time less the cut)
     lost: int | None = None  # its requests that failed once the cut began
+    # the server's GPUs over the level (--gpu-metrics): utilisation, memory, power, energy per token
+    gpu: GpuFigures | None = None
     # the level's first request sent and last ended (clock ns): in memory only, for the server figures
     span_ns: tuple[int, int] | None = field(default=None, compare=False)
 
@@ -135,6 +138,8 @@ class LevelSummary:
             d["goodput"] = self.goodput.as_record()
         if self.judged is not None:
             d["judged"] = self.judged.as_record()
+        if self.gpu is not None:
+            d["gpu"] = self.gpu.as_record()
         return d
 
     @classmethod
@@ -173,6 +178,7 @@ class LevelSummary:
             cut=d.get("cut"),
             active_s=d.get("active_s"),
             lost=d.get("lost"),
+            gpu=GpuFigures.from_record(d.get("gpu")),
             **{name: d.get(name) for name in _EXTRA_FLOATS},
         )
 
@@ -189,6 +195,20 @@ class LevelSummary:
             server_source=fig.source,
         )
         return replace(LevelSummary.from_record(full.as_record()), span_ns=self.span_ns)
+
+    def active_span_ns(self) -> tuple[int, int] | None:
+        """The span its GPU energy is over: from its first request to its last end, or to its active
+        time's end when a crash, the server down or a pause cut it (a pause inside it stays in)."""
+        if self.span_ns is None:
+            return None
+        a, b = self.span_ns
+        return (a, min(b, a + int(self.active_s * 1e9))) if self.cut and self.active_s is not None else (a, b)
+
+    def with_gpu(self, fig: GpuFigures | None) -> LevelSummary:
+        """The summary with its GPUs' figures (at the record's precision, as ``with_server``)."""
+        if fig is None:
+            return self
+        return replace(self, gpu=GpuFigures.from_record(fig.as_record()))
 
 
 _EXTRA_FLOATS = (

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from specload.clock import SYSTEM_CLOCK, Clock
-from specload.datatypes import CrashEvent, RequestRecord, RunEvent, ServerSample
+from specload.datatypes import CrashEvent, GpuFault, GpuSample, RequestRecord, RunEvent, ServerSample
 from specload.stats.levels import LevelSummary
 from specload.stats.quantiles import percentiles
 
@@ -35,6 +35,16 @@ class LatencyView:
     p99_series: tuple[float, ...]
     p50: float | None
     p99: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class GpuView:
+    """One GPU as the dashboard shows it: its last sample, its recent history, its last fault."""
+
+    last: GpuSample
+    util_series: tuple[float, ...]  # one value per sample, oldest first (NaN: not read)
+    power_series: tuple[float, ...]
+    fault: str | None = None  # the last fault of this GPU ("lost: ..."), if any
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +84,8 @@ class StatsSnapshot:
     loop_lag_ms: float | None
     client_saturated: bool
     client_starved: bool = False  # behind because another process held the CPU, not its own work
+    gpus: tuple[GpuView, ...] = ()  # the server's GPUs (--gpu-metrics), by index
+    gpu_fault: str | None = None  # the last fault of no one GPU (the reader died, no driver, ...)
 
 
 class _Ring:
@@ -140,6 +152,8 @@ class LiveStats:
         self._server_gen: deque[float] = deque(maxlen=history_s)
         self._accept_len: deque[float] = deque(maxlen=history_s)
         self._crashes: dict[str, CrashEvent] = {}
+        self._gpus: dict[int, tuple[GpuSample, deque[float], deque[float]]] = {}
+        self._gpu_faults: dict[int | None, str] = {}
         self.health = "unknown"
         self.client_cpu_pct: float | None = None
         self.loop_lag_ms: float | None = None
@@ -221,6 +235,16 @@ class LiveStats:
         if sample.accept_len is not None:
             self._accept_len.append(sample.accept_len)
 
+    def on_gpu(self, s: GpuSample) -> None:
+        _, util, power = self._gpus.get(s.gpu) or (s, deque(maxlen=self.history_s), deque(maxlen=self.history_s))
+        util.append(float("nan") if s.util_pct is None else s.util_pct)
+        power.append(float("nan") if s.power_w is None else s.power_w)
+        self._gpus[s.gpu] = (s, util, power)
+
+    def on_gpu_fault(self, f: GpuFault) -> None:
+        if f.kind != "unsupported":  # a field never read is not news for the panel
+            self._gpu_faults[f.gpu] = f"{f.kind}: {f.message}"
+
     def on_crash(self, event: CrashEvent) -> None:
         self._crashes[event.signature] = event
 
@@ -271,6 +295,9 @@ class LiveStats:
             loop_lag_ms=self.loop_lag_ms,
             client_saturated=self.client_saturated,
             client_starved=self.client_starved,
+            gpus=tuple(GpuView(last, tuple(u), tuple(p), self._gpu_faults.get(g))
+                       for g, (last, u, p) in sorted(self._gpus.items())),
+            gpu_fault=self._gpu_faults.get(None),
         )
 
     def _latency(self, key: str, now: int) -> LatencyView:

@@ -69,6 +69,7 @@ XID_LOST = 79
 # nvidia-smi's own words for no driver or no GPU are these.
 _MISSING_RE = re.compile(r"NVIDIA-SMI has failed|No devices were found|couldn't communicate with the NVIDIA driver")
 _QUERY_RE = re.compile(r"--query-gpu[= ]([\w.,]+)")
+_DCGM_SERIES_RE = re.compile(r"^DCGM_FI_DEV_", re.MULTILINE)
 
 
 def xid_fault(t_ns: int, xid: int, gpu: int | None, where: str) -> GpuFault:
@@ -395,6 +396,41 @@ def parse_gpu_metrics(value: str) -> tuple[str, str]:
             raise ValueError(f"cmd: {e}") from None
         return kind, arg
     raise ValueError(f"{value!r}: expected auto, nvidia-smi, nvml, dcgm:URL, cmd:'COMMAND' or off")
+
+
+def describe(kind: str, arg: str) -> str:
+    """The source in a few words for a notice (a command's secrets masked by the notice's scrubber)."""
+    return {"dcgm": f"the DCGM exporter at {arg}", "cmd": f"the command {arg!r}"}.get(kind, kind)
+
+
+async def has_dcgm_series(url: str, timeout: float = 3.0) -> bool:
+    """Whether ``url`` answers Prometheus text with a DCGM exporter's GPU series (the built-in
+    simulator's ``--gpus``, or a server behind a proxy that merges the exporter in)."""
+    import aiohttp
+
+    from specload.watch.metrics import fetch
+
+    try:
+        async with aiohttp.ClientSession() as session:
+            status, text = await fetch(session, url, timeout)
+    except (TimeoutError, aiohttp.ClientError, OSError):
+        return False
+    return status == 200 and _DCGM_SERIES_RE.search(text) is not None
+
+
+def is_local(url: str) -> bool:
+    """Whether the server at ``url`` runs on this machine (loopback, or this host's own name)."""
+    import ipaddress
+    import socket
+    from urllib.parse import urlparse
+
+    host = urlparse(url).hostname or ""
+    if host in ("localhost", socket.gethostname()):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def resolve_auto(server_local: bool, nvml: Any = None, which: Callable[[str], str | None] = shutil.which

@@ -277,7 +277,7 @@ def samples_from_metrics(
     return sample, state
 
 
-async def _fetch(session: aiohttp.ClientSession, url: str, timeout: float) -> tuple[int, str]:
+async def fetch(session: aiohttp.ClientSession, url: str, timeout: float) -> tuple[int, str]:
     async with session.get(url, timeout=aiohttp.ClientTimeout(total=timeout)) as resp:
         body = await resp.read()
         return resp.status, body.decode("utf-8", errors="replace")
@@ -295,7 +295,7 @@ async def probe_metrics(url: str, timeout: float = 3.0) -> bool:
     """True when ``url`` answers 200 with Prometheus text holding at least one sample."""
     try:
         async with aiohttp.ClientSession() as session:
-            status, text = await _fetch(session, url, timeout)
+            status, text = await fetch(session, url, timeout)
     except (TimeoutError, aiohttp.ClientError, OSError):
         return False
     return status == 200 and _looks_like_metrics(text)
@@ -383,7 +383,7 @@ class MetricsScraper:
 
     async def scrape_once(self, session: aiohttp.ClientSession) -> Any:
         try:
-            status, text = await _fetch(session, self.url, self.timeout)
+            status, text = await fetch(session, self.url, self.timeout)
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             self._fail(_error_text(exc))
             return None

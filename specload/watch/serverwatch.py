@@ -3,7 +3,9 @@
 ``ServerWatch`` starts what the options ask for once the server answers: the health poll (unless
 ``--no-health``, or the server has no ``/health``: a proxy without one must not be taken for a dead
 server and paused), the /metrics scraper (``--metrics-url``, or the server's own when it answers,
-off with ``off``) and the client-load monitor (CPU and event-loop lag every second; with
+off with ``off``), the server's GPUs (``--gpu-metrics``, ``watch/gpu.py``; ``auto`` decided here, once:
+the server's /metrics when it carries DCGM series, else NVML or nvidia-smi when the server is on this
+machine, else off and said so) and the client-load monitor (CPU and event-loop lag every second; with
 ``--workers`` the most delayed worker process decides). Each runs as a task of the session's
 TaskGroup; what they find leaves through the callbacks given.
 """
@@ -16,10 +18,11 @@ from typing import TYPE_CHECKING
 
 from specload.clock import Clock
 from specload.config import WatchConfig
-from specload.datatypes import RunEvent, ServerSample
+from specload.datatypes import GpuFault, GpuSample, RunEvent, ServerSample
 from specload.stats.client_load import ClientLoad, ClientLoadMonitor
 
 if TYPE_CHECKING:  # imported when used: a run without a health endpoint or /metrics needs neither
+    from specload.watch.gpu import GpuWatch
     from specload.watch.health import HealthMonitor
     from specload.watch.metrics import MetricsScraper
 
@@ -42,6 +45,9 @@ class ServerWatch:
         on_client_load: Callable[[ClientLoad], None],
         on_notice: Callable[[str], None],
         worker_loads: WorkerLoads = list,
+        on_gpu: Callable[[GpuSample], None] = lambda _s: None,
+        on_gpu_fault: Callable[[GpuFault], None] = lambda _f: None,
+        server_local: bool = True,
     ) -> None:
         self.cfg = cfg
         self.url = url
@@ -49,8 +55,10 @@ class ServerWatch:
         self._on_health, self._on_server, self._on_client_load = on_health, on_server, on_client_load
         self._notice = on_notice
         self._worker_loads = worker_loads
+        self._on_gpu, self._on_gpu_fault, self._server_local = on_gpu, on_gpu_fault, server_local
         self.health: HealthMonitor | None = None  # when watched
         self.metrics: MetricsScraper | None = None  # when scraped
+        self.gpu: GpuWatch | None = None  # when the GPUs are read
         self.load = ClientLoadMonitor(on_sample=self._client_load)
         self._tasks: list[asyncio.Task] = []
 
@@ -69,7 +77,28 @@ class ServerWatch:
                 self.metrics = MetricsScraper(url, w.metrics_interval_s, clock=self.clock, on_sample=self._on_server,
                                               on_notice=self._notice)
                 self._tasks.append(tg.create_task(self.metrics.run()))
+        await self._start_gpu(tg)
         self._tasks.append(tg.create_task(self.load.run()))
+
+    async def _start_gpu(self, tg: asyncio.TaskGroup) -> None:
+        from specload.watch import gpu
+
+        w = self.cfg
+        kind, arg = gpu.parse_gpu_metrics(w.gpu_metrics)
+        if kind == "auto":
+            url = w.metrics_url if w.metrics_url not in (None, "off") else self.url + "/metrics"
+            if w.metrics_url != "off" and await gpu.has_dcgm_series(url):
+                kind, arg = "dcgm", url
+            else:
+                kind, why = await asyncio.to_thread(gpu.resolve_auto, self._server_local, gpu.load_nvml())
+                if why:
+                    self._notice(why)
+        if kind == "off":
+            return
+        self.gpu = gpu.GpuWatch(kind, arg, w.metrics_interval_s, clock=self.clock, on_sample=self._on_gpu,
+                                on_fault=self._on_gpu_fault, on_notice=self._notice)
+        self._notice(f"GPU metrics from {gpu.describe(kind, arg)}")
+        self._tasks.append(tg.create_task(self.gpu.run()))
 
     async def _has_health_endpoint(self) -> bool:
         import aiohttp
@@ -112,6 +141,8 @@ class ServerWatch:
             pass
 
     async def stop(self) -> None:
+        if self.gpu is not None:
+            await self.gpu.stop()  # its reader's process group goes with it
         for t in self._tasks:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)

@@ -208,3 +208,10 @@ def test_auto_prefers_nvml_then_nvidia_smi_and_only_for_a_local_server():
     assert kind == "off" and "neither NVML" in why
     kind, why = resolve_auto(False, FakeNvml([FakeGpu()]), smi)
     assert kind == "off" and "not on this machine" in why
+
+
+def test_which_servers_are_on_this_machine():
+    from specload.watch.gpu import is_local
+
+    assert all(is_local(u) for u in ("http://127.0.0.1:8000", "http://localhost:30000", "http://[::1]:8080"))
+    assert not any(is_local(u) for u in ("http://gpu-node-7:8000", "https://api.example.com", "http://[2001:db8::1]"))

@@ -1,0 +1,78 @@
+"""The GPUs through a whole session: the simulator's GPUs (DCGM names on its /metrics, found by
+``--gpu-metrics auto``) give the record's gpu lines and each level's energy; the nvidia-smi double first
+on PATH losing a GPU gives gpu_fault events and a run that completes; no source at all is said once."""
+
+from __future__ import annotations
+
+import asyncio
+
+from specload.record.reader import read_record
+from specload.session import Session
+from tests import fake_nvidia_smi
+from tests.conftest import Heard, make_config
+
+
+def run_cfg(url: str, rec, **fields):
+    return make_config(url, concurrency=(1, 8), duration_per_level_s=2.5, requests_per_level=None, drain=True,
+                       max_tokens=40, path=str(rec), metrics_interval_s=0.25, **fields)
+
+
+async def test_simulated_gpus_give_gpu_lines_and_energy_per_level(sim, tmp_path):
+    server = await sim(gpus=2, step_ms=10, spec_tokens=3)
+    rec = tmp_path / "run.jsonl"
+    heard = Heard()
+    result = await asyncio.wait_for(Session(run_cfg(server.url, rec), listener=heard).run(), 60)
+    assert result.reason == "completed"
+    assert f"GPU metrics from the DCGM exporter at {server.url}/metrics" in heard.of("notice")
+    data = read_record(str(rec))
+    assert data.bad_lines == 0
+    assert {g["gpu"] for g in data.gpus} == {0, 1} and all(g["source"] == "dcgm" for g in data.gpus)
+    named = [g for g in data.gpus if "name" in g]
+    assert sorted(g["gpu"] for g in named) == [0, 1]  # the name once per GPU
+    assert named[0]["name"] == "NVIDIA H100 80GB HBM3 (simulated)"
+    # sampled at the interval: no GPU line closer than half of it to the one before
+    t0 = [g["t_s"] for g in data.gpus if g["gpu"] == 0]
+    assert all(b - a >= 0.125 for a, b in zip(t0, t0[1:], strict=False))
+    low, high = (lv["gpu"] for lv in data.levels)
+    for lv in data.levels:
+        g = lv["gpu"]
+        assert g["gpus"] == 2 and g["coverage"] > 0.5 and g["energy_j"] > 0
+        span = lv.get("active_s") or lv["wall_s"]
+        # the level's own figures agree: tokens over joules, joules over its span
+        assert abs(g["tok_per_j"] - lv["output_tokens"] / g["energy_j"]) < 1e-3
+        assert abs(g["power_w_mean"] - g["energy_j"] / span) / g["power_w_mean"] < 0.02
+    # the simulated draw follows the load: eight streams draw more than one (both keep the GPUs busy)
+    assert high["power_w_mean"] > low["power_w_mean"]
+    assert not [e for e in data.events if e["kind"] == "gpu_fault"]
+
+
+async def test_a_gpu_lost_to_nvidia_smi_is_a_fault_event_and_the_run_goes_on(sim, tmp_path, monkeypatch):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake_nvidia_smi.install(bin_dir)
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    monkeypatch.setenv("FAKE_SMI_MODE", "lost")
+    server = await sim(step_ms=10)
+    rec = tmp_path / "run.jsonl"
+    heard = Heard()
+    result = await asyncio.wait_for(
+        Session(run_cfg(server.url, rec, gpu_metrics="nvidia-smi"), listener=heard).run(), 60)
+    assert result.reason == "completed" and result.exit_code == 0
+    data = read_record(str(rec))
+    faults = [e["value"] for e in data.events if e["kind"] == "gpu_fault"]
+    assert [f["kind"] for f in faults] == ["lost"]
+    assert faults[0]["message"].startswith("Unable to determine the device handle for GPU 00000000:3B:00.0")
+    assert any(n.startswith("GPU fault (lost): Unable to determine") for n in heard.of("notice"))
+    assert {g["gpu"] for g in data.gpus} == {0, 1} and data.levels[-1]["gpu"]["gpus"] == 1
+    assert data.crashes == []  # a GPU fault alone is not a server crash
+
+
+async def test_auto_without_any_source_says_so_once(sim, tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))  # no nvidia-smi; NVML, if installed, finds no driver here
+    server = await sim(step_ms=10)
+    heard = Heard()
+    cfg = make_config(server.url, concurrency=(1,), requests_per_level=2, max_tokens=5)
+    result = await asyncio.wait_for(Session(cfg, listener=heard).run(), 30)
+    assert result.reason == "completed"
+    said = [n for n in heard.of("notice") if "GPU metrics" in str(n)]
+    assert said == ["GPU metrics off: neither NVML (pip install specload[gpu]) nor nvidia-smi found"]
