@@ -25,7 +25,7 @@ import json
 import re
 from dataclasses import dataclass
 
-__all__ = ["LogLine", "clean_line", "parse_line", "split_line", "parse_logfmt"]
+__all__ = ["LogLine", "clean_line", "line_time_ns", "parse_line", "split_line", "parse_logfmt"]
 
 # ---------------------------------------------------------------------------------------------- cleaning
 
@@ -39,7 +39,9 @@ _ANSI_RE = re.compile(
 _BARE_SGR_RE = re.compile(r"\[\d{1,3}(?:;\d{1,3})*m")
 # Control bytes other than TAB. DEL included. (CR is handled before: it means "overwrite the line".)
 _CTRL_RE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
-_LITERAL_CR_RE = re.compile(r"(?:\^M|\u240d)+$")
+# A line's ending: carriage returns, real or printed (a pager's '^M', the control picture), in any mix
+# and with blanks between ('\r^M': a CRLF line copied from a pager, then saved with CRLF again).
+_CR_END_RE = re.compile(r"(?:\s|\^M|\u240d)+$")
 # rsyslog and CloudWatch write the ESC byte of colour codes as the text '#033'; a log copied from a pager
 # shows it as 'ESC' (less without -R) or '^[' (cat -v, vim).
 _PRINTED_ESC_RE = re.compile(r"(?:#033|ESC|\^\[)\[[0-?]*[ -/]*[@-~]")
@@ -49,11 +51,12 @@ def clean_line(raw: str) -> str:
     """Strip colour codes (real or in their printed forms), carriage returns (real or a printed ``^M``),
     control bytes and the newline."""
     line = raw.rstrip("\n")
+    cr = "\r" in line or "^M" in line or "\u240d" in line
+    if cr:
+        line = _CR_END_RE.sub("", line)
     if "\r" in line:
-        # A terminal shows the text after the last CR (progress bars redraw this way); a trailing CR
-        # is just a CRLF ending.
-        parts = [p for p in line.split("\r") if p]
-        line = parts[-1] if parts else ""
+        # A terminal shows the text after the last CR (progress bars redraw this way).
+        line = line.rsplit("\r", 1)[-1]
     if "\x1b" in line:
         line = _ANSI_RE.sub("", line)
     if "#033[" in line or "ESC[" in line or "^[[" in line:
@@ -62,10 +65,10 @@ def clean_line(raw: str) -> str:
         line = _BARE_SGR_RE.sub("", line)
     if _CTRL_RE.search(line):
         line = _CTRL_RE.sub("", line)
-    if "^M" in line or "\u240d" in line:
-        # the printed forms of a carriage return (a pager's '^M', the control picture): at the end it is
-        # a CRLF ending, inside the line it is a CR (a progress bar's redraw): keep what follows the last
-        line = _LITERAL_CR_RE.sub("", line.rstrip())
+    if cr:
+        # the printed forms of a carriage return: at the end (once colour codes are gone) it is a CRLF
+        # ending, inside the line it is a CR (a progress bar's redraw): keep what follows the last
+        line = _CR_END_RE.sub("", line)
         if "^M" in line:
             line = line.rsplit("^M", 1)[-1]
     return line.rstrip()
@@ -192,6 +195,7 @@ class LogLine:
     record: bool  # True when an application logger's prefix (timestamp/level) or a tag starts the line
     level: str | None  # TRACE/DEBUG/INFO/WARNING/ERROR/CRITICAL/FATAL when the prefix says so
     fields: dict[str, str] | None = None  # logfmt key/values when the line is logfmt
+    pid: str | None = None  # the pid in the line's own process tag ('(EngineCore_DP0 pid=313)')
 
 
 def _paren_pid_tag(m: re.Match[str]) -> str:
@@ -247,6 +251,7 @@ def parse_line(raw: str) -> LogLine:
     record = False
     level: str | None = None
     fields: dict[str, str] | None = None
+    pid: str | None = None
     ray_system = False
     # Prefixes nest (journald around logfmt, Ray around torch around glog); a few rounds suffice and
     # the bound keeps a pathological line cheap.
@@ -267,6 +272,7 @@ def parse_line(raw: str) -> LogLine:
             if m:
                 if tag is None:
                     tag = _paren_pid_tag(m)
+                    pid = m.group(3)
                 s = s[m.end() :]
                 continue
             m = _RAY_SYSTEM_RE.match(s)
@@ -387,7 +393,48 @@ def parse_line(raw: str) -> LogLine:
         record=record or tag is not None,
         level=level,
         fields=fields,
+        pid=pid,
     )
+
+
+# ---------------------------------------------------------------------------------------------- time
+
+_MONTHS = {m: i for i, m in enumerate("Jan Feb Mar Apr May Jun Jul Aug Sep Oct Nov Dec".split(), 1)}
+# The timestamps of the prefixes above, as (month, day, h, m, s, fraction) groups: ISO and Python logging
+# ('2025-05-12 14:03:07,123', '2025-05-12T14:03:07.1Z'), Go ('2025/05/12 14:03:07'), vLLM and SGLang
+# without the year ('05-12 14:03:07'), glog and torch ('E0512 14:03:07.5', 'E512 ...'), journald ('May 12 14:03:07'),
+# TensorRT-LLM ('05/12/2025-14:03:07').
+_TIME_RE = re.compile(
+    r"(?:\d{4}[-/])?(?P<mo>\d\d)[-/](?P<d>\d\d)[ T](?P<t>\d\d:\d\d:\d\d)(?P<f>[.,]\d+)?"
+    r"|\b[IWEF](?P<mo2>\d{1,2})(?P<d2>\d\d) (?P<t2>\d\d:\d\d:\d\d)(?P<f2>\.\d+)?"
+    r"|\b(?P<mon>[A-Z][a-z]{2}) {1,2}(?P<d3>\d{1,2}) (?P<t3>\d\d:\d\d:\d\d)"
+    r"|\b(?P<mo4>\d\d)/(?P<d4>\d\d)/\d{4}-(?P<t4>\d\d:\d\d:\d\d)"
+)
+
+
+def line_time_ns(text: str, end: int) -> int | None:
+    """The time a log line's own prefix gives (looked for in ``text[:end]``), in ns on a clock that
+    only orders and spaces the lines of one log: the year and the time zone are not read."""
+    m = _TIME_RE.search(text, 0, end)
+    if m is None:
+        return None
+    g = m.groupdict()
+    if g["t"] is not None:
+        month, day, hms, frac = g["mo"], g["d"], g["t"], g["f"]
+    elif g["t2"] is not None:
+        month, day, hms, frac = g["mo2"], g["d2"], g["t2"], g["f2"]
+    elif g["t3"] is not None:
+        month, day, hms, frac = _MONTHS.get(g["mon"]), g["d3"], g["t3"], None
+        if month is None:
+            return None
+    else:
+        month, day, hms, frac = g["mo4"], g["d4"], g["t4"], None
+    h, mi, sec = hms.split(":")
+    seconds = (((int(month) * 32 + int(day)) * 24 + int(h)) * 60 + int(mi)) * 60 + int(sec)
+    ns = seconds * 1_000_000_000
+    if frac:
+        ns += int((frac[1:] + "000000000")[:9])
+    return ns
 
 
 def split_line(raw: str) -> tuple[str | None, str]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from specload.watch.logline import clean_line, parse_line, parse_logfmt, split_line
+from specload.watch.logline import clean_line, line_time_ns, parse_line, parse_logfmt, split_line
 
 
 @pytest.mark.parametrize(
@@ -159,6 +159,11 @@ def test_vllm_v0_worker_process_keeps_its_pid_and_raylet_does_not_carry_over() -
         # a progress bar's redraws copied with their printed CRs: the last one is what a terminal showed
         ("Loading 10%^MLoading 55%^MLoading 100%", "Loading 100%"),
         ("RuntimeError: boom\u240d", "RuntimeError: boom"),
+        # printed and real CRs at the end in any mix, blanks between: all of it is the line's ending
+        ("RuntimeError: boom\r^M", "RuntimeError: boom"),
+        ("RuntimeError: boom^M ^M", "RuntimeError: boom"),
+        ("RuntimeError: boom^M \r", "RuntimeError: boom"),
+        ("Loading 10%\rLoading 100% \r", "Loading 100%"),
         # a caret that is not a CR stays
         ("x ^ y", "x ^ y"),
     ],
@@ -172,3 +177,23 @@ def test_compose_prefix_without_replica_number() -> None:
         "EngineCore_DP0", "x")
     # a single blank before the bar is not taken for a compose prefix
     assert split_line("a | b")[1] == "a | b"
+
+
+@pytest.mark.parametrize(
+    ("line", "seconds"),
+    [
+        ("(APIServer pid=1) INFO 05-12 14:03:07 [api_server.py:1] up", 0),
+        ("[2025-05-12 14:03:09 TP0] Decode batch.", 2),
+        ("2025-05-12T14:03:08.5Z ERROR text_generation_launcher: x", 1.5),
+        ("[rank0]:[E512 14:13:07.614221507 ProcessGroupNCCL.cpp:632] watchdog", 600.614221507),
+        ("May 12 14:03:10 host vllm[12]: x", 3),
+        ("[05/12/2025-14:03:11] [TRT-LLM] [E] x", 4),
+        ("RuntimeError: no prefix at 2025-05-12 15:00:00", None),
+    ],
+)
+def test_the_time_a_line_prefix_gives(line: str, seconds: float | None) -> None:
+    # one clock for every prefix format, to space the lines of one log (year and zone not read)
+    base = line_time_ns("INFO 05-12 14:03:07 [x.py:1] ", 30)
+    p = parse_line(line)
+    t = line_time_ns(p.text, len(p.text) - len(p.body))
+    assert (None if t is None or base is None else (t - base) / 1e9) == seconds
