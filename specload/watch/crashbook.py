@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 from specload.datatypes import CrashConsequence, CrashEvent
@@ -32,6 +32,9 @@ class CrashEntry:
     excerpt: str  # the lines of this crash as printed (cleaned of colour codes)
     line_no: int  # 1-based line where the crash entry starts
     consequence: bool = False  # a line that reports a death caused elsewhere (see SignatureBook)
+    log_ns: int | None = None  # the time the log's own prefix gives that line (logline.line_time_ns)
+    pid: str | None = None  # the pid in that line's process tag
+    reach_ns: int = 0  # how long before it the cause may lie (a watchdog that waited that long)
 
 
 # ------------------------------------------------------------------------------------------- masking
@@ -137,8 +140,11 @@ class _Failure:
     root: str
     last_line: int
     last_ns: int
+    last_log_ns: int | None = None
     exit_line: int | None = None
     exit_ns: int = 0
+    exit_log_ns: int | None = None
+    pids: dict[str, str] = field(default_factory=dict)  # process -> its pid, where the tag gave one
 
 
 def _consequence_of(entry: CrashEntry) -> CrashConsequence:
@@ -159,9 +165,11 @@ class SignatureBook:
     ``Aborted``. The first entry of a failure is its root cause; entries that follow it closely
     (:data:`SAME_FAILURE`; longer for lines that are consequences by nature, :data:`CONSEQUENCE_WINDOW`)
     belong to it, as more processes showing the root signature or as its consequences. A process exit ends
-    a failure: after it only lines within :data:`AFTER_EXIT` join. ``specload scan-log`` and the live run
-    use this same book, so they count alike (offline, where lines carry no time, only the line distances
-    apply).
+    a failure: after it only lines within :data:`AFTER_EXIT` join. How close is read from the log's own
+    timestamps where both lines have one (then the lines between do not count: a burst of tracebacks is
+    long, an appended log's next run is far), else from the lines between and the time they were read
+    (offline: the lines only). A process named again with another pid is a new process: a new failure.
+    ``specload scan-log`` and the live run use this same book, so they count alike.
 
     One event per root signature; ``count`` is the number of failures with that root. ``processes``
     lists the named processes that showed the root signature, in order of first appearance (entries
@@ -177,11 +185,17 @@ class SignatureBook:
         self.last_root: str | None = None  # root signature of the failure the last entry went to
 
     def _joins(self, f: _Failure, entry: CrashEntry, t_ns: int) -> bool:
-        d_ns = max(0, t_ns - f.last_ns)
+        proc, pid, log_ns = entry.process, entry.pid, entry.log_ns
+        if proc is not None and pid is not None and f.pids.get(proc, pid) != pid:
+            return False  # restarted
         if f.exit_line is not None:
-            return AFTER_EXIT.holds(entry.line_no - f.exit_line, max(0, t_ns - f.exit_ns))
+            if log_ns is not None and f.exit_log_ns is not None:
+                return AFTER_EXIT.holds(entry.line_no - f.exit_line, log_ns - f.exit_log_ns)
+            return AFTER_EXIT.holds(entry.line_no - f.exit_line, t_ns - f.exit_ns)
         window = CONSEQUENCE_WINDOW if entry.consequence else SAME_FAILURE
-        return window.holds(entry.line_no - f.last_line, d_ns)
+        if log_ns is not None and f.last_log_ns is not None:
+            return log_ns - entry.reach_ns - f.last_log_ns <= window.ns
+        return window.holds(entry.line_no - f.last_line, t_ns - entry.reach_ns - f.last_ns)
 
     def add(self, entry: CrashEntry, t_ns: int) -> CrashEvent | None:
         f = self._open
@@ -194,8 +208,12 @@ class SignatureBook:
             event = self._start(entry, t_ns)
             visible = True
         f.last_line, f.last_ns = max(f.last_line, entry.line_no), max(f.last_ns, t_ns)
+        if entry.log_ns is not None:
+            f.last_log_ns = entry.log_ns if f.last_log_ns is None else max(f.last_log_ns, entry.log_ns)
+        if entry.process is not None and entry.pid is not None:
+            f.pids.setdefault(entry.process, entry.pid)
         if entry.exception_type == "process_exit":
-            f.exit_line, f.exit_ns = entry.line_no, t_ns
+            f.exit_line, f.exit_ns, f.exit_log_ns = entry.line_no, t_ns, entry.log_ns
         self._events[event.signature] = event
         self.last_root = event.signature
         return event if visible else None

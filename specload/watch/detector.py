@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
 from specload.watch.crashbook import CrashEntry, SignatureBook, SignatureIndex
-from specload.watch.logline import LogLine, parse_line
+from specload.watch.logline import LogLine, line_time_ns, parse_line
 from specload.watch.markers import MARKER_STEPS, PREFILTER_RE, SHELL_RE, MarkerLine, exit_message
 
 __all__ = ["MAX_LINE_CHARS", "CrashDetector", "LogScanner", "scan_text"]
@@ -50,7 +50,7 @@ _GLUE_RE = re.compile(
     r"(?:"
     r"\((?:VllmWorker\w*|Worker_\w+|EngineCore\w*|APIServer|RayWorkerWrapper)(?: rank=\d+)? pid=\d+[^)]*\) "
     r"|\[rank\d+\]:"
-    r"|\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?: [A-Z][A-Z_]*\d+)*\] "
+    r"|\[(?:\d{4}-)?\d\d-\d\d \d\d:\d\d:\d\d(?: [A-Z][A-Z_]*\d+)*\] "
     r"|Fatal Python error: "
     r"|terminate called (?:after|without|recursively)"
     r"|!{3,} Segfault encountered"
@@ -59,13 +59,24 @@ _GLUE_RE = re.compile(
     r")"
 )
 
-_GLUE_HINTS = ("pid=", "[rank", "[20", "Fatal Python", "terminate called", "Segfault")
+_GLUE_HINTS = ("pid=", "[rank", "[20", "Fatal Python", "terminate called", "Segfault", " in [")
 _GLUE_ENDINGS = ("fault", "Aborted", "dumped)", "error", "instruction", "exception")
+
+
+# faulthandler writes a frame in pieces ('  File "x.py", line 7 in ', then the function's name): another
+# process's line can land between them, after the blank
+_FRAME_HEAD_RE = re.compile(r'\s*File "[^"]*", line \d+ in ')
 
 
 def _glue_possible(body: str) -> bool:
     """Cheap test before the glue search: the glue regex searches every position of the line."""
     return body.endswith(_GLUE_ENDINGS) or any(h in body for h in _GLUE_HINTS)
+
+
+def _glued_at(body: str, at: int) -> bool:
+    """A glue match at ``at`` starts a second process's output: it follows a non-blank character (a tag
+    or marker after a blank is text), or a faulthandler frame cut after its ' in '."""
+    return not body[at - 1].isspace() or _FRAME_HEAD_RE.fullmatch(body, 0, at) is not None
 
 
 # Exception types of tracebacks that are consequences of a death elsewhere.
@@ -82,6 +93,7 @@ _PENDING_LIMIT = 80  # lines a C++ 'terminate' waits for its what()
 _HEADER_WAIT = 3  # lines of its process a vLLM fatal-error header waits for its traceback
 _MPI_WAIT = 8  # lines mpirun's exit notice waits for its 'Exit code:' line
 _STALE_FACTOR = 200  # an incomplete traceback quiet for settle_ns * this is dropped (live mode)
+_IDLE_LINES = 1000  # a traceback whose process printed nothing for this many lines is over (any mode)
 #: Lines longer than this are cut before they are examined: no crash line is that long, and a runaway
 #: writer (a binary dumped into the log, /dev/zero) must cost bounded time and memory per line.
 MAX_LINE_CHARS = 1 << 16
@@ -100,6 +112,12 @@ _DIGITS_RE = re.compile(r"\d+")
 def _prefix_shape(p: LogLine) -> str:
     """The line's prefix with digits removed: equal for the lines of one multi-line log record."""
     return _DIGITS_RE.sub("", p.text[: len(p.text) - len(p.body)]) if p.record else ""
+
+
+def _log_time(p: LogLine, into_body: int = 0) -> int | None:
+    """The log's own time of a line: from its prefixes (and the first ``into_body`` characters of its
+    body, where a prefix no list knows stands before a traceback header)."""
+    return line_time_ns(p.text, len(p.text) - len(p.body) + into_body)
 
 
 def _learned_prefix(prefix: str) -> re.Pattern[str] | None:
@@ -143,6 +161,12 @@ class _Traceback:
     counter: int = 0  # lines seen in the current state (limits above)
     exc_prefix: str = ""  # prefix shape of the exception line (see _prefix_shape)
     group: bool = False  # inside an exception group's '|'-ruled tracebacks
+    log_ns: int | None = None  # the log's time of the first line (line_time_ns)
+    pid: str | None = None  # the pid in the first line's tag
+    last_line: int = 0  # the last line of its process it saw (see _IDLE_LINES)
+
+    def __post_init__(self) -> None:
+        self.last_line = self.line_no
 
     def add(self, text: str) -> None:
         if len(self.lines) < _EXCERPT_MAX:
@@ -161,6 +185,8 @@ class _Pending:
     seen_pc: bool = False
     message: str = ""  # emitted when nothing completes the marker (header: its own line)
     consequence: bool = False
+    log_ns: int | None = None
+    pid: str | None = None
 
 
 class CrashDetector:
@@ -208,8 +234,19 @@ class CrashDetector:
                 return []
             hot = True  # (passed on, so the prefilter is not searched twice)
         out: list[CrashEntry] = []
+        if self._tbs and not self._line_no & 63:
+            self._close_idle(out)
         self._feed_parsed(p, t_ns, out, hot=hot)
         return self._release(out, t_ns) if out or self._held else out
+
+    def _close_idle(self, out: list[CrashEntry]) -> None:
+        """Tracebacks whose process went quiet: complete if they reached their exception, else dropped.
+        (Offline, where no clock ends them, this bounds what waits on them: see _release.)"""
+        for key, tb in list(self._tbs.items()):
+            if self._line_no - tb.last_line > _IDLE_LINES:
+                del self._tbs[key]
+                if tb.state != _TB_FRAMES:
+                    self._emit_traceback(tb, out)
 
     def _feed_parsed(
         self, p: LogLine, t_ns: int, out: list[CrashEntry], glued: bool = False, hot: bool = False
@@ -238,7 +275,7 @@ class CrashDetector:
         if not glued and (self._tbs or self._pending) and PREFILTER_RE.search(body) is None:
             pass  # (a line inside a crash block: no glue search needed unless a marker word is in it)
         elif not glued and _glue_possible(body):
-            m = next((g for g in _GLUE_RE.finditer(body, 1) if not body[g.start() - 1].isspace()), None)
+            m = next((g for g in _GLUE_RE.finditer(body, 1) if _glued_at(body, g.start())), None)
             if m is not None:
                 # another process's output starts mid-line: the two parts are two lines
                 self._feed_parsed(replace(p, body=body[: m.start()]), t_ns, out, glued=True)
@@ -256,10 +293,16 @@ class CrashDetector:
         self._feed_body(p, body, proc, t_ns, out, hot)
 
     def _strip_learned(self, p: LogLine, learned: re.Pattern[str]) -> LogLine:
-        m = learned.match(p.body)
+        text = p.body
+        m = learned.match(text)
         if m is None:
-            return p
-        rest = parse_line(p.body[m.end() :])
+            # the line parser may have peeled this line further ('May 12 10:00:00 ERROR x.Error: '
+            # reads as journald's 'host proc: '): the learned prefix then starts among the peeled ones
+            text = p.text
+            m = learned.search(text)
+            if m is None or m.start() > len(text) - len(p.body):
+                return p
+        rest = parse_line(text[m.end() :])
         return replace(rest, text=p.text, tag=p.tag or rest.tag, record=p.record or rest.record)
 
     def _feed_body(
@@ -280,19 +323,28 @@ class CrashDetector:
             self._markers(p, body, proc, t_ns, out)
 
     def _release(self, out: list[CrashEntry], t_ns: int, *, force: bool = False) -> list[CrashEntry]:
-        """Hold consequences back while a traceback is open; release them after what completed."""
+        """Entries leave in the order they started: an entry is held while a traceback or pending marker
+        that started before it is open (it may still complete into an earlier entry: the first failure in
+        time is the root cause), a consequence while any traceback is open (its root's may be the one
+        still open). Live, nothing is held longer than ``settle_ns``."""
         if not out and not self._held:
             return out
-        ready = [e for e in out if not e.consequence]
-        self._held.extend((t_ns, e) for e in out if e.consequence)
-        if self._held and (force or not self._tbs):
-            ready.extend(e for _, e in self._held)
-            self._held.clear()
-        elif self._held:
-            # a traceback still open for long is not waited for: settle_ns after the consequence
-            keep = [(t, e) for t, e in self._held if t_ns - t < self.settle_ns]
-            ready.extend(e for t, e in self._held if t_ns - t >= self.settle_ns)
+        self._held.extend((t_ns, e) for e in out)
+        if force:
+            ready = [e for _, e in self._held]
+            self._held = []
+        else:
+            starts = [tb.line_no for tb in self._tbs.values()] + [q.line_no for q in self._pending]
+            first = min(starts, default=None)
+            ready, keep = [], []
+            for t, e in self._held:
+                blocked = (e.consequence and bool(self._tbs)) or (first is not None and first < e.line_no)
+                if blocked and t_ns - t < self.settle_ns:
+                    keep.append((t, e))
+                else:
+                    ready.append(e)
             self._held = keep
+        ready.sort(key=lambda e: e.line_no)
         return ready
 
     def poll(self, t_ns: int) -> list[CrashEntry]:
@@ -336,6 +388,10 @@ class CrashDetector:
         line_no: int,
         causes: tuple[str, ...] = (),
         consequence: bool = False,
+        *,
+        log_ns: int | None = None,
+        pid: str | None = None,
+        reach_ns: int = 0,
     ) -> CrashEntry:
         message = message.strip()
         return CrashEntry(
@@ -348,6 +404,9 @@ class CrashDetector:
             excerpt=excerpt if isinstance(excerpt, str) else "\n".join(excerpt),
             line_no=line_no,
             consequence=consequence,
+            log_ns=log_ns,
+            pid=pid,
+            reach_ns=reach_ns,
         )
 
     def _emit_traceback(self, tb: _Traceback, out: list[CrashEntry]) -> None:
@@ -363,7 +422,8 @@ class CrashDetector:
         cause_text = tuple(f"{t}: {m}" if m else t for t, m in causes)
         consequence = _CONSEQUENCE_TYPES_RE.search(exc[0]) is not None
         out.append(
-            self._entry(exc[0], exc[1], exc[2], tb.process, tb.lines, tb.line_no, cause_text, consequence)
+            self._entry(exc[0], exc[1], exc[2], tb.process, tb.lines, tb.line_no, cause_text, consequence,
+                        log_ns=tb.log_ns, pid=tb.pid)
         )
 
     def _emit_pending(self, pend: _Pending, message: str, out: list[CrashEntry]) -> None:
@@ -371,7 +431,7 @@ class CrashDetector:
             return  # the notice's 'Exit code:' never came: nothing to say the exit was not clean
         out.append(
             self._entry(pend.exc_type, message, None, pend.process, pend.lines, pend.line_no,
-                        consequence=pend.consequence)
+                        consequence=pend.consequence, log_ns=pend.log_ns, pid=pend.pid)
         )
 
     # -------------------------------------------------------------------------------------- tracebacks
@@ -381,12 +441,16 @@ class CrashDetector:
     ) -> bool:
         """Advance the traceback of ``proc``; True when the line was part of its structure."""
         tb = self._tbs.get(proc)
+        if tb is not None:
+            tb.last_line = self._line_no
         # Exception groups (Python 3.11+) draw their tracebacks behind '|' and '+-' rules: strip them
         # inside a group so its frames and exception lines read like any other traceback.
         in_group = tb is not None and tb.group
         if body[:1] in (" ", "|", "+") and (in_group or "Traceback" in body):
             m = _GROUP_RULE_RE.match(body)
-            if m:
+            # (outside a group, a bar opens one only in front of the header: 'time | level | name |
+            # Traceback' is a custom log format, its prefix learned below)
+            if m and (in_group or body[m.end() :].lstrip().startswith(("Traceback", "Exception Group"))):
                 body = "" if m.group(1) else body[m.end() :]
                 in_group = True
         if "Traceback" in body and _TB_HEADER_RE.search(body):
@@ -395,10 +459,14 @@ class CrashDetector:
                 tb.add(p.text)
                 return True
             if tb is not None and tb.state == _TB_AFTER:
+                kept = self._learned.get(proc)  # (this header's prefix, if learned, was stripped above)
                 self._emit_traceback(tb, out)
+                if kept is not None:
+                    self._learned[proc] = kept
             # (a traceback still in its frames is abandoned: it never reached an exception line)
-            tb = _Traceback(proc, self._line_no, t_ns, group=in_group)
             at = body.find("Traceback (most recent call last)")
+            log_ns = _log_time(p, max(p.body.find("Traceback"), 0))
+            tb = _Traceback(proc, self._line_no, t_ns, group=in_group, log_ns=log_ns, pid=p.pid)
             if at > 0:
                 # text before the header: a message ('Scheduler hit an exception: ') or a prefix no list
                 # knows; if it is a prefix, the traceback's other lines carry it too (see _strip_learned)
@@ -414,7 +482,7 @@ class CrashDetector:
             if file_m is None:
                 return False
             # Frames without a header: an excerpt cut mid-traceback, or a logger that drops the header.
-            tb = _Traceback(proc, self._line_no, t_ns)
+            tb = _Traceback(proc, self._line_no, t_ns, log_ns=_log_time(p), pid=p.pid)
             self._tbs[proc] = tb
             return self._frames_line(tb, p, body, file_m, t_ns)
 
@@ -438,7 +506,7 @@ class CrashDetector:
                 # prints the worker's frames and its exception). Close this one, start the embedded one.
                 del self._tbs[proc]
                 self._emit_traceback(tb, out)
-                tb = _Traceback(proc, self._line_no, t_ns)
+                tb = _Traceback(proc, self._line_no, t_ns, log_ns=_log_time(p), pid=p.pid)
                 self._tbs[proc] = tb
                 return self._frames_line(tb, p, body, file_m, t_ns)
             # A continuation of the exception's message (CUDA hints, a multi-line message) is a raw line
@@ -494,7 +562,8 @@ class CrashDetector:
         m = _ORPHAN_EXC_RE.match(body)
         if not m:
             return False
-        out.append(self._entry(m.group(1), m.group(2) or "", None, proc, p.text, self._line_no))
+        out.append(self._entry(m.group(1), m.group(2) or "", None, proc, p.text, self._line_no,
+                               log_ns=_log_time(p), pid=p.pid))
         return True
 
     # -------------------------------------------------------------------------------------- pending
@@ -600,12 +669,13 @@ class CrashDetector:
             if hit.pending is not None:
                 self._pending.append(
                     _Pending(hit.pending, process, self._line_no, t_ns, hit.exception_type, [p.text],
-                             message=hit.message, consequence=hit.consequence)
+                             message=hit.message, consequence=hit.consequence, log_ns=_log_time(p), pid=p.pid)
                 )
             else:
                 out.append(
                     self._entry(hit.exception_type, hit.message, None, process, p.text, self._line_no,
-                                consequence=hit.consequence)
+                                consequence=hit.consequence, log_ns=_log_time(p), pid=p.pid,
+                                reach_ns=hit.reach_ns)
                 )
             return
 

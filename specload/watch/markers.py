@@ -126,6 +126,7 @@ class Hit(NamedTuple):
     pending: str | None = None  # kind of pending marker to start instead of an entry
     process: str | None = None  # the process named in the line itself, over the line's tag
     consequence: bool = False
+    reach_ns: int = 0  # how long before this line its cause may lie (CrashEntry.reach_ns)
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,6 +240,15 @@ def _raylet_hit(m: re.Match[str], line: MarkerLine) -> Hit:
     return Hit("process_exit", m.group(0), process=line.process or "raylet", consequence=True)
 
 
+_RAN_FOR_RE = re.compile(r"ran for (\d+) milli")
+
+
+def _watchdog_hit(m: re.Match[str], _line: MarkerLine) -> Hit:
+    ran = _RAN_FOR_RE.search(m.group(0))
+    return Hit("NCCL watchdog timeout", m.group(0), consequence=True,
+               reach_ns=int(ran.group(1)) * 1_000_000 if ran else 0)
+
+
 def _R(pattern: str) -> re.Pattern[str]:
     return re.compile(pattern)
 
@@ -295,8 +305,9 @@ MARKERS: tuple[Marker, ...] = (
         example="GGML_ASSERT: /app/ggml.c:8349: i01 >= 0",
     ),
     Marker(
-        "nccl-watchdog", _R(r"Watchdog caught collective operation timeout:.*$"),
-        _plain("NCCL watchdog timeout", 0), "torch ProcessGroupNCCL watchdog.",
+        "nccl-watchdog", _R(r"Watchdog caught collective operation timeout:.*$"), _watchdog_hit,
+        "torch ProcessGroupNCCL watchdog: a collective another rank never joined. A consequence of what "
+        "stopped that rank, which may lie as far back as the collective 'ran for'.",
         gate="atchdog",
         example="[Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=216) ran for 600011 ms",
     ),

@@ -3,7 +3,8 @@
 Both describe their logs in the shared fixtures' ``expected.jsonl`` format (see the README.md beside
 the fixtures): per file the expected crashes (type, message prefix, innermost frame, process) and the
 number of distinct signatures; tests/data/unseen-logs adds ``failures`` (how many failures the log shows:
-root causes, each counted once with its consequences). Unknown keys (``source``, ``notes``) are ignored.
+root causes, each counted once with its consequences) and, for some logs, ``roots`` (each root cause's
+``[exception_type, first process]``, in order). Unknown keys (``source``, ``notes``) are ignored.
 """
 
 from __future__ import annotations
@@ -80,12 +81,8 @@ def check_live_feed(case: dict, text: str) -> None:
     assert len({e.signature for e in live}) == case["distinct_signatures"]
 
 
-def check_failures(case: dict, text: str) -> None:
-    """``scan-log``'s count (the offline scanner) and the live run's (detector and book fed with a clock,
-    polled after every line) both equal the expected number of failures."""
-    scanner = LogScanner()
-    scanner.feed_lines(text.split("\n"))
-    scanner.finish()
+def _live_book(text: str) -> SignatureBook:
+    """Detector and book fed with a clock and polled after every line, as the live run does."""
     det, book = CrashDetector(settle_ns=300 * MS), SignatureBook()
     t = 0
     for i, line in enumerate(text.split("\n")):
@@ -94,4 +91,25 @@ def check_failures(case: dict, text: str) -> None:
             book.add(e, t)
     for e in det.finish():
         book.add(e, t)
-    assert (scanner.book.failures, book.failures) == (case["failures"], case["failures"]), case["file"]
+    return book
+
+
+def check_roots(case: dict, text: str) -> None:
+    """Where the expectation names them, the root causes (type and first process, in order) are those,
+    offline and live."""
+    scanner = LogScanner()
+    scanner.feed_lines(text.split("\n"))
+    scanner.finish()
+    for book in (scanner.book, _live_book(text)):
+        roots = [[ev.exception_type, ev.processes[0] if ev.processes else None] for ev in book.events()]
+        assert roots == case["roots"], case["file"]
+
+
+def check_failures(case: dict, text: str) -> None:
+    """``scan-log``'s count (the offline scanner) and the live run's (detector and book fed with a clock,
+    polled after every line) both equal the expected number of failures."""
+    scanner = LogScanner()
+    scanner.feed_lines(text.split("\n"))
+    scanner.finish()
+    live = _live_book(text).failures
+    assert (scanner.book.failures, live) == (case["failures"], case["failures"]), case["file"]

@@ -19,6 +19,7 @@ from tests.integration.crash_corpus import (
     check_failures,
     check_found,
     check_live_feed,
+    check_roots,
     check_signatures,
     load_cases,
     read_log,
@@ -53,6 +54,11 @@ def test_unseen_live_feed_finds_the_same_crashes(case: dict) -> None:
 @pytest.mark.parametrize("case", CASES)
 def test_unseen_failures_counted_alike_offline_and_live(case: dict) -> None:
     check_failures(case, read_log(DATA, case))
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if "roots" in c.values[0]])
+def test_unseen_first_failure_in_time_is_the_root_cause(case: dict) -> None:
+    check_roots(case, read_log(DATA, case))
 
 
 # ------------------------------------------------------------------------------------ the real CLI
@@ -95,6 +101,10 @@ def test_cli_counts_failures_like_the_live_run_and_shows_consequences() -> None:
     assert ": 5 failures, 1 root cause (2 entries)" in res.stdout
     assert "seen:       5x" in res.stdout
     assert "then:       process_exit: exited with code 134 (SIGABRT) on llama-1 (5x)" in res.stdout
+    # two engine deaths of one appended log, 91 s (the log's own times) and 578 lines apart
+    two, _ = _scan_cli(str(DATA / "051_vllm_appended_log_two_engine_deaths_91s_apart.log"))
+    assert ": 2 failures, 1 root cause (2 entries)" in two.stdout
+    assert "seen:       2x on APIServer" in two.stdout
     js, _ = _scan_cli(str(DATA / "025_sglang_docker_compose_scheduler_oom.log"), "--json")
     objs = [json.loads(line) for line in js.stdout.splitlines()]
     roots = {o["signature"] for o in objs if o["consequence_of"] is None}

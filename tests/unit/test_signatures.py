@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+from dataclasses import replace
 
 import pytest
 
@@ -709,9 +710,70 @@ def test_line_numbers_count_every_fed_line() -> None:
 
 
 def _entry(line_no: int, exc_type: str = "RuntimeError", message: str = "boom", process: str | None = None,
-           signature: str | None = None, consequence: bool = False) -> CrashEntry:
+           signature: str | None = None, consequence: bool = False, log_s: float | None = None,
+           pid: str | None = None, reach_s: float = 0) -> CrashEntry:
     return CrashEntry(exc_type, message, None, process, signature or f"{exc_type}:{message}", (), "", line_no,
-                      consequence)
+                      consequence, None if log_s is None else int(log_s * 1e9), pid, int(reach_s * 1e9))
+
+
+def test_signature_book_reads_the_log_own_times_over_line_distances() -> None:
+    book = SignatureBook()
+    book.add(_entry(10, process="rank 0", log_s=100), 0)
+    # 900 lines of eight ranks' tracebacks within the same second: one failure
+    assert book.add(_entry(910, process="rank 7", log_s=100.5), 0).count == 1
+    # a consequence 578 lines on but 91 s later (an appended log's next run): a new failure
+    gone = _entry(1488, "server_fatal", "Engine core proc died unexpectedly", consequence=True, log_s=191.5)
+    assert book.add(gone, 0).count == 1 and book.failures == 2
+    # lines without a time of their own fall back to the line distance
+    assert book.add(_entry(1500, "SIGSEGV", "", consequence=True), 0).signature == gone.signature
+    assert book.failures == 2
+
+
+def test_signature_book_a_process_named_again_with_a_new_pid_is_a_new_failure() -> None:
+    # no timestamps: only the pid tells the restarted API server from the one that died
+    book = SignatureBook()
+    died = _entry(31, "server_fatal", "Engine core proc died unexpectedly", "APIServer", consequence=True,
+                  pid="48211")
+    book.add(died, 0)
+    assert book.add(replace(died, line_no=40), 0) is None  # the same process again: the same failure
+    again = book.add(replace(died, line_no=609, pid="49127"), 0)
+    assert again.count == 2 and book.failures == 2
+
+
+def test_signature_book_a_watchdog_reaches_back_as_far_as_it_waited() -> None:
+    book = SignatureBook()
+    book.add(_entry(8, "torch.OutOfMemoryError", "CUDA out of memory.", "rank 1", log_s=0), 0)
+    # the other rank's NCCL watchdog, 600 s later, after waiting 600 s for it: a consequence
+    ev = book.add(_entry(48, "NCCL watchdog timeout", "ran for 600036 milliseconds", "rank 0",
+                         consequence=True, log_s=600, reach_s=600.036), 0)
+    assert ev.exception_type == "torch.OutOfMemoryError" and book.failures == 1
+    # a watchdog that waited 60 s, 600 s later: its own failure
+    late = _entry(90, "NCCL watchdog timeout", "ran for 60000 milliseconds", "rank 0", consequence=True,
+                  log_s=1300, reach_s=60)
+    assert book.add(late, 0).exception_type == "NCCL watchdog timeout" and book.failures == 2
+
+
+def test_the_first_failure_in_time_is_the_root_though_its_traceback_ends_last() -> None:
+    # rank 1's traceback is open (nothing follows it on rank 1) when rank 0's crash lines complete
+    rank1 = "(VllmWorker rank=1 pid=22) ERROR 05-12 14:03:07 [multiproc_executor.py:527] "
+    lines = [rank1 + "Traceback (most recent call last):",
+             rank1 + '  File "/v/gpu_model_runner.py", line 1268, in execute_model',
+             rank1 + "torch.OutOfMemoryError: CUDA out of memory.",
+             "(VllmWorker rank=0 pid=21) [rank0]:[E512 14:03:09.1 ProcessGroupNCCL.cpp:1] Process group watchdog"
+             " thread terminated",
+             "(VllmWorker rank=0 pid=21) terminate called after throwing an instance of 'c10::DistBackendError'",
+             "(VllmWorker rank=0 pid=21)   what():  [PG ID 2 Rank 0] Process group watchdog thread terminated"]
+    scanner = LogScanner()
+    scanner.feed_lines(lines)
+    scanner.finish()
+    (ev,) = scanner.book.events()
+    assert (ev.exception_type, ev.processes) == ("torch.OutOfMemoryError", ("rank 1",))
+    assert [c.exception_type for c in ev.consequences] == ["c10::DistBackendError"]
+    # live: released in the order they started, once rank 1's traceback is known complete
+    det = CrashDetector(settle_ns=300 * MS)
+    out = [e.exception_type for i, line in enumerate(lines) for e in det.feed(line, i * MS)]
+    assert out == []
+    assert [e.exception_type for e in det.poll(400 * MS)] == ["torch.OutOfMemoryError", "c10::DistBackendError"]
 
 
 def test_signature_book_one_failure_on_several_ranks_counts_once() -> None:
