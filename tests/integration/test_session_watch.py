@@ -244,11 +244,14 @@ async def test_a_flood_of_stats_lines_is_sampled_at_the_scrape_interval(sim, tmp
             "accept len: 2.62, gen throughput (token/s): 968.31, #queue-req: 0")
     session = Session(cfg(server.url, rec, levels=(1,), duration=2, watch=WatchConfig(
         server_log_cmd=f"yes '{line}' | head -n 50000; sleep 30", metrics_url="off", metrics_interval_s=0.5)))
+    started = time.monotonic()
     result = await asyncio.wait_for(session.run(), 40)
+    elapsed = time.monotonic() - started
     assert result.reason == "completed"
     assert session.logs.seq == 50_000  # every line was read
     servers = [s for s in read_record(str(rec)).servers if s["source"] == "log:sglang"]
-    assert 1 <= len(servers) <= 10
+    # at most one per interval while the run lasted (longer than its 2 s on a busy machine)
+    assert 1 <= len(servers) <= elapsed / 0.5 + 1
 
 
 async def test_a_crash_that_pauses_the_load_cuts_the_level_to_its_active_time(sim, tmp_path) -> None:
