@@ -1,16 +1,20 @@
-"""What ``specload report`` writes besides its table: the HTML page (``--html``), the plot
-(``--plot``), and the level lines of another tool's result file.
+"""What ``specload report`` writes besides its table: the HTML page (``--html``) and the plot
+(``--plot``).
 
 Kept out of ``report.py`` so the command stays a thin front: it loads the runs, compares them when
 there are several, and hands the sides and the comparison's JSON here. Output paths are checked
 before any work (a missing matplotlib or an unwritable folder is a one-line error at once, not after
-the statistics), and each written file is reported on stderr with its size.
+the statistics), each is written whole or not at all (``atomic_output``: a full disk leaves no partial
+file, and an earlier file of that name as it was), and each written file is reported on stderr with
+its size.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Sequence
+import tempfile
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +51,29 @@ def check_outputs(html: str | None, plot: str | None) -> None:
             raise OutputError(str(e)) from None
 
 
+@contextlib.contextmanager
+def atomic_output(path: str | os.PathLike[str]) -> Iterator[Path]:
+    """A temporary file beside ``path`` (hidden, with its suffix, so a writer that goes by the suffix
+    picks the format) for the block to write; synced and renamed onto ``path`` when the block ends,
+    removed when it raises. A reader never sees a partial file, and a full disk leaves none."""
+    final = Path(path)
+    fd, name = tempfile.mkstemp(prefix=f".{final.stem}.", suffix=final.suffix, dir=final.parent)
+    tmp = Path(name)
+    try:
+        mask = os.umask(0)
+        os.umask(mask)
+        os.fchmod(fd, 0o666 & ~mask)  # as open() would have made it, not mkstemp's 0600
+        os.close(fd)
+        yield tmp
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, final)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
 def write_outputs(sides: Sequence[Any], comparison: dict | None, *, html: str | None, plot: str | None) -> None:
     """Write the page and/or the plot of ``sides`` (``compare.Side``-like: ``label``, ``runs``) and the
     comparison's JSON (None for a single run)."""
@@ -59,7 +86,8 @@ def write_outputs(sides: Sequence[Any], comparison: dict | None, *, html: str | 
         from specload.report.html import write_html
 
         try:
-            size = write_html(html, page)
+            with atomic_output(html) as tmp:
+                size = write_html(tmp, page)
         except OSError as e:
             raise OutputError(f"cannot write {html}: {e.strerror or e}") from None
         click.echo(f"specload report: wrote {html} ({size / 1e3:.0f} kB)", err=True)
@@ -67,7 +95,10 @@ def write_outputs(sides: Sequence[Any], comparison: dict | None, *, html: str | 
         from specload.report.plot import PlotError, render_plot
 
         try:
-            size = render_plot(page.series, plot, title=page.title)
+            with atomic_output(plot) as tmp:
+                size = render_plot(page.series, tmp, title=page.title)
         except PlotError as e:
-            raise OutputError(str(e)) from None
+            raise OutputError(str(e).replace(str(tmp), plot)) from None
+        except OSError as e:
+            raise OutputError(f"cannot write {plot}: {e.strerror or e}") from None
         click.echo(f"specload report: wrote {plot} ({size / 1e3:.0f} kB)", err=True)

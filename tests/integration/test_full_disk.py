@@ -9,6 +9,7 @@ whole failed batch and left the record cut mid-line.
 
 from __future__ import annotations
 
+import os
 import re
 import resource
 import subprocess
@@ -82,3 +83,42 @@ def test_a_file_size_limit_mid_run(tmp_path: Path) -> None:
 def test_a_full_tmpfs_mid_run(tiny_tmpfs: Path) -> None:
     record = tiny_tmpfs / "r.jsonl"
     _check(_run_until_full(record), record)
+
+
+def _report(*args: str, preexec=None) -> subprocess.CompletedProcess:
+    return subprocess.run(SPECLOAD + ["report", *args], capture_output=True, text=True, timeout=120,
+                          preexec_fn=preexec)
+
+
+def test_a_report_onto_a_full_disk_leaves_no_partial_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # before: the page (~280 kB) was cut at the limit and left there, a broken file of 48 KiB
+    from tests.unit.test_peers import PEERS
+
+    if PEERS is None:
+        pytest.skip("peer-result fixtures not found: set SPECLOAD_SHARED or put shared/ beside the clone")
+    record = str(PEERS / "specload-spec-ngram-c4.jsonl")
+    monkeypatch.setenv("MPLCONFIGDIR", str(tmp_path / "mpl"))  # matplotlib's cache: made by the first run
+    out = tmp_path / "out"
+    out.mkdir()
+    html, png = out / "r.html", out / "r.png"
+    p = _report(record, "--html", str(html), "--plot", str(png))  # whole, with the mode a plain write gives
+    assert p.returncode == 0, p.stderr
+    for f in (html, png):
+        assert f.stat().st_size > LIMIT and f.stat().st_mode & 0o777 == 0o666 & ~_umask()
+    assert html.read_bytes().endswith(b"</html>\n")
+    assert sorted(f.name for f in out.iterdir()) == ["r.html", "r.png"]
+    html.write_bytes(b"an earlier report")
+    p = _report(record, "--html", str(html), preexec=_limit_file_size)
+    assert p.returncode == 2 and p.stderr.strip() == f"specload report: cannot write {html}: File too large", p.stderr
+    assert html.read_bytes() == b"an earlier report"  # as it was, and no temporary file beside it
+    assert sorted(f.name for f in out.iterdir()) == ["r.html", "r.png"]
+    svg = out / "r.svg"
+    p = _report(record, "--plot", str(svg), preexec=_limit_file_size)
+    assert p.returncode == 2 and p.stderr.strip() == f"specload report: cannot write {svg}: File too large", p.stderr
+    assert sorted(f.name for f in out.iterdir()) == ["r.html", "r.png"]  # none made
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
