@@ -266,6 +266,7 @@ class SimServer:
             raise asyncio.CancelledError
         return await handler(request)
 
+    @web.middleware
     async def _gpu_metrics(self, request: web.Request, handler: Any) -> web.StreamResponse:
         """``--gpus``: the simulated GPUs after the flavour's own /metrics (``sim/gpus.py``)."""
         response = await handler(request)
