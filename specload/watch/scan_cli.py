@@ -1,9 +1,9 @@
 """``specload scan-log FILE``: find crash signatures in a saved server log.
 
 The command is a thin shell over :class:`specload.watch.detector.LogScanner`: it owns reading the file
-(streamed in chunks, so a log of any size is scanned in bounded memory; bytes decoded leniently, since
-server logs carry raw control bytes and broken UTF-8; lines longer than :data:`MAX_LINE_BYTES` cut, so a
-file without newlines cannot grow a line without bound), the two output formats and the exit codes, so
+(streamed a bounded line at a time by :mod:`specload.lines`, so a log of any size is scanned in bounded
+memory, and a file with a line over the cap, /dev/zero, is an error; bytes decoded leniently, since
+server logs carry raw control bytes and broken UTF-8), the two output formats and the exit codes, so
 scripts can use it as a check:
 
 * 0: no crash found; 1: at least one crash found; 2: usage error or the file could not be read.
@@ -15,23 +15,19 @@ and process), with ``consequence_of`` naming the root cause's signature when the
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Iterator
 
 import click
 import orjson
 
+from specload import lines
 from specload.datatypes import CrashEvent
 from specload.exitcode import ExitCode
 from specload.watch.crashbook import CrashEntry
 from specload.watch.detector import LogScanner
-from specload.watch.tail import LineSplitter
 
 EXIT_CLEAN, EXIT_CRASH, EXIT_USAGE = ExitCode.SCAN_CLEAN, ExitCode.SCAN_CRASH, ExitCode.SCAN_ERROR
-
-READ_BYTES = 1 << 20
-MAX_LINE_BYTES = 1 << 20  # a longer line is cut into pieces of this size (see LineSplitter)
 
 _EXCERPT_HEAD = 1  # lines shown from the start of an excerpt (the header or the marker line)
 _EXCERPT_TAIL = 5  # lines shown from its end (innermost frame and exception line)
@@ -39,21 +35,11 @@ _LINE_WIDTH = 160
 
 
 def read_lines(path: str) -> Iterator[str]:
-    """The lines of ``path`` ('-': stdin), streamed: at most one chunk and one cut line in memory."""
-    split = LineSplitter(MAX_LINE_BYTES)
-    fd = sys.stdin.fileno() if path == "-" else os.open(path, os.O_RDONLY)
-    try:
-        while True:
-            data = os.read(fd, READ_BYTES)
-            if not data:
-                break
-            yield from split.feed(data)
-        rest = split.flush()
-        if rest is not None:
-            yield rest
-    finally:
-        if path != "-":
-            os.close(fd)
+    """The lines of ``path`` ('-': stdin), streamed one at a time; ``lines.TooLong`` at a line over
+    ``lines.MAX_LINE_BYTES``."""
+    source: str | int = sys.stdin.fileno() if path == "-" else path
+    for _, raw, _ in lines.iter_lines(source, name="stdin" if path == "-" else path):
+        yield raw.decode("utf-8", errors="replace").removesuffix("\r")
 
 
 def scan_file(path: str) -> LogScanner:
@@ -149,6 +135,9 @@ def scan_log_command(file: str, as_json: bool) -> None:
     except OSError as exc:
         reason = exc.strerror or exc.__class__.__name__
         click.echo(f"specload scan-log: cannot read {file}: {reason}", err=True)
+        sys.exit(EXIT_USAGE)
+    except lines.TooLong as exc:
+        click.echo(f"specload scan-log: {exc}: not a text log", err=True)
         sys.exit(EXIT_USAGE)
     entries = scanner.entries()
     if as_json:

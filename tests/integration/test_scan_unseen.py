@@ -86,7 +86,12 @@ def _scan_cli(*args: str) -> tuple[subprocess.CompletedProcess[str], float]:
         fd = peak.fileno()
         proc = subprocess.Popen([sys.executable, "-c", _LAUNCHER, str(fd), sys.executable, "-m", "specload.cli",
                                  "scan-log", *args], stdout=out, stderr=err, pass_fds=(fd,))
-        proc.wait()
+        try:
+            proc.wait(timeout=110)  # (under the suite's 120 s per test)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            pytest.fail(f"scan-log {' '.join(args)} still ran after 110 s")
         out.seek(0)
         err.seek(0)
         peak.seek(0)
@@ -114,7 +119,7 @@ def test_cli_counts_failures_like_the_live_run_and_shows_consequences() -> None:
 @pytest.mark.slow
 def test_cli_streams_a_big_log_in_bounded_memory(tmp_path: Path) -> None:
     # 64 MB of long normal lines (the whole file used to be read, decoded and split in memory: about
-    # 3.5x its size, 170 MB for 48 MB), a crash at the very end, and 3 MB without a newline (cut at 1 MiB)
+    # 3.5x its size, 170 MB for 48 MB), a crash at the very end, and a 3 MB line (examined cut)
     log = tmp_path / "big.log"
     with log.open("wb") as f:
         line = b"INFO 01-01 00:00:00 [x.py:1] " + b"a" * 4000 + b"\n"
@@ -127,3 +132,11 @@ def test_cli_streams_a_big_log_in_bounded_memory(tmp_path: Path) -> None:
     (obj,) = [json.loads(x) for x in res.stdout.splitlines()]
     assert obj["exception_type"] == "c10::Error" and obj["line"] > 16_000
     assert peak_mb < 80, peak_mb  # the interpreter (23 MB), one read, a few cut pieces: 37 MB seen
+
+
+def test_cli_refuses_a_file_without_line_ends_in_one_line() -> None:
+    # /dev/zero never ends: it was read on (cut into 1 MiB pieces) until killed
+    res, peak_mb = _scan_cli("/dev/zero")
+    assert res.returncode == 2 and res.stdout == ""
+    assert res.stderr == "specload scan-log: /dev/zero: line 1 runs over 16 MiB without a line end: not a text log\n"
+    assert peak_mb < 80, peak_mb
