@@ -30,14 +30,14 @@ def _mib(n: int) -> str:
     return f"{n / (1 << 30):.3g} GiB" if n >= 1 << 30 else f"{n / (1 << 20):.3g} MiB" if n >= 1 << 20 else f"{n} bytes"
 
 
-def iter_lines(source: str | int, max_line_bytes: int = MAX_LINE_BYTES, *, name: str | None = None
+def iter_lines(source: str | os.PathLike[str] | int, max_line_bytes: int = MAX_LINE_BYTES, *, name: str | None = None
                ) -> Iterator[tuple[int, bytes, bool]]:
     """``(line number, line without its newline, whether a newline ended it)`` for each line of
     ``source`` (a path, or a file descriptor, read and not closed), blank lines included; only the
     last can be unended. At most one line is held. ``TooLong`` at the first line over
     ``max_line_bytes``; ``OSError`` as ``open`` and ``read`` raise it."""
-    label = name or (source if isinstance(source, str) else f"file descriptor {source}")
-    with open(source, "rb", buffering=READ_BYTES, closefd=isinstance(source, str)) as f:
+    label = name or (f"file descriptor {source}" if isinstance(source, int) else os.fspath(source))
+    with open(source, "rb", buffering=READ_BYTES, closefd=not isinstance(source, int)) as f:
         for n in itertools.count(1):
             line = f.readline(max_line_bytes + 1)
             if not line:

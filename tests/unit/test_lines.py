@@ -58,3 +58,13 @@ def test_a_record_with_a_line_over_the_cap_is_one_error(tmp_path: Path, monkeypa
     p.write_bytes(b'{"type":"run"}\n\n{"type":"event","t_s":1,"kind":"x","value":"' + b"a" * 2000 + b'"}\n')
     with pytest.raises(RecordReadError, match=r"r.jsonl: line 3 runs over 1000 bytes without a line end \(a corrupted record"):
         read_record(str(p))
+
+
+def test_a_path_object_is_read_as_its_name_is(tmp_path: Path) -> None:
+    # the record reader is public API: read_record(Path(...)) is how tests and scripts call it
+    p = tmp_path / "r"
+    p.write_bytes(b"a\nbb")
+    assert list(lines.iter_lines(p)) == list(lines.iter_lines(str(p))) == [(1, b"a", True), (2, b"bb", False)]
+    p.write_bytes(b"x" * 20)
+    with pytest.raises(lines.TooLong, match=f"^{p}: line 1 "):
+        list(lines.iter_lines(p, CAP))
