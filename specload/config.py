@@ -23,7 +23,6 @@ from urllib.parse import unquote, urlparse
 
 import orjson
 
-from specload.engine.load import LoadPlan, build_plan, parse_levels, repeat_levels
 from specload.options import (
     ConfigError,
     assemble,
@@ -35,6 +34,7 @@ from specload.options import (
     set_field,
     to_dict,
 )
+from specload.plan import Lengths, LoadPlan, build_plan, parse_levels, repeat_levels
 from specload.secrets import redact_config, secret_values
 from specload.stats.slo import SloSpec
 
@@ -162,9 +162,7 @@ def _patterns_check(patterns: tuple[str, ...]) -> str | None:
 
 def parse_lengths(text: str, flag: str = "length") -> int | str:
     """``--prompt-tokens``/``--max-tokens``: N (an int) or a distribution spec (``128:32``, ``64,128``;
-    kept as its text, parsed where it is drawn: ``engine.prompts.Lengths``)."""
-    from specload.engine.prompts import Lengths
-
+    kept as its text, parsed where it is drawn: ``plan.Lengths``)."""
     try:
         lengths = Lengths.parse(text, flag)
     except ValueError as e:
@@ -173,8 +171,6 @@ def parse_lengths(text: str, flag: str = "length") -> int | str:
 
 
 def _lengths_check(v: int | str, most: int = 1_000_000_000) -> str | None:
-    from specload.engine.prompts import Lengths
-
     try:
         high = Lengths.parse(v).high
     except ValueError:
@@ -330,8 +326,6 @@ class RequestConfig:
                                                      help="JSON object merged into every request body.")
 
     def __post_init__(self) -> None:
-        from specload.engine.prompts import Lengths
-
         if isinstance(self.max_tokens, str):  # a distribution: requests draw it, the field holds its mean
             dist = Lengths.parse(self.max_tokens)
             set_field(self, "max_tokens_dist", dist.spec)

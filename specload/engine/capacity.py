@@ -26,7 +26,6 @@ from typing import TypeVar
 
 from specload.clock import SYSTEM_CLOCK, Clock
 from specload.datatypes import RequestRecord
-from specload.engine.load import LevelSpec
 from specload.engine.search import (
     CONCURRENCY,
     NONE,
@@ -36,6 +35,7 @@ from specload.engine.search import (
     SearchResult,
     SearchSettings,
 )
+from specload.plan import LevelSpec
 from specload.stats.goodput import LevelCollector, LevelEvaluation, evaluate_level
 from specload.stats.levels import LevelSummary
 from specload.stats.slo import Interval, SloSpec

@@ -6,9 +6,8 @@ A source is an endless stream of ``Prompt``s; the runner takes the next one per 
 prompt carries its category (into the request's record line) and, with ``--output-len dataset``,
 its reference output length as the request's max_tokens (sent with ignore_eos).
 
-Lengths are distributions (``Lengths``): ``128`` (every request), ``128:32`` (uniform over
-mean +- spread), or ``64,128,256`` (one of the list, uniformly). Draws come from one RNG seeded by
-``--seed``, so a run's lengths are reproducible and the seed is in the record.
+Lengths are distributions (``specload.plan.Lengths``), drawn from one RNG seeded by ``--seed``, so a
+run's lengths are reproducible and the seed is in the record.
 
 Synthetic prompts. "128 tokens" means 128 in the server's ``usage.prompt_tokens``, chat template
 included, because that is what prefill time and KV use depend on: a guess of 1.3 tokens a word
@@ -31,7 +30,6 @@ from __future__ import annotations
 import itertools
 import os
 import random
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -44,11 +42,12 @@ from specload.engine.datasets import (
     load_dataset,
     read_text,
 )
+from specload.plan import Lengths
 
 if TYPE_CHECKING:
     from specload.engine.trace import Trace
 
-__all__ = ["TOKENS_PER_WORD", "Lengths", "Prompt", "PromptError", "PromptSource", "TokenModel", "synthetic_text"]
+__all__ = ["TOKENS_PER_WORD", "Prompt", "PromptError", "PromptSource", "TokenModel", "synthetic_text"]
 
 # Every prompt opens with this word (a one-token prefix cannot make a prefix-cache hit: caches
 # match whole blocks, vLLM's of 16 tokens), then words from VOCABULARY.
@@ -63,78 +62,6 @@ VOCABULARY: tuple[str, ...] = tuple(
         ).split()
     )
 )
-
-
-# --------------------------------------------------------------------------- lengths
-
-_LIST = re.compile(r"^\d+(,\d+)+$")
-
-
-@dataclass(frozen=True, slots=True)
-class Lengths:
-    """A length distribution: ``fixed`` N, ``uniform`` mean +- spread, or ``choice`` of a list."""
-
-    kind: str
-    values: tuple[int, ...]
-
-    @classmethod
-    def parse(cls, spec: str | int, what: str = "length") -> Lengths:
-        """``128``, ``128:32`` or ``64,128,256``; ValueError with a one-line message otherwise."""
-        text = str(spec).strip().replace(" ", "")
-        try:
-            if text.isdigit():
-                n = int(text)
-                if n < 1:
-                    raise ValueError
-                return cls("fixed", (n,))
-            if ":" in text:
-                mean_s, spread_s = text.split(":", 1)
-                mean, spread = int(mean_s), int(spread_s)
-                if mean < 1 or spread < 0 or spread >= mean:
-                    raise ValueError
-                return cls("uniform", (mean, spread)) if spread else cls("fixed", (mean,))
-            if _LIST.match(text):
-                vals = tuple(int(v) for v in text.split(","))
-                if min(vals) < 1:
-                    raise ValueError
-                return cls("choice", vals)
-        except ValueError:
-            pass
-        raise ValueError(
-            f"bad {what} {spec!r}: expected N, MEAN:SPREAD (uniform, spread < mean) or a list A,B,C of positive integers"
-        )
-
-    @property
-    def spec(self) -> str:
-        if self.kind == "uniform":
-            return f"{self.values[0]}:{self.values[1]}"
-        return ",".join(str(v) for v in self.values)
-
-    @property
-    def mean(self) -> float:
-        if self.kind == "choice":
-            return sum(self.values) / len(self.values)
-        return float(self.values[0])
-
-    @property
-    def low(self) -> int:
-        return self.values[0] - self.values[1] if self.kind == "uniform" else min(self.values)
-
-    @property
-    def high(self) -> int:
-        return self.values[0] + self.values[1] if self.kind == "uniform" else max(self.values)
-
-    @property
-    def fixed(self) -> bool:
-        return self.kind == "fixed"
-
-    def draw(self, rng: random.Random) -> int:
-        if self.kind == "fixed":
-            return self.values[0]
-        if self.kind == "uniform":
-            mean, spread = self.values
-            return rng.randint(mean - spread, mean + spread)
-        return rng.choice(self.values)
 
 
 # --------------------------------------------------------------------------- token model

@@ -11,7 +11,7 @@ decided how long a level lasted, which the durations carry. The replayed levels 
 
 from __future__ import annotations
 
-from specload.engine.load import LevelSpec, LoadPlan
+from specload.plan import LevelSpec, LoadPlan
 from specload.record.reader import RecordData
 
 MIN_LEVEL_S = 0.05  # a level the original ended at once still starts (and is still a level)

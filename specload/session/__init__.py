@@ -28,10 +28,11 @@ from specload.config import RunConfig
 from specload.datatypes import RunEvent
 from specload.engine.capacity import SearchView
 from specload.engine.probe import TargetError, discover
-from specload.engine.prompts import Lengths, PromptError, PromptSource
+from specload.engine.prompts import PromptError, PromptSource
 from specload.engine.runner import LoadClient, Runner, RunnerState
 from specload.engine.search import SearchResult
 from specload.exitcode import ExitCode
+from specload.plan import Lengths
 from specload.record.sink import RecordError, RecordSink
 from specload.secrets import Scrubber
 from specload.session import search

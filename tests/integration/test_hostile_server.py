@@ -17,10 +17,10 @@ import pytest
 from specload.config import RequestConfig
 from specload.datatypes import ErrorKind, RequestRecord
 from specload.engine.level_end import Level
-from specload.engine.load import build_plan
 from specload.engine.probe import discover
 from specload.engine.prompts import PromptSource
 from specload.engine.runner import Runner
+from specload.plan import build_plan
 from tests.conftest import make_client, unchecked
 from tests.hostile import chunk, usage
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from specload.datatypes import RunEvent
-from specload.engine.load import LevelSpec, LoadPlan
 from specload.engine.prompts import PromptSource
 from specload.engine.runner import Runner
+from specload.plan import LevelSpec, LoadPlan
 from specload.record.runs import load_run
 from specload.sim.config import SimConfig
 from specload.sim.server import SimServer

@@ -9,9 +9,9 @@ import time
 import pytest
 
 from specload.datatypes import ErrorKind, RequestRecord, RunEvent
-from specload.engine.load import LevelSpec, LoadPlan, build_plan
 from specload.engine.prompts import PromptSource
 from specload.engine.runner import Runner, scaled
+from specload.plan import LevelSpec, LoadPlan, build_plan
 from specload.stats.levels import LevelSummary
 from tests.conftest import make_client
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import asyncio
 
 from specload.datatypes import RequestRecord, RunEvent
-from specload.engine.load import LoadPlan, build_plan, repeat_levels
 from specload.engine.prompts import PromptSource
 from specload.engine.runner import Runner
+from specload.plan import LoadPlan, build_plan, repeat_levels
 from specload.record.reader import RecordData
 from specload.record.schedule import schedule_from_record
 from specload.record.schema import event_line, request_line

@@ -6,7 +6,7 @@ import pytest
 
 from specload.cli_run import build_config, run_command
 from specload.config import ConfigError
-from specload.engine.load import PlanError
+from specload.plan import PlanError
 
 
 def config(*args: str):

@@ -16,9 +16,10 @@ from hypothesis import strategies as st
 from specload.cli import error_text
 from specload.cli_run import build_config, run_command
 from specload.config import ConfigError, RunConfig
-from specload.engine.load import Arrivals, PlanError
+from specload.engine.load import Arrivals
 from specload.engine.prompts import PromptError, PromptSource
 from specload.options import option_fields
+from specload.plan import PlanError
 
 
 def config(*args: str) -> RunConfig:

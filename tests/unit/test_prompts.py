@@ -13,12 +13,12 @@ from specload.engine.prompts import (
     OPENING,
     TOKENS_PER_WORD,
     VOCABULARY,
-    Lengths,
     PromptError,
     PromptSource,
     TokenModel,
     synthetic_text,
 )
+from specload.plan import Lengths
 from specload.sim import tokenizer
 
 
