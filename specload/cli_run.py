@@ -17,9 +17,9 @@ import click
 
 from specload.cli_options import click_options
 from specload.config import ConfigError, RunConfig
-from specload.engine.prompts import PromptError
 from specload.exitcode import ExitCode
 from specload.options import build, check_fields, option, positive
+from specload.preflight import preflight
 
 
 def _fail(msg: str, code: int = ExitCode.USAGE) -> None:
@@ -83,27 +83,19 @@ def _serve_web(tui: TuiOptions, cfg: RunConfig) -> None:
 
 
 def build_config(params: dict, *, ui: bool) -> RunConfig:
-    """Command-line values (``ctx.params``) -> RunConfig, or ConfigError with a one-line message."""
-    return build(RunConfig, params, ui=ui)
+    """Command-line values (``ctx.params``) -> the RunConfig to run (preflight done), or ConfigError
+    with a one-line message."""
+    return preflight(build(RunConfig, params, ui=ui))
 
 
 def _config_or_exit(params: dict, *, ui: bool) -> RunConfig:
+    """The checked config, its files read, or a one-line usage error (exit 2) before anything starts."""
     try:
         cfg = build_config(params, ui=ui)
-    except (ConfigError, PromptError) as e:
+    except ConfigError as e:
         _fail(str(e))
     # the command line as given, for the record (secrets are masked when it is written)
-    cfg = dataclasses.replace(cfg, command=shlex.join(["specload", *sys.argv[1:]]))
-    if cfg.request.dataset or cfg.request.prompt_file or cfg.request.trace:
-        from specload.engine.prompts import PromptSource
-
-        try:
-            r = cfg.request
-            PromptSource.from_options(prompt_file=r.prompt_file, dataset=r.dataset, dataset_format=r.dataset_format,
-                                      trace=r.trace, trace_block_tokens=r.trace_block_tokens)
-        except PromptError as e:
-            _fail(str(e))
-    return cfg
+    return dataclasses.replace(cfg, command=shlex.join(["specload", *sys.argv[1:]]))
 
 
 def run_headless(cfg: RunConfig, *, as_json: bool) -> int:

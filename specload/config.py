@@ -5,7 +5,8 @@ here, so the TUI and headless mode cannot be configured differently by accident.
 option is a field declared with ``option()`` (``options.py``): flag, help, default, TUI default and
 check in one place; the CLI's click options are generated from these fields, and ``__post_init__``
 checks every config, also one built in code (tests, benchmarks, a future API), with a one-line
-``ConfigError`` naming the flag.
+``ConfigError`` naming the flag. Plain data: it imports no engine, record, sim or click module, and
+the checks that need them or the disk are ``preflight.py``'s, as is reading --schedule-from.
 
 To add an option: add a field with ``option(...)`` to the section it belongs to, and use it.
 ``specload run --help``, the TUI's defaults, validation and the record's header follow. Cross-field
@@ -353,25 +354,6 @@ class RequestConfig:
             if not self.dataset:
                 raise ConfigError("--output-len dataset needs --dataset (its rows' reference output lengths)")
             set_field(self, "ignore_eos", True)  # the reference length is the output length
-        from specload.engine.api import check_body, json_problem
-
-        # every request body must be writable as JSON, or each request would fail the same way
-        if self.extra_body and (problem := json_problem(dict(self.extra_body))):
-            raise ConfigError(f"--extra-body: {problem}")
-        if problem := check_body(self, None):
-            raise ConfigError(f"--max-tokens {self.max_tokens}: {problem}")
-        if self.max_tokens_dist and (problem := json_problem({"max_tokens": Lengths.parse(self.max_tokens_dist).high})):
-            raise ConfigError(f"--max-tokens {self.max_tokens_dist}: {problem}")
-
-
-def _gpu_metrics_check(value: str) -> str | None:
-    from specload.watch.gpu import parse_gpu_metrics
-
-    try:
-        parse_gpu_metrics(value)
-    except ValueError as e:
-        return str(e)
-    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -394,7 +376,7 @@ class WatchConfig:
     metrics_interval_s: float = option(1.0, "--metrics-interval", check=at_least(0.1, " s"),
                                        help="Seconds between /metrics scrapes (at least 0.1).")
     gpu_metrics: str = option(
-        "auto", "--gpu-metrics", check=_gpu_metrics_check, metavar="SOURCE",
+        "auto", "--gpu-metrics", metavar="SOURCE",  # its syntax is checked by preflight (watch.gpu)
         help="The server's GPUs, read every --metrics-interval: auto, nvidia-smi, nvml, dcgm:URL, cmd:'COMMAND' "
              "or off (auto: the server's /metrics if it has DCGM series, else NVML or nvidia-smi when the server "
              "is on this machine).")
@@ -418,13 +400,6 @@ class RecordConfig:
 
     def __post_init__(self) -> None:
         check_fields(self)
-        if self.path:
-            from specload.record.writer import RecordError, check_writable
-
-            try:
-                check_writable(self.path)  # fail before the run starts, not after an hour of load
-            except RecordError as e:
-                raise ConfigError(str(e)) from None
 
 
 def parse_slo_option(text: str) -> SloSpec:
@@ -465,11 +440,7 @@ class CapacityConfig:
 def _check_ray(value: str | None) -> str | None:
     if value is None:
         return None
-    if not value.strip():
-        return "needs local, auto or a cluster address"
-    from specload.engine.ray_workers import RAY_MISSING, ray_available
-
-    return None if ray_available() else f"needs Ray, which is not installed: {RAY_MISSING.split(': ', 1)[1]}"
+    return None if value.strip() else "needs local, auto or a cluster address"
 
 
 def _metric_names() -> tuple[str, ...]:
@@ -509,6 +480,7 @@ class CompareConfig:
     schedule_from: str | None = option(None, "--schedule-from", path=True, metavar="RUN.jsonl",
                                        help="Replay the concurrency schedule of an earlier record (its levels, "
                                             "concurrency changes, pauses) instead of -c/-n/-d; headless.")
+    schedule: LoadPlan | None = None  # --schedule-from's levels, read from the record by ``preflight``
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -516,29 +488,20 @@ class CompareConfig:
             raise ConfigError("--until-decided needs --baseline BASE.jsonl")
         if self.max_requests_per_level is not None and not self.judging:
             raise ConfigError("--max-requests-per-level applies to --target-ci and --until-decided")
-        for path in (self.baseline, self.schedule_from):
-            if path is not None:
-                from specload.record.runs import RunReadError, load_run
-
-                try:
-                    load_run(path)  # a bad file is a usage error now, not after the server started
-                except RunReadError as e:
-                    raise ConfigError(str(e)) from None
 
     @property
     def judging(self) -> bool:
         """Levels run until they have enough, rather than for a fixed count."""
         return self.target_ci_pct is not None or self.until_decided
 
-    def shape(self, plan: LoadPlan) -> LoadPlan:
+    def shape(self, plan: LoadPlan) -> LoadPlan | None:
         """The plan as these options change it: a replayed schedule instead of the ramp; judged levels
-        that start with enough requests for a steady state and are extended as they go; repeats."""
+        that start with enough requests for a steady state and are extended as they go; repeats.
+        None while --schedule-from's record is not read yet."""
         if self.schedule_from is not None:
-            from specload.record.reader import read_record
-            from specload.record.schedule import schedule_from_record
-
-            plan = schedule_from_record(read_record(self.schedule_from), max_requests=plan.max_requests,
-                                        max_duration_s=plan.max_duration_s)
+            if self.schedule is None:
+                return None
+            plan = replace(self.schedule, max_requests=plan.max_requests, max_duration_s=plan.max_duration_s)
         if self.judging:
             from specload.stats.live_judge import min_requests
 
@@ -575,6 +538,8 @@ class RunConfig:
     label: str | None = option(None, "--label", help="Name of this run in comparisons ('specload report A B'); "
                                                      "kept in the record (default: the record's file name).")
     command: str | None = None  # the command line that started the run (secrets masked), for reports
+    # the load to run, resolved once, when the config is built (None: --schedule-from not read yet)
+    _plan: LoadPlan | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -582,8 +547,6 @@ class RunConfig:
             raise ConfigError("--launch needs the server's URL as well (e.g. http://127.0.0.1:8000)")
         if self.request.continuous_usage is None:
             set_field(self, "request", replace(self.request, continuous_usage=self.target.url is None))
-        if self.target.url is None and self.sim_args != DEFAULT_DEMO_SIM:
-            check_sim_args(self.sim_args)
         if self.request.trace:
             c = self.compare
             for flag, used in (("--rate", self.load.rate), ("--find-max", self.capacity.find_max),
@@ -597,6 +560,7 @@ class RunConfig:
                                ("--target-ci", c.target_ci_pct), ("--until-decided", c.until_decided)):
                 if used:
                     raise ConfigError(f"{flag} does not go with --find-max (the search decides the levels)")
+        set_field(self, "_plan", self.compare.shape(self.load.plan()))
 
     @classmethod
     def of(cls, url: str | None = None, **fields: Any) -> RunConfig:
@@ -606,7 +570,10 @@ class RunConfig:
 
     @property
     def plan(self) -> LoadPlan:
-        return self.compare.shape(self.load.plan())
+        """The load to run. A config with --schedule-from has one once ``preflight`` read the record."""
+        if self._plan is None:
+            raise RuntimeError("--schedule-from: the record's schedule is read by specload.preflight.preflight(config)")
+        return self._plan
 
     def api_key(self) -> str | None:
         name = self.target.api_key_env
@@ -636,7 +603,10 @@ class RunConfig:
         the prompt options derive: ``levels`` and ``prompt_source``."""
         d: dict[str, Any] = {}
         for name, value in to_dict(self).items():
+            if name == "_plan":
+                continue  # the plan's levels follow
             if isinstance(value, dict):
+                value.pop("schedule", None)  # the replayed schedule is the plan's levels
                 d.update(value)  # a section
             else:
                 d[name] = value
@@ -649,21 +619,3 @@ class RunConfig:
                               else "trace" if r.trace else "synthetic")
         return redact_config(d)  # type: ignore[return-value]
 
-
-def check_sim_args(args: tuple[str, ...]) -> None:
-    """Parse the simulator's options here, so a typo is a one-line usage error before anything starts
-    (not a server that dies on start-up). The session adds ``--host``/``--port`` the same way."""
-    import click
-
-    from specload.sim.cli import sim_command
-    from specload.sim.config import SimConfig
-
-    if "--help" in args or "-h" in args:
-        raise ConfigError("--sim-args: see 'specload sim --help' for the simulator's options")
-    try:
-        ctx = sim_command.make_context("specload sim", ["--host", "127.0.0.1", "--port", "0", *args])
-        SimConfig(**ctx.params)
-    except click.ClickException as e:
-        raise ConfigError(f"--sim-args: {e.format_message()}") from None
-    except (TypeError, ValueError) as e:
-        raise ConfigError(f"--sim-args: {e}") from None
