@@ -87,13 +87,13 @@ class RequestRecord:
         return [offs[i] - offs[i - 1] for i in range(1, len(offs))]
 
     def itl_per_token_ns(self) -> list[float]:
-        """Inter-token latency per chunk after the first arrival, in ns.
+        """Inter-token latency of each token after the first, in ns.
 
         Chunks that arrived together (the same socket read, so the same timestamp) form one burst:
         the gap before a burst is shared by all the tokens in it. A chunk carrying k tokens
         (vLLM/SGLang speculative decoding) and k one-token chunks sent in one write (llama.cpp
-        speculative decoding) therefore give the same per-token ITL: gap / k. Tokens per chunk
-        come from the server when it tells them, else from the request's mean.
+        speculative decoding) therefore give the same k values of gap / k. Tokens per chunk
+        come from the server when it tells them, else from the request's mean (one value per chunk).
         """
         offs = self.chunk_offsets_ns
         n = len(offs)
@@ -118,8 +118,15 @@ class RequestRecord:
             while j < n and offs[j] == t:
                 tokens += per[j] if per is not None else mean
                 j += 1
-            itl = (t - prev_t) / max(tokens, 1e-9)
-            out.extend([itl] * (j - i))
+            if per is None:
+                # every chunk carries the mean: one value per chunk weighs each token alike
+                out.extend([(t - prev_t) / max(tokens, 1e-9)] * (j - i))
+            elif tokens > 0:
+                # one value per token, so a level's percentiles pool tokens, not chunks
+                out.extend([(t - prev_t) / tokens] * int(tokens))
+            else:
+                i = j  # no token came in this burst: the next one's gap runs from the last token
+                continue
             prev_t = t
             i = j
         return out

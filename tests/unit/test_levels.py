@@ -89,7 +89,31 @@ def test_itl_of_one_multi_token_chunk_per_step_is_the_same() -> None:
         output_tokens=10, tokens_estimated=False, prompt_tokens=1, chunks=3, chunk_offsets_ns=(10, 20, 30),
         chunk_tokens=(2, 4, 4),
     )
-    assert r.itl_per_token_ns() == [2.5, 2.5]
+    assert r.itl_per_token_ns() == [2.5] * 8  # one value per token, as the bursts give
+
+
+def test_level_itl_pools_tokens_not_chunks() -> None:
+    # a 10 ns step that gave 1 token, then one that gave 5: 6 tokens after the first, five of them 2 ns
+    # apart. Pooled per token the median is 2 ns and the mean is TPOT; pooled per chunk it would be 6.
+    r = RequestRecord(
+        request_id=0, level=1, level_index=0, warmup=False, start_ns=0, end_ns=31_000_000,
+        ttft_ns=10_000_000, e2e_ns=30_000_000, output_tokens=7, tokens_estimated=False, prompt_tokens=1,
+        chunks=3, chunk_offsets_ns=(10_000_000, 20_000_000, 30_000_000), chunk_tokens=(1, 1, 5),
+    )
+    cols = LevelColumns(0, 1)
+    cols.add(r)
+    s = cols.summary()
+    assert s.itl_ms_p50 == pytest.approx(2.0, rel=0.01)
+    assert s.itl_ms_avg == pytest.approx(20 / 6, abs=1e-3) and s.tpot_ms_avg == pytest.approx(20 / 6, abs=1e-3)
+
+
+def test_a_chunk_without_tokens_leaves_its_gap_to_the_next_token() -> None:
+    r = RequestRecord(
+        request_id=0, level=1, level_index=0, warmup=False, start_ns=0, end_ns=31, ttft_ns=10, e2e_ns=30,
+        output_tokens=3, tokens_estimated=False, prompt_tokens=1, chunks=4, chunk_offsets_ns=(10, 15, 20, 30),
+        chunk_tokens=(1, 0, 1, 1),
+    )
+    assert r.itl_per_token_ns() == [10, 10]
 
 
 def test_a_summary_is_at_the_precision_of_its_record_line() -> None:
