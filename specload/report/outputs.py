@@ -41,12 +41,12 @@ def check_outputs(html: str | None, plot: str | None) -> None:
     if html is not None and not html.lower().endswith((".html", ".htm")):
         raise OutputError(f"--html {html}: the file must end in .html")
     if plot is not None:
-        from specload.report.plot import FORMATS, PlotError, _pyplot
+        from specload.report.plot import FORMATS, PlotError, pyplot
 
         if Path(plot).suffix.lower() not in FORMATS:
             raise OutputError(f"--plot {plot}: the file must end in .png or .svg")
         try:
-            _pyplot()
+            pyplot()
         except PlotError as e:
             raise OutputError(str(e)) from None
 

@@ -25,7 +25,7 @@ class PlotError(Exception):
     """A plot cannot be made; the message is one line for the user."""
 
 
-def _pyplot():  # matplotlib's module
+def pyplot():  # matplotlib's module; PlotError when it is not installed
     try:
         import matplotlib
     except ImportError:
@@ -69,7 +69,7 @@ def render_plot(runs: Sequence[ReportSeries], path: str | Path, *, title: str | 
     path = Path(path)
     if path.suffix.lower() not in FORMATS:
         raise PlotError(f"--plot {path}: the file must end in .png or .svg")
-    plt = _pyplot()
+    plt = pyplot()
     concurrencies = sorted({lv.concurrency for r in runs for lv in r.levels if lv.concurrency > 0})
     fig, axes = plt.subplots(2, 3, figsize=(15, 8.6), layout="constrained")
     flat = list(axes.flat)
