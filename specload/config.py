@@ -446,7 +446,7 @@ def _check_ray(value: str | None) -> str | None:
 def _metric_names() -> tuple[str, ...]:
     from specload.stats.level_metrics import METRICS
 
-    return tuple(m for m in METRICS if m not in ("error_rate", "accept_len"))
+    return tuple(m for m, spec in METRICS.items() if spec.kind not in ("share", "server"))
 
 
 def _pct_check(v: Any) -> str | None:

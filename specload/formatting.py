@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 
+from specload.stats.gpu_levels import GpuFigures
 from specload.stats.judgement import LevelJudgement
 from specload.stats.levels import LevelSummary
 from specload.stats.slo import LevelGoodput
@@ -84,12 +85,26 @@ def level_line(s: LevelSummary) -> str:
         line += f" | server: {s.server_gen_tok_s:.1f} tok/s"
     if s.prompt_tokens_avg is not None:
         line += f" | prompt: {prompt_cell(s)} tok"
+    if s.gpu is not None:
+        line += f" | {gpu_text(s.gpu)}"
     j = s.judged
     if j is not None:
         line += f" | {j.metric} +-{_f(j.half_width_pct)}%" + (f" ({j.done})" if j.done else "")
         if j.baseline is not None:
             line += f" | vs baseline {ratio_interval(j)} {verdict_text(j.verdict)}"
     return line
+
+
+def gpu_text(g: GpuFigures) -> str:
+    """A level's GPUs in the level line: mean utilisation, peak memory of one GPU, mean power of all of
+    them, and the energy per output token (``stats/gpu_levels.py``)."""
+    mem = "-" if g.mem_used_mib_peak is None else f"{g.mem_used_mib_peak / 1024:.1f}" + (
+        "" if g.mem_total_mib is None else f"/{g.mem_total_mib / 1024:.0f}")
+    text = (f"GPUs x{g.gpus}: util {_f(g.util_pct_mean, '{:.0f}')}%, peak mem {mem} GiB, "
+            f"power {_f(g.power_w_mean, '{:.0f}')} W")
+    if g.energy_j is None:
+        return text + f", energy - ({100 * g.coverage:.0f}% of the level sampled)"
+    return text + f", energy {g.energy_j / 1000:.2f} kJ = {_f(g.j_per_1k_tok, '{:.0f}')} J/1k tok ({_f(g.tok_per_j, '{:.3f}')} tok/J)"
 
 
 CUT_WORDS = {"crash": "crash", "server_down": "server down", "pause": "pause"}
@@ -219,6 +234,14 @@ def level_cells(s: LevelSummary, dash: str = "-") -> dict[str, str]:
                               f"{f(s.prompt_tokens_p99, '{:.0f}')}",
         "asked": f(s.prompt_tokens_requested_avg, "{:.0f}"),
         "cached": f(s.prompt_tokens_cached_avg, "{:.0f}"),
+        # the server's GPUs (--gpu-metrics): all of them together, per output token
+        "GPU W": dash if s.gpu is None else f(s.gpu.power_w_mean, "{:.0f}"),
+        "J/1k tok": dash if s.gpu is None else f(s.gpu.j_per_1k_tok, "{:.0f}"),
+        "GPU util %": dash if s.gpu is None else f(s.gpu.util_pct_mean, "{:.0f}"),
+        "GPU mem GiB": dash if s.gpu is None or s.gpu.mem_used_mib_peak is None
+        else f"{s.gpu.mem_used_mib_peak / 1024:.1f}",
+        "energy kJ": dash if s.gpu is None or s.gpu.energy_j is None else f"{s.gpu.energy_j / 1000:.2f}",
+        "tok/J": dash if s.gpu is None else f(s.gpu.tok_per_j, "{:.3f}"),
     }
     g = s.goodput
     j = s.judged
@@ -254,6 +277,8 @@ WIDE_COLUMNS = (
 
 
 GOODPUT_COLUMNS = ("SLO", "good %", "good tok/s", "good req/s")
+GPU_COLUMNS = ("GPU W", "J/1k tok")
+GPU_WIDE_COLUMNS = ("GPU util %", "GPU mem GiB", "GPU W", "energy kJ", "tok/J", "J/1k tok")
 JUDGED_COLUMNS = ("±CI %",)
 BASELINE_COLUMNS = ("baseline", "vs baseline", "verdict")
 
@@ -264,6 +289,8 @@ def table_columns(levels: list[LevelSummary], *, wide: bool = False) -> tuple[st
     cols: tuple[str, ...] = WIDE_COLUMNS if wide else TABLE_COLUMNS
     if any(s.rate is not None for s in levels):
         cols = ("rate", *cols)
+    if any(s.gpu is not None for s in levels):
+        cols = (*cols[:-2], *(GPU_WIDE_COLUMNS if wide else GPU_COLUMNS), *cols[-2:])  # before ok, errors
     if any(s.cut is not None for s in levels):
         # a level cut by a crash or a pause says so before its errors (its throughput is over its active time)
         cols = (*cols[:-1], "cut", cols[-1])

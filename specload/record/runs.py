@@ -72,6 +72,40 @@ class Timeline:
     server: tuple[dict, ...] | None = None
     crashes: tuple[dict, ...] | None = None
     client: tuple[dict, ...] | None = None
+    gpu: tuple[dict, ...] | None = None  # one line per GPU per sample (--gpu-metrics)
+
+    def gpu_totals(self) -> tuple[dict, ...] | None:
+        """The GPUs together, as server-like lines (``source: GPUs``): the power of all of them and their
+        mean utilisation at the first GPU's sample times, each other GPU interpolated onto them; None
+        without GPU samples."""
+        by_gpu: dict[int, list[tuple[float, float, float]]] = {}
+        nan = float("nan")
+        for g in self.gpu or ():
+            t = g.get("t_s")
+            if isinstance(t, (int, float)):
+                p, u = g.get("power_w"), g.get("util_pct")
+                by_gpu.setdefault(int(g.get("gpu", 0)), []).append(
+                    (t, p if isinstance(p, (int, float)) else nan, u if isinstance(u, (int, float)) else nan))
+        if not by_gpu:
+            return None
+        series = [np.asarray(sorted(by_gpu[k]), dtype=np.float64) for k in sorted(by_gpu)]
+        t = series[0][:, 0]
+
+        def onto(a: np.ndarray, col: int) -> np.ndarray:
+            ok = np.isfinite(a[:, col])
+            return np.interp(t, a[ok, 0], a[ok, col]) if ok.any() else np.full(t.size, nan)
+
+        power = sum((onto(a, 1) for a in series), np.zeros(t.size))
+        util = sum((onto(a, 2) for a in series), np.zeros(t.size)) / len(series)
+        return tuple({"t_s": float(x), "source": "GPUs", "gpu_power_w": float(p), "gpu_util_pct": float(u)}
+                     for x, p, u in zip(t, power, util, strict=True))
+
+    def gpu_power(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """(t_s, watts of all the GPUs together); None without GPU samples with power."""
+        lines = [g for g in self.gpu_totals() or () if np.isfinite(g["gpu_power_w"])]
+        if not lines:
+            return None
+        return (np.array([g["t_s"] for g in lines]), np.array([g["gpu_power_w"] for g in lines]))
 
     def server_series(self, key: str) -> tuple[np.ndarray, np.ndarray] | None:
         """(t_s, value) of the server samples that carry ``key`` (e.g. ``accept_len``); None when the
@@ -255,6 +289,7 @@ def run_from_record(data: RecordData, path: str, label: str | None = None) -> Ru
             server=tuple(data.servers),
             crashes=tuple(data.crashes),
             client=tuple(data.clients),
+            gpu=tuple(data.gpus) or None,
         ),
         end=data.end,
         truncated=data.truncated,

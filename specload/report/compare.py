@@ -140,11 +140,12 @@ def compare(sides: Sequence[Side], *, primary: str = DEFAULT_PRIMARY, min_effect
     per_run: dict[tuple[str, LevelKey, str], list[Estimate]] = {}
     for s in sides:
         for ri, (run, by_key) in enumerate(zip(s.runs, keyed[s.label], strict=True)):
-            accept = run.timeline.server_series("accept_len")
+            accept, power = run.timeline.server_series("accept_len"), run.timeline.gpu_power()
             for key, lvs in by_key.items():
                 for lv in lvs:
                     for m in names:
-                        e = estimate(lv, m, seed=_seed(s.label, ri, key, lv.repeat, m), server=accept)
+                        e = estimate(lv, m, seed=_seed(s.label, ri, key, lv.repeat, m), server=accept,
+                                     gpu_power=power)
                         per_run.setdefault((s.label, key, m), []).append(e)
 
     between: dict[str, iv.BetweenRuns | None] = {}
@@ -599,6 +600,10 @@ def render(c: Comparison, console: Console) -> None:
         for lc in keys:
             st.add_column(str(lc.key), justify="left")
         for m in secondary:
+            if m in ("tok_per_j", "gpu_power_w") and not any(
+                    (r := lc.result(x.label, m)) is not None and r.estimate.value is not None
+                    for lc in keys for x in (s, bl)):
+                continue  # no GPU samples on either side (no --gpu-metrics): not a row of "missing"
             cells = []
             for lc in keys:
                 res = lc.result(s.label, m)

@@ -36,7 +36,11 @@ METRICS: dict[str, tuple[str, str, int, float]] = {
     "e2e_p99": ("E2E p99", "s", 3, 1.0),
     "error_rate": ("error rate", "%", 1, 100.0),
     "accept_len": ("accept len", "tok", 2, 1.0),
+    "tok_per_j": ("tok/J", "tok/J", 3, 1.0),
+    "gpu_power_w": ("GPU power", "W", 0, 1.0),
 }
+# shown only where a run has them (--gpu-metrics): most runs have no GPU samples
+ONLY_WHERE_PRESENT = ("tok_per_j", "gpu_power_w")
 
 
 @dataclass
@@ -171,7 +175,7 @@ def _levels_alone(run: Any) -> list[ReportLevel]:
     from specload.stats.level_metrics import METRICS as COMPARED
     from specload.stats.level_metrics import estimate
 
-    accept = run.timeline.server_series("accept_len")
+    accept, power = run.timeline.server_series("accept_len"), run.timeline.gpu_power()
     seen: dict[int, int] = {}
     out = []
     for lv in run.levels:
@@ -179,7 +183,7 @@ def _levels_alone(run: Any) -> list[ReportLevel]:
             continue
         k = seen.get(lv.concurrency, 0)
         seen[lv.concurrency] = k + 1
-        metrics = {m: _metric_cell(estimate(lv, m, seed=k, server=accept)) for m in COMPARED}
+        metrics = {m: _metric_cell(estimate(lv, m, seed=k, server=accept, gpu_power=power)) for m in COMPARED}
         itl = _itl_cell([lv])
         if itl is not None:
             metrics["itl_p50"] = itl
@@ -249,7 +253,8 @@ def report_run(run: Any, *, side: str = "") -> ReportRun:
     """A run's card and timeline."""
     tl = run.timeline
     end = run.end or {}
-    ts = build_time_series(run.levels, tl.events, tl.crashes, tl.server, end_s=end.get("elapsed_s"))
+    servers = tl.server if tl.server is None else tl.server + (tl.gpu_totals() or ())
+    ts = build_time_series(run.levels, tl.events, tl.crashes, servers, end_s=end.get("elapsed_s"))
     return ReportRun(
         label=run.label,
         description=describe(run),

@@ -23,7 +23,14 @@ from importlib import resources
 from pathlib import Path
 
 from specload import __version__
-from specload.report.figures import METRICS, RUN_COLORS, ReportPage, ReportRun, ReportSeries
+from specload.report.figures import (
+    METRICS,
+    ONLY_WHERE_PRESENT,
+    RUN_COLORS,
+    ReportPage,
+    ReportRun,
+    ReportSeries,
+)
 
 
 def _asset(name: str) -> str:
@@ -176,7 +183,8 @@ def render(page: ReportPage) -> str:
         f'<div class="chart-box"><h3>{_e(title)}</h3><div class="chart" data-chart="{name}"></div></div>'
         for name, title in CONCURRENCY_CHARTS
     )
-    keys = [k for k in METRICS if any(k in lv.metrics for s in page.series for lv in s.levels)]
+    keys = [k for k in METRICS if any(k in lv.metrics and (k not in ONLY_WHERE_PRESENT or lv.metrics[k].get("value")
+                                                           is not None) for s in page.series for lv in s.levels)]
     tables = []
     for sr in page.series:
         tag = " (baseline)" if sr.baseline else ""

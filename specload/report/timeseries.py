@@ -34,7 +34,8 @@ from typing import Any
 import numpy as np
 
 MAX_BINS = 3600
-SERVER_FIELDS = ("running", "queued", "token_usage", "accept_len", "gen_tok_s")
+# the GPUs' fields come in lines of their own (source "GPUs", ``Timeline.gpu_totals``)
+SERVER_FIELDS = ("running", "queued", "token_usage", "accept_len", "gen_tok_s", "gpu_power_w", "gpu_util_pct")
 
 
 @dataclass(frozen=True, slots=True)

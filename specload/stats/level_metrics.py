@@ -318,24 +318,60 @@ def error_rate(level: LevelRequests, **_: object) -> Estimate:
     return iv.share_ci(failed, n)
 
 
-def accept_len(level: LevelRequests, server: tuple[np.ndarray, np.ndarray] | None = None,
-               **_: object) -> Estimate:
-    """Speculative acceptance length from the server's samples (its /metrics deltas or log lines) taken
-    while the level ran at steady state (the whole level when it has none)."""
-    if server is None:
-        return iv.missing("t", "the source has no server samples")
-    t, v = server
+def _samples_during(level: LevelRequests, series: tuple[np.ndarray, np.ndarray], what: str,
+                    method: str) -> Estimate:
+    """The mean of a run's samples taken while the level ran at steady state (the whole level when it
+    has none)."""
+    t, v = series
     keep = np.isfinite(v)
     st = level.steady()
     lo_hi = st.span
     if lo_hi is None and level.start_s is not None and level.end_s is not None and level.n:
         lo_hi = (float(np.nanmin(level.start_s)), float(np.nanmax(level.end_s)))
     if lo_hi is None:
-        return iv.missing("t", "no level times to match server samples")
+        return iv.missing("t", f"no level times to match {what} samples")
     keep &= (t >= lo_hi[0]) & (t <= lo_hi[1])
     if not keep.any():
-        return iv.missing("t", "no acceptance samples during the level")
-    return iv.samples_mean_ci(v[keep], method="server samples")
+        return iv.missing("t", f"no {what} samples during the level")
+    return iv.samples_mean_ci(v[keep], method=method)
+
+
+def accept_len(level: LevelRequests, server: tuple[np.ndarray, np.ndarray] | None = None,
+               **_: object) -> Estimate:
+    """Speculative acceptance length from the server's samples (its /metrics deltas or log lines) taken
+    while the level ran at steady state (the whole level when it has none)."""
+    if server is None:
+        return iv.missing("t", "the source has no server samples")
+    return _samples_during(level, server, "acceptance", "server samples")
+
+
+def gpu_power_w(level: LevelRequests, gpu_power: tuple[np.ndarray, np.ndarray] | None = None,
+                **_: object) -> Estimate:
+    """The mean power of the server's GPUs together (``--gpu-metrics``) over the level's steady state."""
+    if gpu_power is None:
+        return iv.missing("t", "the source has no GPU samples (--gpu-metrics)")
+    return _samples_during(level, gpu_power, "GPU power", "GPU samples")
+
+
+def tok_per_j(level: LevelRequests, gpu_power: tuple[np.ndarray, np.ndarray] | None = None, seed: int = 0,
+              n_boot: int = iv.N_BOOT, **_: object) -> Estimate:
+    """Output tokens per joule at steady state: throughput / the GPUs' mean power over the same span,
+    judged as throughput is. Its interval takes both into account (a ratio of two independent
+    estimates: their log standard errors in quadrature, the smaller degrees of freedom)."""
+    power = gpu_power_w(level, gpu_power)
+    if power.value is None or power.value <= 0:
+        return iv.missing(power.method, power.note or "no GPU power")
+    th = throughput(level, seed=seed, n_boot=n_boot)
+    if th.value is None:
+        return th
+    value = th.value / power.value
+    if th.se_log is None or power.se_log is None:
+        return Estimate(value, None, None, th.n, None, math.inf, "throughput/power", th.note or power.note)
+    se_log = math.hypot(th.se_log, power.se_log)
+    df = min(th.df, power.df)
+    half = iv.t_crit(df) * se_log
+    return Estimate(value, value * math.exp(-half), value * math.exp(half), th.n, se_log, df,
+                    "throughput/power", th.note)
 
 
 METRICS: dict[str, Metric] = {
@@ -351,6 +387,8 @@ METRICS: dict[str, Metric] = {
         Metric("e2e_p99", "E2E p99", "s", True, "request", _column_pct("e2e_ms", 99, 1e-3), 2, "e2e_ms"),
         Metric("error_rate", "error rate", "%", True, "share", error_rate),
         Metric("accept_len", "accept len", "tok", False, "server", accept_len, 2),
+        Metric("tok_per_j", "tok/J", "tok/J", False, "server", tok_per_j, 3),
+        Metric("gpu_power_w", "GPU power", "W", True, "server", gpu_power_w),
     )
 }
 DEFAULT_PRIMARY = "throughput"
@@ -387,10 +425,13 @@ def level_from_records(records: Sequence[RequestRecord], *, index: int, concurre
 
 
 def estimate(level: LevelRequests, metric: str, *, seed: int = 0,
-             server: tuple[np.ndarray, np.ndarray] | None = None, fast: bool = False) -> Estimate:
+             server: tuple[np.ndarray, np.ndarray] | None = None,
+             gpu_power: tuple[np.ndarray, np.ndarray] | None = None, fast: bool = False) -> Estimate:
     """``metric`` of ``level`` with its 95% interval. ``server``: (t_s, accept_len) samples of the run,
-    for ``accept_len``. The seed makes the bootstrap (and so the report) reproducible. ``fast``: the
+    for ``accept_len``; ``gpu_power``: (t_s, watts of all its GPUs), for ``tok_per_j`` and
+    ``gpu_power_w``. The seed makes the bootstrap (and so the report) reproducible. ``fast``: the
     large-sample formulas instead of the bootstrap (O(n), for checks while a level runs)."""
-    return METRICS[metric].fn(level, seed=seed, server=server, n_boot=0 if fast else iv.N_BOOT)
+    return METRICS[metric].fn(level, seed=seed, server=server, gpu_power=gpu_power,
+                              n_boot=0 if fast else iv.N_BOOT)
 
 

@@ -60,6 +60,7 @@ from specload.ui.screens import ConcurrencyScreen, CrashScreen, HelpScreen, Mark
 from specload.ui.themes import DEFAULT_THEME, FALLBACK_DARK, VARIABLE_DEFAULTS, load_themes
 from specload.ui.watchdog import QuitWatchdog
 from specload.ui.widgets.crashes import CrashTable
+from specload.ui.widgets.gpus import GpuPanel
 from specload.ui.widgets.header import RunHeader
 from specload.ui.widgets.levels import KneeChart, LevelTable
 from specload.ui.widgets.load import LoadPanel
@@ -200,6 +201,7 @@ class SpecloadApp(App[int]):
                 yield ServerPanel(id="p-server", classes="detail-panel").data_bind(App.snapshot)
                 yield CrashTable(id="p-crashes", classes="detail-panel").data_bind(App.snapshot)
                 yield ErrorsPanel(id="p-errors", classes="detail-panel").data_bind(App.snapshot)
+                yield GpuPanel(id="p-gpus", classes="detail-panel").data_bind(App.snapshot)
                 yield LogTail(id="p-log", classes="detail-panel").data_bind(tail=App.log_tail)
         yield Footer(compact=True)
 

@@ -2,7 +2,8 @@
 
 One widget tree serves every size; only CSS changes. On a large terminal (at least ``WIDE_COLS`` x
 ``TALL_ROWS``) the load, throughput and latency panels sit in a bordered row and every detail panel
-(levels, chart, server, crashes, errors, log) is visible at once in a grid. Below that the dashboard
+(levels, chart, server, crashes, errors, log; the GPUs beside the log once they are read) is visible at
+once in a grid. Below that the dashboard
 is "compact": the top panels stack without borders, and the detail panels share the remaining rows,
 one at a time, chosen with a tab strip (or the left/right keys); when it is compact only because it
 is narrow (120x40, "medium"), the crashes and the log stay in view below the chosen panel. Moving panels with CSS instead of
@@ -18,7 +19,7 @@ from textual.widgets import Tab, Tabs
 WIDE_COLS = 130
 TALL_ROWS = 34
 
-DETAIL_PANELS = ("levels", "chart", "server", "crashes", "errors", "log")
+DETAIL_PANELS = ("levels", "chart", "server", "crashes", "errors", "gpus", "log")
 
 
 class TopRow(Horizontal):

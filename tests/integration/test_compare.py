@@ -123,7 +123,7 @@ def test_json_and_csv_shapes(records: dict[str, Path]) -> None:
     doc = report_json(records["base"], records["fast"], records["same"])
     keys = {"value", "ci_low", "ci_high", "ratio", "ratio_ci_low", "ratio_ci_high", "verdict"}
     names = {"throughput", "per_request_tok_s", "ttft_p50", "ttft_p99", "tpot_p50", "tpot_p99", "e2e_p50",
-             "e2e_p99", "error_rate", "accept_len"}
+             "e2e_p99", "error_rate", "accept_len", "tok_per_j", "gpu_power_w"}
     for lv in doc["levels"]:
         assert set(lv["sides"]) == {"base", "fast", "same"}
         for side in lv["sides"].values():

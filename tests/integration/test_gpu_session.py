@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from specload.record.reader import read_record
 from specload.session import Session
 from tests import fake_nvidia_smi
@@ -76,3 +78,26 @@ async def test_auto_without_any_source_says_so_once(sim, tmp_path, monkeypatch):
     assert result.reason == "completed"
     said = [n for n in heard.of("notice") if "GPU metrics" in str(n)]
     assert said == ["GPU metrics off: neither NVML (pip install specload[gpu]) nor nvidia-smi found"]
+
+
+async def test_a_comparison_judges_energy_as_it_judges_throughput(sim, tmp_path):
+    # the same load against a plain and a speculating simulator with two GPUs each: the speculating one
+    # is faster and draws more; the comparison says both, and tokens per joule is the first over the second
+    from specload.record.runs import load_run
+    from specload.report.compare import Side, compare
+
+    runs = []
+    for name, spec in (("base", 0), ("spec", 3)):
+        server = await sim(gpus=2, spec_tokens=spec)  # 30 ms steps: the server, not the client, is the limit
+        rec = tmp_path / f"{name}.jsonl"
+        cfg = make_config(server.url, concurrency=(16,), duration_per_level_s=5, requests_per_level=None, drain=True,
+                          max_tokens=40, path=str(rec), metrics_interval_s=0.25)
+        assert (await asyncio.wait_for(Session(cfg).run(), 60)).reason == "completed"
+        runs.append(Side(name, (load_run(str(rec)),)))
+    lc = compare(runs).levels[0]
+    tp, per_j, power = (lc.result("spec", m) for m in ("throughput", "tok_per_j", "gpu_power_w"))
+    assert tp is not None and per_j is not None and power is not None
+    assert tp.ratio is not None and per_j.ratio is not None and power.ratio is not None
+    assert power.ratio.ratio > 1.0 and power.decision is not None and power.decision.verdict == "worse"
+    assert per_j.ratio.ratio == pytest.approx(tp.ratio.ratio / power.ratio.ratio, rel=1e-9)
+    assert per_j.estimate.ci_low < per_j.estimate.value < per_j.estimate.ci_high

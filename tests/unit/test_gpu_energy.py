@@ -88,3 +88,50 @@ def test_energy_adds_up_over_adjoining_spans(raw, a, b, c):
     jb, cb = energy_j(pts, b, c, 5 * S)
     jc, cc = energy_j(pts, a, c, 5 * S)
     assert ja + jb == pytest.approx(jc, rel=1e-9, abs=1e-6) and ca + cb == cc
+
+
+def test_level_line_and_table_say_the_gpus():
+    from specload.formatting import level_cells, level_line, table_columns
+    from specload.stats.gpu_levels import GpuFigures
+    from specload.stats.levels import LevelSummary
+
+    base = dict(level_index=0, concurrency=16, requests=50, ok=50, errors=(), output_tokens=6000,
+                tokens_estimated=False, wall_s=15.0, throughput_tok_s=400.0, per_request_tok_s=25.0, req_s=3.3,
+                ttft_ms_avg=None, ttft_ms_p50=None, ttft_ms_p99=None, tpot_ms_p50=None, tpot_ms_p99=None,
+                itl_ms_p50=None, itl_ms_p99=None, e2e_s_avg=None, e2e_s_p50=None, e2e_s_p99=None)
+    g = GpuFigures(gpus=8, util_pct_mean=87.4, mem_used_mib_peak=71.2 * 1024, mem_total_mib=81559.0,
+                   power_w_mean=3600.0, energy_j=54000.0, coverage=1.0, tok_per_j=6000 / 54000, j_per_1k_tok=9000.0)
+    s = LevelSummary(**base, gpu=g)
+    assert level_line(s).endswith(" | GPUs x8: util 87%, peak mem 71.2/80 GiB, power 3600 W, energy 54.00 kJ = "
+                                  "9000 J/1k tok (0.111 tok/J)")
+    unknown = LevelSummary(**base, gpu=GpuFigures(gpus=1, util_pct_mean=None, mem_used_mib_peak=None,
+                                                  mem_total_mib=None, power_w_mean=None, energy_j=None, coverage=0.3))
+    assert level_line(unknown).endswith("GPUs x1: util -%, peak mem - GiB, power - W, energy - (30% of the level sampled)")
+    cols = table_columns([s])
+    assert cols[-4:] == ("GPU W", "J/1k tok", "ok", "errors")
+    assert "GPU W" not in table_columns([LevelSummary(**base)])
+    cells = level_cells(s)
+    assert (cells["GPU W"], cells["J/1k tok"], cells["tok/J"], cells["energy kJ"]) == ("3600", "9000", "0.111", "54.00")
+    kept = LevelSummary.from_record(s.as_record()).gpu  # the record keeps them, at its precision
+    assert kept is not None and (kept.energy_j, kept.j_per_1k_tok, kept.tok_per_j, kept.mem_used_mib_peak) == (
+        54000.0, 9000.0, 0.1111, 72909.0)
+
+
+def test_tokens_per_joule_is_throughput_over_power_with_both_uncertainties():
+    import math
+
+    import numpy as np
+
+    from specload.stats.level_metrics import estimate
+    from tests.unit.test_level_metrics import closed_loop
+
+    lv = closed_loop(4, 80, np.random.default_rng(3))  # from t = 10 s, about 20 s long
+    t = np.arange(0.0, 40.0, 0.5)
+    power = (t, 400.0 + 10.0 * np.sin(t))  # a GPU drawing 400 W, +-10
+    th = estimate(lv, "throughput", gpu_power=power)
+    p = estimate(lv, "gpu_power_w", gpu_power=power)
+    e = estimate(lv, "tok_per_j", gpu_power=power)
+    assert e.value == th.value / p.value
+    assert e.se_log == math.hypot(th.se_log, p.se_log)
+    assert e.ci_low < e.value < e.ci_high
+    assert estimate(lv, "tok_per_j").value is None and "no GPU samples" in estimate(lv, "gpu_power_w").note

@@ -313,8 +313,20 @@
       speed.push({ label: "acceptance length", color: "#E69F00", axis: "y2", data: pts("accept_len") });
       speedAxes.push({ id: "y2", title: "accept len", position: "right" });
     }
-    if (queue.length) charts.push(timelineChart(mk("server-queue"), tl, { labels: false, axes: queueAxes, series: queue, xTitle: !speed.length }));
-    if (speed.length) charts.push(timelineChart(mk("server-speed"), tl, { labels: false, axes: speedAxes, series: speed, xTitle: true }));
+    // the server's GPUs (--gpu-metrics): their power together, their mean utilisation
+    const gpu = [];
+    const gpuAxes = [];
+    if (sv.gpu_power_w) {
+      gpu.push({ label: "GPU power W (all GPUs)", color: "#D55E00", data: pts("gpu_power_w") });
+      gpuAxes.push({ id: "y", title: "W" });
+    }
+    if (sv.gpu_util_pct) {
+      gpu.push({ label: "GPU utilisation % (mean)", color: "#009E73", axis: "y2", data: pts("gpu_util_pct") });
+      gpuAxes.push({ id: "y2", title: "util %", position: "right" });
+    }
+    if (queue.length) charts.push(timelineChart(mk("server-queue"), tl, { labels: false, axes: queueAxes, series: queue, xTitle: !speed.length && !gpu.length }));
+    if (speed.length) charts.push(timelineChart(mk("server-speed"), tl, { labels: false, axes: speedAxes, series: speed, xTitle: !gpu.length }));
+    if (gpu.length) charts.push(timelineChart(mk("gpu"), tl, { labels: false, axes: gpuAxes, series: gpu, xTitle: true }));
     // without server samples the heading above says why (none taken, or the source has none)
     return charts;
   }
