@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import hashlib
+import re
 from collections import deque
 
 from specload.datatypes import (
@@ -35,6 +37,9 @@ from specload.stats.server_levels import ServerLevels
 from specload.watch.command import ProcessExit
 from specload.watch.serverwatch import ServerWatch
 
+# a GPU fault this close to the server's death is counted in the crash watch (CONSEQUENCE_WINDOW's 60 s)
+GPU_CRASH_WINDOW_NS = 60_000_000_000
+GPU_CRASH_KINDS = ("xid", "lost")
 # requested vs server-counted prompt tokens of a level: beyond this, a warning (issue 15: "a few percent")
 PROMPT_LENGTH_TOLERANCE = 0.05
 
@@ -56,6 +61,8 @@ class Fanout:
         self.gpu_levels = GpuLevels(gpu_interval_s)
         self._warned_unstreamed = False
         self._said_unsupported = False
+        self._gpu_faults: deque[GpuFault] = deque(maxlen=64)  # XIDs and lost GPUs not yet tied to a death
+        self._server_died_ns: int | None = None
 
     def notice(self, text: str) -> None:
         text = self.scrub(redact_command(text) or "")
@@ -179,16 +186,44 @@ class Fanout:
         elif not self._said_unsupported:
             self._said_unsupported = True
             self.notice(f"GPU metrics: {f.message} (every such field is in the record's gpu_fault events)")
+        if f.kind in GPU_CRASH_KINDS:
+            self._gpu_faults.append(f)
+            self._gpu_crash_check()
+
+    def _gpu_crash_check(self) -> None:
+        """An XID or a lost GPU within ``GPU_CRASH_WINDOW_NS`` of the server dying (a crash in its log, or
+        found down) is counted in the crash watch too, once: alone it is a GPU fault, not a crash."""
+        died = self._server_died_ns
+        if died is None:
+            return
+        for f in [f for f in self._gpu_faults if abs(f.t_ns - died) <= GPU_CRASH_WINDOW_NS]:
+            self._gpu_faults.remove(f)
+            m = re.match(r"XID (\d+)", f.message)  # named as the crash markers name the same lines
+            what = f"Xid {m.group(1)}" if m else "GPU lost"
+            where = f"GPU {f.gpu}" if f.gpu is not None else "GPU"
+            sig = "gpu-" + hashlib.sha1(f"{what}|{where}".encode()).hexdigest()[:10]
+            ev = CrashEvent(signature=sig, exception_type=what, message=f.message, innermost_frame=None,
+                            processes=(where,), count=1, first_seen_ns=f.t_ns, last_seen_ns=f.t_ns,
+                            excerpt=f.message)
+            self.stats.on_crash(ev)  # not the policy's: the server's own death already reached it
+            self.record.crash(ev)
+            self.listener.crash(ev)
 
     def crash(self, ev: CrashEvent) -> None:
         self.stats.on_crash(ev)
         self.record.crash(ev)
         self.listener.crash(ev)
+        if ev.new and self._server_died_ns is None:
+            self._server_died_ns = ev.first_seen_ns
+            self._gpu_crash_check()
         if self.policy is not None:
             self.policy.crash(ev)
 
     def health(self, ev: RunEvent, detail: str) -> None:
         self.event(ev)
+        if ev.value == "down" and self._server_died_ns is None:
+            self._server_died_ns = ev.t_ns
+            self._gpu_crash_check()
         if self.policy is not None:
             self.policy.health(ev, detail)
 

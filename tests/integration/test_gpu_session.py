@@ -101,3 +101,26 @@ async def test_a_comparison_judges_energy_as_it_judges_throughput(sim, tmp_path)
     assert power.ratio.ratio > 1.0 and power.decision is not None and power.decision.verdict == "worse"
     assert per_j.ratio.ratio == pytest.approx(tp.ratio.ratio / power.ratio.ratio, rel=1e-9)
     assert per_j.estimate.ci_low < per_j.estimate.value < per_j.estimate.ci_high
+
+
+async def test_a_gpu_lost_before_the_server_dies_is_counted_in_the_crash_watch(sim, tmp_path, monkeypatch):
+    # the nvidia-smi double loses GPU 1 at once; the server crashes after 10 requests: the crash watch
+    # has the server's crash and the lost GPU beside it (the GPU fault alone was not a crash, above)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake_nvidia_smi.install(bin_dir)
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    monkeypatch.setenv("FAKE_SMI_MODE", "lost")
+    log = tmp_path / "server.log"
+    server = await sim(ttft_ms=5, itl_ms=5, spec_tokens=0, crash_after=10, log_file=str(log))
+    rec = tmp_path / "run.jsonl"
+    cfg = make_config(server.url, concurrency=(2,), requests_per_level=40, max_tokens=20, path=str(rec),
+                      metrics_interval_s=0.25, gpu_metrics="nvidia-smi", server_log=str(log), metrics_url="off",
+                      on_crash="stop", stall_timeout_s=5)
+    result = await asyncio.wait_for(Session(cfg).run(), 60)
+    assert result.reason == "crashed"
+    crashes = read_record(str(rec)).crashes
+    types = [c["exception_type"] for c in crashes]
+    assert sorted(set(types)) == ["AttributeError", "GPU lost"] and types.count("GPU lost") == 1, types
+    lost = next(c for c in crashes if c["exception_type"] == "GPU lost")
+    assert lost["message"].startswith("Unable to determine the device handle for GPU 00000000:3B:00.0")
