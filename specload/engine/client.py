@@ -75,6 +75,12 @@ def _noop_tokens(now_ns: int, n: float) -> None:
     return None
 
 
+def local_timeline(*, workers: bool = False) -> dict:
+    """The record header's timeline when every time is read from this machine's CLOCK_MONOTONIC."""
+    return {"clock": "CLOCK_MONOTONIC of this machine" + (", shared by the worker processes" if workers else ""),
+            "alignment": "none needed"}
+
+
 class StreamingClient:
     def __init__(
         self,
@@ -135,6 +141,15 @@ class StreamingClient:
         # session; a worker process sends them to the main process)
         self.on_event: Callable[[RunEvent], None] = lambda ev: None
         self.on_notice: Callable[[str], None] = lambda text: None
+
+    @property
+    def worker_loads(self) -> list[tuple[float | None, float | None, float | None]]:
+        """The load workers' CPU and loop lag: none, this process streams the load itself."""
+        return []
+
+    @property
+    def timeline(self) -> dict:
+        return local_timeline()
 
     async def start(self) -> None:
         if self._session is None:

@@ -54,10 +54,23 @@ def scaled(n: int, factor: float) -> int:
 
 
 class LoadClient(Protocol):
-    """What the runner sends requests through: the in-process ``StreamingClient``, or the process
-    (``WorkerPoolClient``) and Ray actor (``RayPoolClient``) pools that have its interface."""
+    """What the runner sends requests through: the in-process ``StreamingClient``, or the pool of
+    load workers (``WorkerPool``: processes or Ray actors) that has its interface."""
 
     on_cancelled: Callable[[RequestRecord], None]  # a cancelled request's record, set by the runner
+    # what the client says of itself (the switch to new connections): a record event and a notice
+    on_event: Callable[[RunEvent], None]
+    on_notice: Callable[[str], None]
+
+    @property
+    def worker_loads(self) -> list[tuple[float | None, float | None, float | None]]:
+        """Each live load worker's CPU %, loop lag and of it the wait for a CPU (none in-process)."""
+        ...
+
+    @property
+    def timeline(self) -> dict:
+        """How the times of its records sit on this process's clock, for the record's header."""
+        ...
 
     async def start(self) -> None: ...
 

@@ -1,49 +1,46 @@
-"""``--workers N``: the streaming hot path in N processes, the run's control in one.
+"""``--workers N`` (and ``--ray``): the streaming hot path in N load workers, the run's control here.
 
-The runner (dispatch, levels, concurrency, pause) stays in the main process; it does per-request
-work only. What costs per token, reading and classifying the stream, runs in worker processes,
-each with its own event loop and its own ``StreamingClient``. ``WorkerPoolClient`` has the same
-interface as ``StreamingClient`` (``start``, ``send``, ``close``, ``on_tokens``, ``on_cancelled``),
-so the runner, stats and recorder do not know whether one or N processes send the load: each
-request is sent once, by one worker, and comes back as one record, so nothing is counted twice.
+The runner (dispatch, levels, concurrency, pause) stays in this process; what costs per token,
+reading and classifying the stream, runs in the workers, each an event loop with its own
+``StreamingClient`` (``StreamWorker``). ``WorkerPool`` has the interface of ``StreamingClient``, so
+the runner, stats and recorder do not know where the load comes from: each request is sent once, by
+the least busy worker, and comes back as one record, so nothing is counted twice.
 
-The protocol is JSON lines over the worker's stdin/stdout (``init``, ``send``, ``cancel``, ``exit``
-in; ``rec``, ``tokens``, ``load`` out). Because it is messages and not shared memory, the same
-split can later run across machines: a worker is anything that speaks these lines (README:
-"More than one core"). Times are ``perf_counter_ns`` (CLOCK_MONOTONIC), which all processes on one
-machine share, so records from every worker sit on one timeline.
+The pool is one; how it reaches its workers is its transport: ``Pipes`` (processes of this machine,
+JSON lines on their stdin/stdout: ``init``, ``send``, ``cancel``, ``exit`` in; ``rec``, ``tokens``,
+``load``, ``event``, ``notice`` out) or ``RayActors`` (engine/ray_workers.py: actors anywhere on a
+Ray cluster, the same messages polled). A worker's times are moved onto this process's clock by its
+offset (0 on this machine: one CLOCK_MONOTONIC).
 
-A worker that dies (its pipe closes, it exits or is killed, it sends a line that is not the
-protocol, or it stays silent for ``heartbeat_timeout_s`` although it reports every second) is taken
-out of the pool at once: nothing more is sent to it, each request it had in flight comes back as a
-``lost`` record naming it (the server may or may not have finished it), and ``on_worker_lost`` tells
-the session, which continues on the others or stops the run. Without that, a dead worker's
-requests were awaited forever and the least-busy choice kept sending it more.
+A worker that dies (its pipe closes, it is killed, it says something that is not the protocol, or
+it stays silent for ``heartbeat_timeout_s`` although it reports every second) is taken out of the
+pool at once: nothing more is sent to it, each request it had in flight comes back as a ``lost``
+record naming it (the server may or may not have finished it), and ``on_worker_lost`` tells the
+session, which continues on the others or stops the run.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-import functools
 import os
 import signal
+import socket
 import sys
 import time
 from collections.abc import Callable
+from typing import Any, Protocol
 
 import orjson
 
 from specload.config import RequestConfig, TargetConfig
 from specload.datatypes import ErrorKind, RequestRecord, RunEvent
-from specload.engine.client import StreamingClient
+from specload.engine.client import StreamingClient, local_timeline
 from specload.options import from_dict, to_dict
 from specload.secrets import Scrubber
-from specload.stats.client_load import ClientLoadMonitor
 
 _STREAM_LIMIT = 64 * 1024 * 1024  # a record with every chunk offset can be long
-
-
+START_S = 60.0  # how long a worker process may take to come up (imports, its client) on a busy machine
 _FIELDS = tuple(f.name for f in dataclasses.fields(RequestRecord))
 
 
@@ -66,31 +63,6 @@ def record_from_wire(d: dict) -> RequestRecord:
     return RequestRecord(**kw)
 
 
-class _Worker:
-    def __init__(self, index: int, proc: asyncio.subprocess.Process, now: float) -> None:
-        self.index = index
-        self.proc = proc
-        self.in_flight = 0
-        self.cpu_pct: float | None = None
-        self.lag_ms: float | None = None
-        self.lag_wait_ms: float | None = None  # of the worst delay, the time spent waiting for a CPU
-        self.alive = True
-        self.last_seen = now  # loop time of the last line read from it
-        self.why: str | None = None  # set when the pool itself ends the worker (silent, bad line)
-
-    @property
-    def name(self) -> str:
-        return f"worker {self.index} (pid {self.proc.pid})"
-
-    def write(self, obj: dict) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(orjson.dumps(obj) + b"\n")
-
-
-class WorkerLost(RuntimeError):
-    """The worker a request was sent to died; the message names it and says how."""
-
-
 def exit_description(code: int | None) -> str:
     if code is None:
         return "stopped answering"
@@ -103,18 +75,10 @@ def exit_description(code: int | None) -> str:
     return f"exited with code {code}"
 
 
-def worker_init(
-    base_url: str,
-    flavour: str,
-    *,
-    model: str | None,
-    target: TargetConfig | None,
-    request: RequestConfig | None,
-    headers: dict[str, str] | None,
-    scrubber: Scrubber | None,
-) -> dict:
-    """What a worker (process or Ray actor) needs to build its ``StreamingClient``, as plain data.
-    The configs travel whole: a new option reaches the workers without a change here."""
+def worker_init(base_url: str, flavour: str, *, model: str | None, target: TargetConfig | None,
+                request: RequestConfig | None, headers: dict[str, str] | None, scrubber: Scrubber | None) -> dict:
+    """What a worker needs to build its ``StreamingClient``, as plain data. The configs travel whole:
+    a new option reaches the workers without a change here."""
     return {
         "op": "init",
         "base_url": base_url,
@@ -128,70 +92,201 @@ def worker_init(
     }
 
 
-def client_from_init(
-    init: dict, on_tokens: Callable[[int, float], None], on_cancelled: Callable[[RequestRecord], None]
-) -> StreamingClient:
-    return StreamingClient(
-        init["base_url"],
-        init["flavour"],
-        model=init["model"],
-        target=from_dict(TargetConfig, init["target"]),
-        request=from_dict(RequestConfig, init["request"]),
-        headers=init["headers"],
-        on_tokens=on_tokens,
-        on_cancelled=on_cancelled,
-        scrubber=Scrubber(init["secrets"]),
-    )
+def boot_id() -> str:
+    """Machines differ, and so does one machine across reboots: processes with the same boot id
+    share one CLOCK_MONOTONIC."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip()
+    except OSError:
+        return f"host:{socket.gethostname()}"
 
 
-def lost_record(rid: int, level: int, level_index: int, warmup: bool, start: int, why: str) -> RequestRecord:
-    """The record of a request whose worker died: no response known, the worker named in ``why``."""
+def _ended_record(rid: int, level: int, level_index: int, warmup: bool, start: int, kind: ErrorKind,
+                  why: str) -> RequestRecord:
     return RequestRecord(rid, level, level_index, warmup, start, time.perf_counter_ns(), None, None, 0, True,
-                         None, 0, error_kind=ErrorKind.LOST, error_detail=why)
+                         None, 0, error_kind=kind, error_detail=why)
 
 
-def cancelled_record(rid: int, level: int, level_index: int, warmup: bool, start: int) -> RequestRecord:
-    return RequestRecord(rid, level, level_index, warmup, start, time.perf_counter_ns(), None, None, 0, True,
-                         None, 0, error_kind=ErrorKind.CANCELLED, error_detail="cancelled by specload")
+# ---------------------------------------------------------------------- the worker's side
 
 
-class WorkerPoolClient:
-    def __init__(
-        self,
-        n: int,
-        base_url: str,
-        flavour: str,
-        *,
-        model: str | None = None,
-        target: TargetConfig | None = None,
-        request: RequestConfig | None = None,
-        headers: dict[str, str] | None = None,
-        on_tokens: Callable[[int, float], None] | None = None,
-        scrubber: Scrubber | None = None,
-        heartbeat_timeout_s: float = 30.0,
-        **_: object,
-    ) -> None:
+class StreamWorker:
+    """One load worker: an event loop streaming the requests the pool sends it, whatever carries them
+    (a process's pipes, a Ray actor's calls: Ray makes this class an actor with ``ray.remote``, so
+    importing it does not need Ray). What it says unasked (its client's events and notices, its load
+    each second) goes to ``say``, or waits for the next ``poll``; tokens wait for the next poll."""
+
+    def __init__(self, init: dict, say: Callable[[dict], None] | None = None) -> None:
+        self._init = init
+        self._said: list[dict] = []
+        self._say = say or self._said.append
+        self._client: StreamingClient | None = None
+        self._tasks: dict[int, asyncio.Task] = {}
+        self._cancelled: dict[int, RequestRecord] = {}
+        self._tokens = 0.0  # a chunk's tokens may be a share of a multi-token chunk's count
+        self._tokens_t = 0
+        self._monitor: asyncio.Task | None = None
+
+    def _on_tokens(self, t: int, n: float) -> None:
+        self._tokens += n
+        self._tokens_t = t
+
+    def _on_cancelled(self, rec: RequestRecord) -> None:
+        self._cancelled[rec.request_id] = rec
+
+    async def start(self) -> dict:
+        from specload.stats.client_load import ClientLoadMonitor
+
+        init = self._init
+        self._client = client = StreamingClient(
+            init["base_url"], init["flavour"], model=init["model"], target=from_dict(TargetConfig, init["target"]),
+            request=from_dict(RequestConfig, init["request"]), headers=init["headers"], on_tokens=self._on_tokens,
+            on_cancelled=self._on_cancelled, scrubber=Scrubber(init["secrets"]))
+        client.on_event = lambda ev: self._say({"op": "event", "t": ev.t_ns, "kind": ev.kind, "value": ev.value})
+        client.on_notice = lambda text: self._say({"op": "notice", "text": text})
+        await client.start()
+        # the same monitor as the main process's: its samples are judged there (starved or saturated)
+        self._monitor = asyncio.ensure_future(ClientLoadMonitor(on_sample=lambda s: self._say(
+            {"op": "load", "cpu": s.cpu_pct, "lag": s.loop_lag_ms, "wait": s.lag_cpu_wait_ms})).run())
+        return {"pid": os.getpid(), "host": socket.gethostname(), "boot_id": boot_id(),
+                "now_ns": time.perf_counter_ns()}
+
+    async def clock(self) -> int:
+        return time.perf_counter_ns()
+
+    async def send(self, msg: dict) -> dict:
+        """One request, to its record (a cancelled one too) on the wire."""
+        assert self._client is not None
+        rid = msg["id"]
+        task = asyncio.ensure_future(self._client.send(
+            msg["prompt"], request_id=rid, level=msg["level"], level_index=msg["level_index"], warmup=msg["warmup"],
+            max_tokens=msg.get("max_tokens"), prompt_tokens_requested=msg.get("ptr")))
+        self._tasks[rid] = task
+        try:
+            rec = await task
+        except asyncio.CancelledError:
+            # cancelled through cancel() or stop(): the client handed its cancelled record to _on_cancelled
+            cancelled = self._cancelled.pop(rid, None)
+            if cancelled is None:
+                raise
+            rec = cancelled
+        finally:
+            self._tasks.pop(rid, None)
+        return record_to_wire(rec)
+
+    async def cancel(self, rid: int) -> None:
+        task = self._tasks.get(rid)
+        if task is not None:
+            task.cancel()
+
+    def tokens(self) -> dict | None:
+        """The tokens streamed since last asked, as a message (None: none)."""
+        if not self._tokens:
+            return None
+        n, self._tokens = self._tokens, 0
+        return {"op": "tokens", "t": self._tokens_t, "n": n}
+
+    async def poll(self) -> dict:
+        said = self._said.copy()  # the list ``say`` appends to stays the same
+        self._said.clear()
+        tokens = self.tokens()
+        return {"now_ns": time.perf_counter_ns(), "said": said if tokens is None else [*said, tokens]}
+
+    async def stop(self) -> None:
+        for t in list(self._tasks.values()):
+            t.cancel()
+        await asyncio.gather(*self._tasks.values(), return_exceptions=True)
+        if self._monitor is not None:
+            self._monitor.cancel()
+            await asyncio.gather(self._monitor, return_exceptions=True)
+        if self._client is not None:
+            await self._client.close()
+
+
+# ---------------------------------------------------------------------- the pool
+
+
+@dataclasses.dataclass(eq=False)
+class Worker:
+    """The pool's view of one worker."""
+
+    index: int
+    handle: Any  # the transport's: a process, a Ray actor handle
+    name: str = ""
+    pid: int = 0
+    host: str = ""
+    same_machine: bool = True
+    offset_ns: int = 0  # worker clock - this process's clock
+    rtt_ns: int | None = None  # the round trip of the sample the offset comes from
+    alive: bool = True
+    in_flight: int = 0
+    load: tuple[float | None, float | None, float | None] = (None, None, None)  # CPU %, lag, of it CPU wait
+    last_seen: float = 0.0  # loop time it was last heard from
+    why: str | None = None  # set when the pool ends it (silent, not the protocol)
+
+
+class WorkerLost(RuntimeError):
+    """The worker a request was sent to died; the message names it and says how."""
+
+
+class Transport(Protocol):
+    """How the pool reaches its workers. It tells the pool what a worker says (``WorkerPool.heard``)
+    and that one is gone (``WorkerPool.lost``)."""
+
+    @property
+    def timeline(self) -> dict: ...
+
+    async def start(self, pool: WorkerPool) -> list[Worker]: ...
+
+    def send(self, w: Worker, msg: dict) -> None: ...
+
+    def cancel(self, w: Worker, rid: int) -> None: ...
+
+    def kill(self, w: Worker, why: str) -> None:
+        """End a worker that cannot be trusted any more; the pool hears ``lost`` once it is gone."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+def aligned(rec: RequestRecord, w: Worker) -> RequestRecord:
+    """The record on this process's clock: start and end moved by the worker's offset, durations untouched."""
+    if not w.offset_ns:
+        return rec
+    return dataclasses.replace(rec, start_ns=rec.start_ns - w.offset_ns, end_ns=rec.end_ns - w.offset_ns)
+
+
+class WorkerPool:
+    """``n`` load workers behind the interface of ``StreamingClient``, on ``Pipes`` unless told otherwise."""
+
+    def __init__(self, n: int, base_url: str, flavour: str, *, transport: Transport | None = None,
+                 model: str | None = None, target: TargetConfig | None = None, request: RequestConfig | None = None,
+                 headers: dict[str, str] | None = None, on_tokens: Callable[[int, float], None] | None = None,
+                 on_worker_lost: Callable[[int, str, int], None] | None = None, scrubber: Scrubber | None = None,
+                 heartbeat_timeout_s: float = 30.0) -> None:
         self.n = n
+        self.transport: Transport = transport or Pipes()
         self.heartbeat_timeout_s = heartbeat_timeout_s
-        self._init = worker_init(base_url, flavour, model=model, target=target, request=request, headers=headers,
-                                 scrubber=scrubber)
+        self.init = worker_init(base_url, flavour, model=model, target=target, request=request, headers=headers,
+                                scrubber=scrubber)
         self.on_tokens = on_tokens or (lambda t, n: None)
         self.on_cancelled: Callable[[RequestRecord], None] = lambda rec: None
-        # (worker index, what happened, workers still alive): set by the session, which records an
-        # event and continues or stops the run.
-        self.on_worker_lost: Callable[[int, str, int], None] = lambda index, why, left: None
+        # (worker index, what happened, workers still alive): the session records an event and
+        # continues or stops the run
+        self.on_worker_lost = on_worker_lost or (lambda index, why, left: None)
         # a worker's client events and notices (the switch to new connections), tagged with the worker
         self.on_event: Callable[[RunEvent], None] = lambda ev: None
         self.on_notice: Callable[[str], None] = lambda text: None
-        self._workers: list[_Worker] = []
-        self._alive: list[_Worker] = []
-        self._pending: dict[int, tuple[asyncio.Future, _Worker]] = {}
-        self._tasks: list[asyncio.Task] = []
-        self._closing = False
+        self.workers: list[Worker] = []
+        self._alive: list[Worker] = []
+        self._pending: dict[int, tuple[asyncio.Future, Worker]] = {}
+        self._watch: asyncio.Task | None = None
+        self.closing = False
 
     @property
     def worker_loads(self) -> list[tuple[float | None, float | None, float | None]]:
-        return [(w.cpu_pct, w.lag_ms, w.lag_wait_ms) for w in self._alive]
+        return [w.load for w in self._alive]
 
     @property
     def workers_alive(self) -> int:
@@ -199,112 +294,83 @@ class WorkerPoolClient:
 
     @property
     def worker_pids(self) -> list[int]:
-        return [w.proc.pid for w in self._workers]
+        return [w.pid for w in self.workers]
 
     @property
     def worker_in_flight(self) -> list[int]:
-        return [w.in_flight if w.alive else 0 for w in self._workers]
+        return [w.in_flight if w.alive else 0 for w in self.workers]
+
+    @property
+    def timeline(self) -> dict:
+        """How the workers' times sit on this process's timeline, for the record's header."""
+        return self.transport.timeline
 
     async def start(self) -> None:
-        if self._workers:
+        if self.workers:
             return
-        loop = asyncio.get_running_loop()
-        for i in range(self.n):
-            proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "specload.engine.workers",
-                stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, limit=_STREAM_LIMIT,
-            )
-            w = _Worker(i, proc, loop.time())
-            w.write(self._init)
-            self._workers.append(w)
-            self._alive.append(w)
-            self._tasks.append(asyncio.ensure_future(self._read(w)))
-        self._tasks.append(asyncio.ensure_future(self._watch_silence()))
+        self.workers = await self.transport.start(self)
+        now = asyncio.get_running_loop().time()
+        for w in self.workers:
+            w.last_seen = now
+        self._alive = list(self.workers)
+        self._watch = asyncio.ensure_future(self._watch_silence())
 
-    async def _read(self, w: _Worker) -> None:
-        assert w.proc.stdout is not None
-        on_tokens = self.on_tokens
-        loop = asyncio.get_running_loop()
-        try:
-            while True:
-                line = await w.proc.stdout.readline()
-                if not line:
-                    break
-                w.last_seen = loop.time()
-                try:
-                    msg = orjson.loads(line)
-                    op = msg.get("op")
-                    if op == "tokens":
-                        on_tokens(msg["t"], msg["n"])
-                    elif op == "rec":
-                        entry = self._pending.pop(msg["request_id"], None)
-                        if entry is not None:
-                            w.in_flight -= 1
-                            if not entry[0].done():
-                                entry[0].set_result(record_from_wire(msg))
-                    elif op == "load":
-                        w.cpu_pct, w.lag_ms, w.lag_wait_ms = msg["cpu"], msg["lag"], msg.get("wait")
-                    elif op == "event":  # the worker's clock is this machine's CLOCK_MONOTONIC too
-                        self.on_event(RunEvent(msg["t"], msg["kind"], {**msg["value"], "worker": w.index}))
-                    elif op == "notice":
-                        self.on_notice(f"{w.name}: {msg['text']}")
-                except (orjson.JSONDecodeError, AttributeError, KeyError, TypeError, ValueError) as e:
-                    # not the protocol: nothing it says can be trusted any more
-                    w.why = f"sent a line that is not the worker protocol ({type(e).__name__}); killed"
-                    break
-        except (ConnectionError, asyncio.LimitOverrunError, ValueError) as e:
-            w.why = f"its pipe failed ({type(e).__name__}); killed"
-        await self._gone(w)
+    def heard(self, w: Worker, msg: dict) -> None:
+        """What worker ``w`` said: a record, tokens, a load sample, a client event or notice. A message
+        that is not the protocol raises (AttributeError, KeyError, TypeError, ValueError)."""
+        w.last_seen = asyncio.get_running_loop().time()
+        op = msg.get("op")
+        if op == "tokens":
+            self.on_tokens(msg["t"] - w.offset_ns, msg["n"])
+        elif op == "rec":
+            entry = self._pending.pop(msg["request_id"], None)
+            if entry is not None:
+                w.in_flight -= 1
+                if not entry[0].done():
+                    entry[0].set_result(aligned(record_from_wire(msg), w))
+        elif op == "load":
+            w.load = (msg["cpu"], msg["lag"], msg.get("wait"))
+        elif op == "event":
+            self.on_event(RunEvent(msg["t"] - w.offset_ns, msg["kind"], {**msg["value"], "worker": w.index}))
+        elif op == "notice":
+            self.on_notice(f"{w.name}: {msg['text']}")
 
-    async def _gone(self, w: _Worker) -> None:
-        """The worker's output ended: reap it and, unless the pool is closing, report it lost."""
-        if w.why is not None and w.proc.returncode is None:
-            w.proc.kill()
-        try:
-            async with asyncio.timeout(5):
-                code = await w.proc.wait()
-        except TimeoutError:
-            # it closed its output but lives on: of no use any more
-            w.proc.kill()
-            code = await w.proc.wait()
+    def lost(self, w: Worker, how: str) -> None:
+        """Worker ``w`` is gone (``how``: "was killed by SIGKILL", ...): its requests are failed first,
+        the session told second, in the same loop step, so the runner, told to stop, launches nothing
+        more before their tasks wake up."""
         if not w.alive:
             return
         w.alive = False
         self._alive = [x for x in self._alive if x.alive]
-        why = f"{w.name} {w.why or exit_description(code)}"
-        if self._closing:
-            self._fail_pending(w, why + " while specload was stopping")
-            return
-        # Its requests are failed first, the session told second, in the same loop step: the
-        # runner, told to stop, launches nothing more before their tasks wake up.
-        self._fail_pending(w, why)
-        self.on_worker_lost(w.index, why, len(self._alive))
-
-    def _fail_pending(self, w: _Worker, why: str) -> None:
+        why = f"{w.name} {how}" + (" while specload was stopping" if self.closing else "")
         for rid, (fut, owner) in list(self._pending.items()):
             if owner is w:
-                self._pending.pop(rid, None)
+                del self._pending[rid]
                 if not fut.done():
                     fut.set_exception(WorkerLost(why))
         w.in_flight = 0
+        if not self.closing:
+            self.on_worker_lost(w.index, why, len(self._alive))
 
     async def _watch_silence(self) -> None:
         """A worker reports its load every second; one silent for ``heartbeat_timeout_s`` is hung
-        (stopped, deadlocked) and is killed, which its reader then reports as a lost worker."""
+        (stopped, deadlocked) and is killed. Only the time this loop was listening counts: when it was
+        held up itself (a busy machine), what the workers said meanwhile is still unread."""
         loop = asyncio.get_running_loop()
         last = loop.time()
         while True:
             await asyncio.sleep(1.0)
             now = loop.time()
-            if now - last > 5.0:
-                # this loop itself was held up: a worker's silence may be ours, judge nothing
+            late = now - last - 1.0
+            if late > 0.1:
                 for w in self._alive:
-                    w.last_seen = max(w.last_seen, now)
+                    w.last_seen += late
             last = now
-            for w in self._alive:
+            for w in list(self._alive):
                 if w.why is None and now - w.last_seen > self.heartbeat_timeout_s:
                     w.why = f"sent nothing for {self.heartbeat_timeout_s:g} s (hung or stopped); killed"
-                    w.proc.kill()
+                    self.transport.kill(w, w.why)
 
     async def send(
         self, prompt: str, *, request_id: int = 0, level: int = 0, level_index: int = 0, warmup: bool = False,
@@ -312,67 +378,53 @@ class WorkerPoolClient:
     ) -> RequestRecord:
         start = time.perf_counter_ns()
         if not self._alive:
-            return lost_record(request_id, level, level_index, warmup, start, "no load worker left")
+            return _ended_record(request_id, level, level_index, warmup, start, ErrorKind.LOST, "no load worker left")
         w = min(self._alive, key=lambda x: x.in_flight)
         fut: asyncio.Future = asyncio.get_running_loop().create_future()
         self._pending[request_id] = (fut, w)
         w.in_flight += 1
+        self.transport.send(w, {"op": "send", "id": request_id, "prompt": prompt, "level": level,
+                                "level_index": level_index, "warmup": warmup, "max_tokens": max_tokens,
+                                "ptr": prompt_tokens_requested})
         try:
-            w.write({"op": "send", "id": request_id, "prompt": prompt, "level": level, "level_index": level_index,
-                     "warmup": warmup, "max_tokens": max_tokens, "ptr": prompt_tokens_requested})
-        except (ConnectionError, RuntimeError):
-            pass  # its pipe is closing: the reader reports the worker lost and fails this request
-        try:
-            return await fut
+            return await asyncio.shield(fut)  # a cancel leaves fut to the worker's own record of it
         except asyncio.CancelledError:
-            if not self._closing and w.alive:
-                try:
-                    w.write({"op": "cancel", "id": request_id})
-                except (ConnectionError, RuntimeError):
-                    pass
+            if not self.closing and w.alive:
+                self.transport.cancel(w, request_id)
             try:
                 async with asyncio.timeout(5):
                     rec = await asyncio.shield(fut)
             except WorkerLost as e:
                 # the worker died first (a run stopped because of it cancels every request): the
                 # request was lost, not cancelled
-                rec = lost_record(request_id, level, level_index, warmup, start, str(e))
-            except (TimeoutError, asyncio.CancelledError):
-                self._pending.pop(request_id, None)
-                rec = cancelled_record(request_id, level, level_index, warmup, start)
+                rec = _ended_record(request_id, level, level_index, warmup, start, ErrorKind.LOST, str(e))
+            except (asyncio.CancelledError, Exception):  # noqa: BLE001 - no record came back: cancelled
+                if self._pending.pop(request_id, None) is not None:
+                    w.in_flight -= 1
+                rec = _ended_record(request_id, level, level_index, warmup, start, ErrorKind.CANCELLED,
+                                    "cancelled by specload")
             self.on_cancelled(rec)
             raise
         except WorkerLost as e:
-            return lost_record(request_id, level, level_index, warmup, start, str(e))
+            return _ended_record(request_id, level, level_index, warmup, start, ErrorKind.LOST, str(e))
+
+    def failed(self, rid: int, exc: BaseException) -> None:
+        """A request the transport could not carry (no record will come): its send raises ``exc``."""
+        entry = self._pending.pop(rid, None)
+        if entry is not None:
+            entry[1].in_flight -= 1
+            if not entry[0].done():
+                entry[0].set_exception(exc)
 
     async def close(self) -> None:
-        self._closing = True
-        for w in self._alive:
-            try:
-                w.write({"op": "exit"})
-            except (ConnectionError, RuntimeError):
-                pass
-        for w in self._workers:
-            try:
-                async with asyncio.timeout(10):
-                    await w.proc.wait()
-            except TimeoutError:
-                w.proc.kill()
-                await w.proc.wait()
-        # the readers end on their own once the workers' output closes; the silence watch does not
-        readers, watch = self._tasks[:-1], self._tasks[-1:]
-        try:
-            async with asyncio.timeout(10):
-                await asyncio.gather(*readers, return_exceptions=True)
-        except TimeoutError:
-            pass
-        for t in self._tasks:
-            t.cancel()
-        await asyncio.gather(*readers, *watch, return_exceptions=True)
-        self._workers.clear()
-        self._alive.clear()
+        self.closing = True
+        if self._watch is not None:
+            self._watch.cancel()
+            await asyncio.gather(self._watch, return_exceptions=True)
+        await self.transport.close()
+        self._alive = []
 
-    async def __aenter__(self) -> WorkerPoolClient:
+    async def __aenter__(self) -> WorkerPool:
         await self.start()
         return self
 
@@ -380,11 +432,108 @@ class WorkerPoolClient:
         await self.close()
 
 
-# ---------------------------------------------------------------------- the worker process
+# ---------------------------------------------------------------------- processes on pipes
 
 
-def _forget(tasks: dict[int, asyncio.Task], rid: int, _task: asyncio.Task) -> None:
-    tasks.pop(rid, None)
+class Pipes:
+    """The transport to worker processes of this machine (``python -m specload.engine.workers``):
+    JSON lines on their stdin and stdout, one reader task each. The load starts once every worker
+    has said it is up: one still starting (seconds, on a busy machine) is not judged silent, and
+    requests do not wait in its pipe meanwhile."""
+
+    @property
+    def timeline(self) -> dict:
+        return local_timeline(workers=True)
+
+    def __init__(self) -> None:
+        self._pool: WorkerPool | None = None
+        self._readers: list[asyncio.Task] = []
+        self._workers: list[Worker] = []
+
+    async def start(self, pool: WorkerPool) -> list[Worker]:
+        self._pool = pool
+        up: list[asyncio.Event] = []
+        for i in range(pool.n):
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "specload.engine.workers",
+                stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, limit=_STREAM_LIMIT,
+            )
+            w = Worker(i, proc, name=f"worker {i} (pid {proc.pid})", pid=proc.pid)
+            self._write(w, pool.init)
+            self._workers.append(w)
+            up.append(asyncio.Event())
+            self._readers.append(asyncio.ensure_future(self._read(pool, w, up[-1])))
+        # one that does not come up in time is judged by the pool's silence watch
+        waits = [asyncio.ensure_future(e.wait()) for e in up]
+        try:
+            await asyncio.wait(waits, timeout=START_S)
+        finally:
+            for t in waits:
+                t.cancel()
+        return self._workers
+
+    @staticmethod
+    def _write(w: Worker, obj: dict) -> None:
+        try:
+            w.handle.stdin.write(orjson.dumps(obj) + b"\n")
+        except (ConnectionError, RuntimeError):
+            pass  # its pipe is closing: the reader reports the worker lost, and fails its requests
+
+    def send(self, w: Worker, msg: dict) -> None:
+        self._write(w, msg)
+
+    def cancel(self, w: Worker, rid: int) -> None:
+        self._write(w, {"op": "cancel", "id": rid})
+
+    def kill(self, w: Worker, why: str) -> None:
+        w.why = why
+        w.handle.kill()  # its reader sees the pipe close and reports it lost
+
+    async def _read(self, pool: WorkerPool, w: Worker, up: asyncio.Event) -> None:
+        proc = w.handle
+        try:
+            while line := await proc.stdout.readline():
+                up.set()  # its first line (or its end) says it is up, or will never be
+                try:
+                    pool.heard(w, orjson.loads(line))
+                except (AttributeError, KeyError, TypeError, ValueError) as e:
+                    # not the protocol: nothing it says can be trusted any more
+                    w.why = f"sent a line that is not the worker protocol ({type(e).__name__}); killed"
+                    break
+        except (ConnectionError, asyncio.LimitOverrunError, ValueError) as e:
+            w.why = f"its pipe failed ({type(e).__name__}); killed"
+        up.set()
+        if w.why is not None and proc.returncode is None:
+            proc.kill()
+        try:
+            async with asyncio.timeout(5):
+                code = await proc.wait()
+        except TimeoutError:
+            # it closed its output but lives on: of no use any more
+            proc.kill()
+            code = await proc.wait()
+        pool.lost(w, w.why or exit_description(code))
+
+    async def close(self) -> None:
+        for w in self._workers:
+            if w.alive:
+                self._write(w, {"op": "exit"})
+        for w in self._workers:
+            try:
+                async with asyncio.timeout(10):
+                    await w.handle.wait()
+            except TimeoutError:
+                w.handle.kill()
+                await w.handle.wait()
+        # the readers end on their own once the workers' output closes
+        try:
+            async with asyncio.timeout(10):
+                await asyncio.gather(*self._readers, return_exceptions=True)
+        except TimeoutError:
+            pass
+        for t in self._readers:
+            t.cancel()
+        await asyncio.gather(*self._readers, return_exceptions=True)
 
 
 async def _worker_main() -> None:
@@ -394,67 +543,43 @@ async def _worker_main() -> None:
     w_transport, w_protocol = await loop.connect_write_pipe(asyncio.streams.FlowControlMixin, sys.stdout)
     out = asyncio.StreamWriter(w_transport, w_protocol, None, loop)
 
-    def emit(obj: dict) -> None:
-        out.write(orjson.dumps(obj) + b"\n")
+    def emit(obj: dict | None) -> None:
+        if obj is not None:
+            out.write(orjson.dumps(obj) + b"\n")
 
-    init = orjson.loads(await reader.readline())
-    tokens: list[float] = [0, 0]  # [count since last report, last time]
-
-    def on_tokens(t: int, n: float) -> None:
-        tokens[0] += n
-        tokens[1] = t
-
-    client = client_from_init(init, on_tokens, lambda rec: emit(record_to_wire(rec)))
-    client.on_event = lambda ev: emit({"op": "event", "t": ev.t_ns, "kind": ev.kind, "value": ev.value})
-    client.on_notice = lambda text: emit({"op": "notice", "text": text})
-    await client.start()
-    tasks: dict[int, asyncio.Task] = {}
+    worker = StreamWorker(orjson.loads(await reader.readline()), say=emit)
+    await worker.start()
+    emit({"op": "ready"})
+    sends: set[asyncio.Task] = set()
 
     async def one(msg: dict) -> None:
-        rec = await client.send(msg["prompt"], request_id=msg["id"], level=msg["level"],
-                                max_tokens=msg.get("max_tokens"), prompt_tokens_requested=msg.get("ptr"),
-                                level_index=msg["level_index"], warmup=msg["warmup"])
-        emit(record_to_wire(rec))
+        emit(await worker.send(msg))
 
     async def report() -> None:
         while True:
             await asyncio.sleep(0.05)
-            if tokens[0]:
-                emit({"op": "tokens", "t": tokens[1], "n": tokens[0]})
-                tokens[0] = 0
+            emit(worker.tokens())
 
-    # the same monitor as the main process's: its samples are judged there (starved or saturated)
-    monitor = ClientLoadMonitor(
-        on_sample=lambda s: emit({"op": "load", "cpu": s.cpu_pct, "lag": s.loop_lag_ms, "wait": s.lag_cpu_wait_ms})
-    )
-    reporter = asyncio.gather(report(), monitor.run())
+    reporter = asyncio.ensure_future(report())
     try:
-        while True:
-            line = await reader.readline()
-            if not line:
-                break
+        while line := await reader.readline():
             msg = orjson.loads(line)
             op = msg.get("op")
             if op == "send":
                 t = asyncio.ensure_future(one(msg))
-                tasks[msg["id"]] = t
-                t.add_done_callback(functools.partial(_forget, tasks, msg["id"]))
+                sends.add(t)
+                t.add_done_callback(sends.discard)
             elif op == "cancel":
-                sent = tasks.get(msg["id"])
-                if sent is not None:
-                    sent.cancel()
+                await worker.cancel(msg["id"])
             elif op == "exit":
                 break
     finally:
-        for t in list(tasks.values()):
-            t.cancel()
-        await asyncio.gather(*tasks.values(), return_exceptions=True)
-        if tokens[0]:
-            emit({"op": "tokens", "t": tokens[1], "n": tokens[0]})
+        await worker.stop()  # its requests end cancelled, and their records go out
+        await asyncio.gather(*sends, return_exceptions=True)
+        emit(worker.tokens())
         reporter.cancel()
-        # retrieved, or the cancelled gather prints "exception was never retrieved" at exit
+        # retrieved, or the cancelled task prints "exception was never retrieved" at exit
         await asyncio.gather(reporter, return_exceptions=True)
-        await client.close()
         await out.drain()
 
 

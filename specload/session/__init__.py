@@ -266,11 +266,9 @@ class Session:
         if not prompts.synthetic or prompts.trace is not None:
             fan.notice(prompts.summary())
         self._prompts = prompts
-        self.client = client = _client(cfg, url, api, self.model, headers, self.clock, self.stats, self.scrub)
-        if hasattr(client, "on_worker_lost"):
-            client.on_worker_lost = self.policy.worker_lost
-        if hasattr(client, "on_event") and hasattr(client, "on_notice"):  # the switch to new connections
-            client.on_event, client.on_notice = fan.event, fan.notice
+        self.client = client = _client(cfg, url, api, self.model, headers, self.clock, self.stats, self.scrub,
+                                       self.policy.worker_lost)
+        client.on_event, client.on_notice = fan.event, fan.notice  # the switch to new connections
         await _start_client(client, cfg)
         # --find-max: the search decides every level; the ramp's levels only give it its start
         plan = dataclasses.replace(cfg.plan, levels=()) if cfg.capacity.find_max else cfg.plan
@@ -293,7 +291,7 @@ class Session:
                             tg.create_task(self.supervisor.watch_exit(fan.server_exit))]
         self.watch = fan.watch = ServerWatch(
             cfg.watch, url, clock=self.clock, on_health=fan.health, on_server=fan.server,
-            on_client_load=fan.client_load, on_notice=fan.notice, worker_loads=lambda: getattr(client, "worker_loads", []),
+            on_client_load=fan.client_load, on_notice=fan.notice, worker_loads=lambda: client.worker_loads,
             on_gpu=fan.gpu, on_gpu_fault=fan.gpu_fault,
             server_local=self.supervisor.command() is not None or is_local(url))
         await self.watch.start(tg)
@@ -362,10 +360,12 @@ class Session:
         if self._prompts is not None:
             header["prompts"] = self._prompts.describe()
         # how the times of requests measured by other processes or machines sit on this timeline
-        header["timeline"] = getattr(self.client, "timeline", None) or {
-            "clock": "CLOCK_MONOTONIC of this machine" + (", shared by the worker processes" if self.cfg.workers > 1 else ""),
-            "alignment": "none needed",
-        }
+        if self.client is not None:
+            header["timeline"] = self.client.timeline
+        else:
+            from specload.engine.client import local_timeline
+
+            header["timeline"] = local_timeline(workers=self.cfg.workers > 1)
         return header
 
     def _set_phase(self, phase: str, *, tell: bool = True) -> None:
@@ -420,20 +420,20 @@ async def _start_client(client: LoadClient, cfg: RunConfig) -> None:
 
 
 def _client(cfg: RunConfig, url: str, api: str, model: str | None, headers: dict[str, str], clock: Clock,
-            stats: LiveStats, scrub: Scrubber) -> LoadClient:
-    """The load's client: in this process, or ``--workers`` processes (or Ray actors) behind the same
-    interface."""
-    if cfg.ray:
-        from specload.engine.ray_workers import RayPoolClient
+            stats: LiveStats, scrub: Scrubber, worker_lost: Callable[[int, str, int], None]) -> LoadClient:
+    """The load's client: in this process, or a pool of ``--workers`` processes (or Ray actors) behind
+    the same interface."""
+    if cfg.workers > 1 or cfg.ray:
+        from specload.engine.workers import Transport, WorkerPool
 
-        return RayPoolClient(cfg.workers, url, api, address=cfg.ray, model=model, target=cfg.target,
-                             request=cfg.request, headers=headers, clock=clock, on_tokens=stats.on_tokens,
-                             scrubber=scrub)
-    if cfg.workers > 1:
-        from specload.engine.workers import WorkerPoolClient
+        transport: Transport | None = None
+        if cfg.ray:
+            from specload.engine.ray_workers import RayActors
 
-        return WorkerPoolClient(cfg.workers, url, api, model=model, target=cfg.target, request=cfg.request,
-                                headers=headers, clock=clock, on_tokens=stats.on_tokens, scrubber=scrub)
+            transport = RayActors(cfg.ray)
+        return WorkerPool(cfg.workers, url, api, transport=transport, model=model, target=cfg.target,
+                          request=cfg.request, headers=headers, on_tokens=stats.on_tokens,
+                          on_worker_lost=worker_lost, scrubber=scrub)
     from specload.engine.client import StreamingClient
 
     return StreamingClient(url, api, model=model, target=cfg.target, request=cfg.request, headers=headers,

@@ -10,7 +10,7 @@ import signal
 import pytest
 
 from specload.config import RequestConfig, RunConfig
-from specload.engine.workers import WorkerPoolClient
+from specload.engine.workers import WorkerPool
 from specload.exitcode import ExitCode
 from specload.record.reader import read_record
 from specload.session import Session
@@ -159,20 +159,20 @@ async def test_when_every_worker_dies_the_run_stops_with_its_end_line(sim, tmp_p
 async def test_a_silent_worker_is_killed_and_its_requests_come_back_lost(sim) -> None:
     server = await sim(ttft_ms=5, itl_ms=20, spec_tokens=0)
     lost_calls: list[tuple[int, str, int]] = []
-    pool = WorkerPoolClient(2, server.url, "chat", request=RequestConfig(max_tokens=100, ignore_eos=True),
-                            heartbeat_timeout_s=1.5)
+    pool = WorkerPool(2, server.url, "chat", request=RequestConfig(max_tokens=100, ignore_eos=True),
+                      heartbeat_timeout_s=3.0)  # a busy machine may hold a report 1 s late
     pool.on_worker_lost = lambda i, why, left: lost_calls.append((i, why, left))
     async with pool:
         sends = [asyncio.ensure_future(pool.send("x", request_id=i)) for i in range(2)]
         await until(lambda: pool.worker_in_flight == [1, 1])
         os.kill(pool.worker_pids[0], signal.SIGSTOP)  # alive, but it will never answer again
         recs = await asyncio.wait_for(asyncio.gather(*sends), 30)
-        assert pool.workers_alive == 1
+        assert pool.workers_alive == 1, lost_calls
         # the next request goes to the worker that is left
         after = await asyncio.wait_for(pool.send("x", request_id=2), 30)
     kinds = sorted(str(r.error_kind) for r in recs)
     assert kinds == ["None", "lost"]
     lost = next(r for r in recs if r.error_kind is not None)
-    assert "sent nothing for 1.5 s" in (lost.error_detail or "")
+    assert "sent nothing for 3 s" in (lost.error_detail or "")
     assert [(i, left) for i, _, left in lost_calls] == [(0, 1)]
     assert after.ok
