@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from specload.clock import Clock
-from specload.engine.load import LevelSpec
+from specload.plan import LevelSpec
 
 
 class Step(enum.Enum):

@@ -1,7 +1,7 @@
 """Open-loop arrivals: the gaps between requests sent at a rate (``--rate``, ``--burstiness``).
 
 The plan they serve is data (``specload.plan``); ``LevelSpec`` and ``LoadPlan`` are imported here
-too because runner.py still imports them from this module.
+too because engine/trace.py still imports them from this module.
 """
 
 from __future__ import annotations

@@ -41,8 +41,9 @@ from specload.engine.level_end import (
     SearchProbe,
     Step,
 )
-from specload.engine.load import Arrivals, LevelSpec, LoadPlan
+from specload.engine.load import Arrivals
 from specload.engine.prompts import Prompt, PromptSource
+from specload.plan import LevelSpec, LoadPlan
 from specload.stats.levels import LevelBook, LevelSummary
 
 MAX_CONCURRENCY = 100_000

@@ -14,7 +14,7 @@ from specload.engine.level_end import (
     SearchProbe,
     Step,
 )
-from specload.engine.load import LevelSpec
+from specload.plan import LevelSpec
 
 
 def level(clock: FakeClock, spec: LevelSpec, **kw) -> Level:
