@@ -14,7 +14,14 @@ between requests:
                    by ``params["max_s"]``, 60 s by default, so a failing test cannot run away)
 ``giant_line``     ``data: `` then ``params["size"]`` bytes without a newline, in 64 KiB writes
 ``gzip``           the normal stream, gzip-compressed whenever ``Accept-Encoding`` allows it
-``redirect``       307 to ``params["location"]`` (another origin)
+``redirect``       307 to ``params["location"]`` (another origin); with ``params["everywhere"]``,
+                   every path (``/v1/models``, ``/tokenize``, ``/metrics``, ``/health`` too) is
+                   redirected to the same path under ``params["location"]`` (but those in
+                   ``params["but"]``)
+``html``           200 ``text/html``: a web page (a UI or a proxy's login page) on every path
+``gzip_always``    the normal stream, gzip-compressed whatever ``Accept-Encoding`` says, one flushed
+                   piece per event (as a compressing proxy streams it), ``params["gap_s"]`` apart;
+                   with ``params["plain"]``, plain bytes that claim ``params["encoding"]`` (gzip)
 ``reset``          the connection is reset (RST) before any response byte
 ``chunked_error``  200 with chunked transfer encoding, one good chunk, then broken chunk framing
 ``json``           a non-streamed JSON answer, as a server does for ``"stream": false``
@@ -25,8 +32,9 @@ between requests:
 =================  ==============================================================================
 
 ``/v1/models`` answers ``models_body`` (raw bytes; ``{"data":[{"id":"hostile"}]}`` by default) and
-``/health`` answers 200. Every request that reaches a handler is counted in ``requests``, with its
-headers kept in ``seen_headers``; ``connections`` counts TCP connections accepted.
+``/health`` answers 200. Every request to a completion path is counted in ``requests``, with its
+headers kept in ``seen_headers``; ``hits`` counts every request to any path, ``connections`` TCP
+connections accepted.
 """
 
 from __future__ import annotations
@@ -37,6 +45,7 @@ import gzip
 import socket
 import struct
 import time
+import zlib
 
 import orjson
 from aiohttp import web
@@ -60,6 +69,9 @@ def normal_stream(n: int = 4) -> list[bytes]:
     return [role, *(chunk(f"t{i}") for i in range(n)), chunk("", finish="stop"), usage(n)]
 
 
+HTML_PAGE = "<!DOCTYPE html><html><head><title>Sign in</title></head><body><form>login</form></body></html>"
+
+
 def sse(payloads: list[bytes], done: bool = True) -> bytes:
     body = b"".join(b"data: " + p + b"\n\n" for p in payloads)
     return body + (b"data: [DONE]\n\n" if done else b"")
@@ -71,6 +83,7 @@ class HostileServer:
         self.params: dict = {}
         self.models_body: bytes = b'{"object":"list","data":[{"id":"hostile","object":"model"}]}'
         self.requests = 0
+        self.hits = 0
         self.connections = 0
         self.seen_headers: list[dict[str, str]] = []
         self.url = ""
@@ -78,7 +91,7 @@ class HostileServer:
         self._stopping = False
 
     async def start(self) -> HostileServer:
-        app = web.Application()
+        app = web.Application(middlewares=[self._every_path])
         for path in ("/v1/chat/completions", "/v1/completions", "/generate"):
             app.router.add_post(path, self._complete)
         app.router.add_get("/v1/models", self._models)
@@ -107,6 +120,15 @@ class HostileServer:
             self._runner = None
 
     # ------------------------------------------------------------------ handlers
+
+    @web.middleware
+    async def _every_path(self, request: web.Request, handler) -> web.StreamResponse:  # type: ignore[no-untyped-def]
+        self.hits += 1
+        if self.mode == "redirect" and self.params.get("everywhere") and request.path not in self.params.get("but", ()):
+            raise web.HTTPTemporaryRedirect(self.params["location"] + request.path)
+        if self.mode == "html":
+            return web.Response(text=HTML_PAGE, content_type="text/html")
+        return await handler(request)
 
     async def _health(self, request: web.Request) -> web.Response:
         return web.Response(text="ok")
@@ -171,6 +193,23 @@ class HostileServer:
             body = gzip.compress(body)
             headers["Content-Encoding"] = "gzip"
         return web.Response(body=body, headers=headers)
+
+    async def _mode_gzip_always(self, request: web.Request) -> web.StreamResponse:
+        encoding = self.params.get("encoding", "gzip")
+        plain = self.params.get("plain", False)  # plain bytes that claim to be compressed
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Content-Encoding": encoding})
+        await resp.prepare(request)
+        z = zlib.compressobj(wbits=31)  # gzip framing
+        try:
+            for event in [*normal_stream(self.params.get("n", 4)), b"[DONE]"]:
+                raw = b"data: " + event + b"\n\n"
+                await resp.write(raw if plain else z.compress(raw) + z.flush(zlib.Z_SYNC_FLUSH))
+                await asyncio.sleep(self.params.get("gap_s", 0.0))
+            await resp.write(b"" if plain else z.flush())
+            await resp.write_eof()
+        except (ConnectionError, RuntimeError):
+            pass  # the client went away (it could not decode the stream)
+        return resp
 
     async def _mode_redirect(self, request: web.Request) -> web.StreamResponse:
         raise web.HTTPTemporaryRedirect(self.params["location"])

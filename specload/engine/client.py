@@ -26,6 +26,7 @@ from typing import Any
 
 import aiohttp
 import orjson
+from aiohttp.http_exceptions import ContentEncodingError
 
 from specload.clock import SYSTEM_CLOCK, Clock
 from specload.config import RequestConfig, TargetConfig
@@ -102,8 +103,9 @@ class StreamingClient:
         target = target or TargetConfig()
         self.request = request or RequestConfig()
         self.url = self.base_url + PATHS[flavour]
-        # identity: aiohttp's default "gzip, deflate" invites a server or proxy to compress the stream,
-        # which this client reads as raw bytes (every request was malformed behind such a proxy)
+        # identity: aiohttp's default "gzip, deflate" invites a server or proxy to compress the stream;
+        # one that compresses anyway is decoded (auto_decompress: aiohttp inflates as the pieces come,
+        # within bounds; a stream sent plain, as asked, never meets that code)
         self._headers = {"Content-Type": "application/json", "Accept": "text/event-stream",
                          "Accept-Encoding": "identity"}
         if headers:
@@ -155,7 +157,7 @@ class StreamingClient:
         if self._session is None:
             connector = aiohttp.TCPConnector(limit=0, force_close=not self._keepalive, enable_cleanup_closed=False)
             self._session = aiohttp.ClientSession(
-                connector=connector, timeout=self._timeout, auto_decompress=False, skip_auto_headers=("User-Agent",),
+                connector=connector, timeout=self._timeout, auto_decompress=True, skip_auto_headers=("User-Agent",),
                 trace_configs=[_REUSE_TRACE],
             )
         if self._watchdog is None and self.stall_timeout_s:
@@ -182,7 +184,7 @@ class StreamingClient:
         if self._fresh_session is None:
             self._fresh_session = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(limit=0, force_close=True),
-                timeout=self._timeout, auto_decompress=False, skip_auto_headers=("User-Agent",),
+                timeout=self._timeout, auto_decompress=True, skip_auto_headers=("User-Agent",),
             )
         return self._fresh_session
 
@@ -479,6 +481,8 @@ class StreamingClient:
                 # not a stale connection but a server that died while this request was in it
                 return (ErrorKind.DISCONNECT, f"connection dropped before the response; reconnect: {_oneline(e)}")
             return (ErrorKind.CONNECT, connect_reason(e))
+        if isinstance(e.__cause__, ContentEncodingError):  # compressed anyway, and not as it says
+            return (ErrorKind.MALFORMED, f"the stream does not decode as its Content-Encoding says: {_oneline(e.__cause__)}")
         if isinstance(e, (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, aiohttp.ClientOSError)):
             return (ErrorKind.DISCONNECT, _oneline(e))
         if isinstance(e, aiohttp.ClientResponseError):

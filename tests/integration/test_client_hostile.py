@@ -65,6 +65,27 @@ async def test_identity_encoding_is_asked_for_so_gzip_never_comes(hostile) -> No
     assert server.seen_headers[-1]["Accept-Encoding"] == "identity"
 
 
+async def test_a_stream_gzipped_anyway_is_decoded_piece_by_piece(hostile) -> None:
+    # before: 48 of 48 requests were malformed ("stream ended without [DONE]") against such a server
+    server = await hostile()
+    server.mode, server.params = "gzip_always", {"n": 6, "gap_s": 0.02}
+    r = await send(server.url)
+    assert r.ok, r.error_detail
+    assert server.seen_headers[-1]["Accept-Encoding"] == "identity"
+    assert r.chunks == 6 and r.output_tokens == 6 and not r.tokens_estimated
+    # each piece counted when it came, not the whole answer at its end
+    assert r.ttft_ns is not None and r.e2e_ns is not None and r.e2e_ns - r.ttft_ns >= 4 * 0.02e9
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "deflate", "br"])
+async def test_a_stream_in_an_encoding_it_is_not_is_one_error_record(hostile, encoding: str) -> None:
+    server = await hostile()
+    server.mode, server.params = "gzip_always", {"encoding": encoding, "plain": True}
+    r = await send(server.url)
+    assert r.error_kind is ErrorKind.MALFORMED, (r.error_kind, r.error_detail)
+    assert f"content-encoding: {encoding}" in r.error_detail  # br: the head says so (without Brotli installed)
+
+
 async def test_a_redirect_to_another_origin_is_not_followed_and_credentials_stay(hostile) -> None:
     server, other = await hostile(), await hostile()
     server.mode, server.params = "redirect", {"location": other.url + "/v1/chat/completions"}
