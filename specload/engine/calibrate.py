@@ -43,7 +43,9 @@ MAX_ANSWER_BYTES = 1 << 20
 
 async def _post_json(s: aiohttp.ClientSession, url: str, body: dict, headers: dict) -> tuple[int, object]:
     """(status, the JSON answer or None when it is not JSON or larger than ``MAX_ANSWER_BYTES``)."""
-    async with s.post(url, data=orjson.dumps(body), headers={**headers, "Content-Type": "application/json"}) as r:
+    # no redirect followed (the API key would go where it points); no compression asked for
+    async with s.post(url, data=orjson.dumps(body), allow_redirects=False,
+                      headers={**headers, "Content-Type": "application/json", "Accept-Encoding": "identity"}) as r:
         raw = bytearray()
         async for chunk in r.content.iter_chunked(64 << 10):
             raw += chunk

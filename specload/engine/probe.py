@@ -2,9 +2,12 @@
 
 ``--model`` defaults to the first model of ``/v1/models``; ``--api auto`` sends one tiny streamed
 request per flavour (chat, then completions, then SGLang ``/generate``) and keeps the first that
-answers 2xx. Probe requests are not part of the run's statistics, but the server counts them, so
-each one is reported (``sent``) and the session records them as a ``probe`` event. An unreachable server is a ``TargetError``
-with a one-line reason, raised before any load is sent.
+answers 2xx with an event stream, or with one JSON body (a server that ignores ``"stream": true``:
+said at once, in ``notes``). A 2xx web page or other non-API answer is not that flavour, and a
+redirect is followed by no request specload sends (the API key would go with it to where it
+points): either is a one-line ``TargetError`` when nothing else answers, raised before any load, as
+an unreachable server is. Probe requests are not part of the run's statistics, but the server counts
+them, so each one is reported (``sent``) and the session records them as a ``probe`` event.
 """
 
 from __future__ import annotations
@@ -24,6 +27,29 @@ class TargetError(Exception):
 
 
 _PROBE_REQUEST = RequestConfig(max_tokens=1)  # the tiny request that finds the API
+# no compression asked for (aiohttp's default "gzip, deflate" invites it; a body compressed anyway is
+# still decoded); the streaming client sends the same
+IDENTITY = {"Accept-Encoding": "identity"}
+_SNIFF_BYTES = 4096  # the start of a probe's answer, enough to tell a stream, JSON and a web page
+
+
+def _redirect(url: str, r: aiohttp.ClientResponse) -> TargetError:
+    where = r.headers.get("Location", "(no Location)")[:200]
+    return TargetError(f"{url} redirects (HTTP {r.status}) to {where}: specload follows no redirect (the API "
+                       "key would go there too); give it the final URL")
+
+
+def _answer_kind(r: aiohttp.ClientResponse, head: bytes) -> str:
+    """What a 2xx answer to a streamed request is: "stream", "json", or why it is neither."""
+    ctype = r.headers.get("Content-Type", "")
+    start = head.lstrip()[:16].lower()
+    if "event-stream" in ctype or start.startswith((b"data:", b"event:", b":")):
+        return "stream"
+    if "html" in ctype or start.startswith(b"<"):
+        return f"HTTP {r.status} {ctype.split(';')[0] or 'text/html'}: a web page, not an inference API"
+    if "json" in ctype or start.startswith(b"{"):
+        return "json"
+    return f"HTTP {r.status} {ctype.split(';')[0] or 'without a Content-Type'}: neither an event stream nor JSON"
 
 
 def _reason(e: BaseException) -> str:
@@ -64,17 +90,22 @@ async def discover(
     headers: dict[str, str] | None = None,
     timeout_s: float = 15.0,
     sent: list[dict] | None = None,
+    notes: list[str] | None = None,
 ) -> tuple[str, str | None]:
-    """Return (flavour, model); each probe request sent is appended to ``sent`` (path, answer)."""
+    """Return (flavour, model); each probe request sent is appended to ``sent`` (path, answer), and
+    what the user must know before the load (one line each) to ``notes``."""
     sent = [] if sent is None else sent
+    notes = [] if notes is None else notes
     timeout = aiohttp.ClientTimeout(total=timeout_s)
-    hdrs = dict(headers or {})
+    hdrs = {**IDENTITY, **(headers or {})}
     async with aiohttp.ClientSession(timeout=timeout, connector=aiohttp.TCPConnector(force_close=True)) as s:
         found_model = model
         models_ok = False
         try:
-            async with s.get(base_url + "/v1/models", headers=hdrs) as r:
-                if r.status == 200:
+            async with s.get(base_url + "/v1/models", headers=hdrs, allow_redirects=False) as r:
+                if 300 <= r.status < 400:
+                    raise _redirect(base_url + "/v1/models", r)
+                if r.status == 200 and "html" not in r.headers.get("Content-Type", ""):
                     models_ok = True
                     ids = model_ids(await r.read())
                     if found_model is None and ids:
@@ -92,22 +123,31 @@ async def discover(
         if api != "auto":
             return api, found_model
         order = (CHAT, COMPLETIONS, GENERATE) if models_ok else (GENERATE, CHAT, COMPLETIONS)
-        tried = []
+        tried: list[tuple[str, str]] = []
         for flavour in order:
             body = build_body(flavour, "Hello", _PROBE_REQUEST, found_model)
+            url = base_url + PATHS[flavour]
             try:
-                async with s.post(base_url + PATHS[flavour], data=orjson.dumps(body),
-                                  headers={**hdrs, "Content-Type": "application/json"}) as r:
-                    await r.read()
+                async with s.post(url, data=orjson.dumps(body), headers={**hdrs, "Content-Type": "application/json"},
+                                  allow_redirects=False) as r:
+                    head = await r.content.read(_SNIFF_BYTES)
                     sent.append({"path": PATHS[flavour], "status": r.status})
                     if r.status in (401, 403):
                         raise TargetError(f"{base_url} refused the request: HTTP {r.status} (check the API key)")
-                    # 404/405/501: not this flavour. Any other answer (even 400 or 500) means the
+                    if 300 <= r.status < 400:
+                        raise _redirect(url, r)
+                    # 404/405/501: not this flavour. Any other error (even 400 or 500) means the
                     # endpoint exists; the load will show what it does with real requests.
-                    if r.status not in (404, 405, 501):
+                    kind = _answer_kind(r, head) if r.status < 300 else f"HTTP {r.status}"
+                    if kind == "json":
+                        notes.append(f"{url} answers in one JSON body though asked to stream (\"stream\": true): "
+                                     "TTFT will be the whole answer's time, TPOT and ITL cannot be measured")
+                    if kind in ("stream", "json") or r.status >= 400 and r.status not in (404, 405, 501):
                         return flavour, found_model
-                    tried.append(f"{PATHS[flavour]} HTTP {r.status}")
+                    tried.append((PATHS[flavour], kind))
             except (aiohttp.ClientError, TimeoutError) as e:
                 sent.append({"path": PATHS[flavour], "error": _reason(e)})
-                tried.append(f"{PATHS[flavour]} {_reason(e)}")
-        raise TargetError(f"{base_url} speaks none of chat, completions, /generate ({'; '.join(tried)})")
+                tried.append((PATHS[flavour], _reason(e)))
+        why = {kind for _, kind in tried}
+        raise TargetError(f"{base_url} speaks none of chat, completions, /generate: " + (
+            f"each answers {why.pop()}" if len(why) == 1 else "; ".join(f"{path} {kind}" for path, kind in tried)))

@@ -245,13 +245,16 @@ class Session:
     async def _build(self, tg: asyncio.TaskGroup) -> Runner:
         cfg, url, fan = self.cfg, self.url, self.fan
         assert url is not None
-        headers, probes = cfg.request_headers(), list[dict]()
+        headers, probes, notes = cfg.request_headers(), list[dict](), list[str]()
         try:
             api, self.model = await discover(url, api=cfg.target.api, model=cfg.target.model, headers=headers,
-                                             sent=probes)
+                                             sent=probes, notes=notes)
         finally:
             if probes:  # the server saw (and counts) these requests: say so in the record
                 fan.event(RunEvent(self.clock.now_ns(), "probe", {"requests": probes}))
+        for note in notes:  # a server that does not stream: said before the load, not after it
+            fan.notice(note)
+            fan.warned_unstreamed = True
         self.api = api
         self.listener.target_found(url, self.model, api)
         r = cfg.request

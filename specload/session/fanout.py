@@ -59,7 +59,7 @@ class Fanout:
         self.level_chain: asyncio.Task | None = None
         self.server_levels = ServerLevels()
         self.gpu_levels = GpuLevels(gpu_interval_s)
-        self._warned_unstreamed = False
+        self.warned_unstreamed = False  # said once: by the API probe, or at the first whole answer
         self._said_unsupported = False
         self._gpu_faults: deque[GpuFault] = deque(maxlen=64)  # XIDs and lost GPUs not yet tied to a death
         self._server_died_ns: int | None = None
@@ -70,8 +70,8 @@ class Fanout:
         self.listener.notice(text)
 
     def request(self, rec: RequestRecord) -> None:
-        if rec.ok and rec.chunks == 1 and rec.output_tokens > 1 and not self._warned_unstreamed:
-            self._warned_unstreamed = True
+        if rec.ok and rec.chunks == 1 and rec.output_tokens > 1 and not self.warned_unstreamed:
+            self.warned_unstreamed = True
             self.notice(f"the server sent a whole answer of {rec.output_tokens} tokens in one piece (not "
                         "streamed: \"stream\": false in --extra-body?): TTFT is the whole answer's time, "
                         "TPOT and ITL cannot be measured")

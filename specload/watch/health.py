@@ -97,7 +97,7 @@ class HealthMonitor:
         t0 = loop.time()
         try:
             async with session.get(
-                self.url, timeout=aiohttp.ClientTimeout(total=self.timeout), allow_redirects=False
+                self.url, timeout=aiohttp.ClientTimeout(total=self.timeout), allow_redirects=False, headers={"Accept-Encoding": "identity"}
             ) as resp:
                 await resp.read()
                 ms = (loop.time() - t0) * 1000

@@ -231,7 +231,7 @@ class LaunchedServer:
         assert self.health_url is not None
         try:
             async with session.get(
-                self.health_url, timeout=aiohttp.ClientTimeout(total=timeout), allow_redirects=False
+                self.health_url, timeout=aiohttp.ClientTimeout(total=timeout), allow_redirects=False, headers={"Accept-Encoding": "identity"}
             ) as resp:
                 await resp.read()
                 self.last_health_detail = f"HTTP {resp.status}"

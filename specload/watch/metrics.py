@@ -278,7 +278,9 @@ def samples_from_metrics(
 
 
 async def fetch(session: aiohttp.ClientSession, url: str, timeout: float) -> tuple[int, str]:
-    async with session.get(url, timeout=aiohttp.ClientTimeout(total=timeout)) as resp:
+    # no redirect followed, as no request specload sends does; no compression asked for
+    async with session.get(url, timeout=aiohttp.ClientTimeout(total=timeout), allow_redirects=False,
+                           headers={"Accept-Encoding": "identity"}) as resp:
         body = await resp.read()
         return resp.status, body.decode("utf-8", errors="replace")
 

@@ -106,7 +106,7 @@ class ServerWatch:
         try:
             async with aiohttp.ClientSession(
                 timeout=aiohttp.ClientTimeout(total=5), connector=aiohttp.TCPConnector(force_close=True)
-            ) as s, s.get(self.url + "/health") as r:
+            ) as s, s.get(self.url + "/health", allow_redirects=False, headers={"Accept-Encoding": "identity"}) as r:
                 if r.status in (404, 405, 501):
                     self._notice(f"{self.url}/health answers HTTP {r.status}: server health not watched")
                     return False
