@@ -234,6 +234,10 @@ class CrashDetector:
                 return []
             hot = True  # (passed on, so the prefilter is not searched twice)
         out: list[CrashEntry] = []
+        if self._held:
+            # what waits may time out here, before the next poll: what it waits for, if quiet as long,
+            # completes first (else a consequence could leave before its root)
+            self._settle(t_ns, out)
         if self._tbs and not self._line_no & 63:
             self._close_idle(out)
         self._feed_parsed(p, t_ns, out, hot=hot)
@@ -350,6 +354,11 @@ class CrashDetector:
     def poll(self, t_ns: int) -> list[CrashEntry]:
         """Release entries whose block has been quiet for ``settle_ns`` (for live tailing)."""
         out: list[CrashEntry] = []
+        self._settle(t_ns, out)
+        return self._release(out, t_ns)
+
+    def _settle(self, t_ns: int, out: list[CrashEntry]) -> None:
+        """Complete the tracebacks and pending markers quiet for ``settle_ns``; drop stale ones."""
         for key, tb in list(self._tbs.items()):
             quiet = t_ns - tb.t_ns
             if tb.state != _TB_FRAMES and quiet >= self.settle_ns:
@@ -361,7 +370,6 @@ class CrashDetector:
             if t_ns - pend.t_ns >= self.settle_ns:
                 self._pending.remove(pend)
                 self._emit_pending(pend, pend.message, out)
-        return self._release(out, t_ns)
 
     def finish(self) -> list[CrashEntry]:
         """End of input: emit what is complete; drop tracebacks that never reached an exception line."""

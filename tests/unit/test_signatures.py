@@ -1199,3 +1199,15 @@ def test_words_of_a_message_are_not_glue() -> None:
 def test_very_long_lines_are_examined_cut() -> None:
     det = CrashDetector()
     assert det.feed("x" * 5_000_000) == [] and det.cut_lines == 1
+
+
+def test_a_held_consequence_does_not_leave_before_its_quiet_root_between_polls() -> None:
+    # the parent's sigquit waits for TP0's open traceback; a line read after settle_ns but before the
+    # next poll used to release the sigquit alone (it timed out), the traceback at the poll after it
+    det = CrashDetector(settle_ns=300 * MS)
+    for line in ["[2025-01-01 00:00:00 TP0] Scheduler hit an exception: Traceback (most recent call last):",
+                 '  File "/s/kv.py", line 8, in connect', "RuntimeError: cannot reach the store", "",
+                 "[2025-01-01 00:00:00] Received sigquit from a child process. It usually means the child failed."]:
+        assert det.feed(line, 0) == []
+    out = det.feed("[2025-01-01 00:00:00] Finish request: id=1 status=200", 310 * MS)
+    assert [e.exception_type for e in out] == ["RuntimeError", "server_fatal"]
