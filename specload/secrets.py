@@ -12,13 +12,17 @@ client for request errors, the recorder for every line, the record's config head
   and ``--hf-token`` are secret, ``--max-tokens``, ``--tokenizer`` and ``TOKENIZERS_PARALLELISM`` are
   not. The rule is applied to header names, config keys, command-line flags and environment
   assignments inside commands.
-* **In URLs.** The password of ``scheme://user:pw@host`` is masked wherever it appears.
+* **In URLs.** The password of ``scheme://user:pw@host`` is masked wherever it appears, known or not
+  (a server that logs a connection string).
 * **By value.** The values the rule finds in a run's options (the API key, credential headers and
   their bare tokens, the password inside a ``Basic`` token, URL passwords, the values of secret
   flags in ``--launch``) are collected once into a ``Scrubber``, which masks them in any text: a server that logs its own arguments (vLLM
   does), or an error body that echoes a header, cannot leak them.
 
-Masked values become ``***``. Nothing here does I/O; it imports only the standard library, so every
+Masked values become ``***``. The ``Scrubber`` is the one masking step for text: every text from the
+server passes it where it enters (log and stats lines as they are read, which crash entries are made
+of; request error details; the launched server's last lines), and so does everything written (every
+record line, every notice). Nothing here does I/O; it imports only the standard library, so every
 layer (engine, record, session, workers) can use it.
 """
 
@@ -58,8 +62,10 @@ def is_secret_name(name: str) -> bool:
 
 # ---------------------------------------------------------------------------- masking by shape
 
-# the password of a URL anywhere in a string: http://user:pw@host -> http://user:***@host
-_URL_PASSWORD = re.compile(r"(\b[a-zA-Z][a-zA-Z0-9+.-]*://[^/\s:@]*:)[^/\s@]+@")
+# the password of a URL anywhere in a string: http://user:pw@host -> http://user:***@host. Neither part
+# crosses a quote: in a JSON or Python text 'http://host:8000","x":"a@b' is no URL with a password.
+_URL_PASSWORD = re.compile(r"(\b[a-zA-Z][a-zA-Z0-9+.-]*://[^/\s:@\"']*:)[^/\s@\"']+@")
+_URL_PASSWORD_BYTES = re.compile(_URL_PASSWORD.pattern.encode())
 # a flag: --name or -name at the start of a word, then "=value" or whitespace and the next word
 _FLAG = re.compile(r"(?<!\S)(--?[A-Za-z][\w.-]*)(=|\s+)(\S+)")
 # an assignment inside a command: NAME=value (HF_TOKEN=x, api_key=x)
@@ -206,8 +212,9 @@ def secret_values(
 
 
 class Scrubber:
-    """Masks a run's known secret values in text (log lines, notices, error details) and bytes (the
-    record's serialised lines). Cheap when there are none: a test of truth, then nothing."""
+    """Masks a run's known secret values and every URL's password in text (log lines, notices, error
+    details) and bytes (the record's serialised lines). Cheap on text without them: a substring test
+    per value and one for '@'."""
 
     __slots__ = ("values", "_bytes")
 
@@ -215,17 +222,14 @@ class Scrubber:
         self.values = tuple(sorted({v for v in values if v and len(v) >= MIN_SECRET_LEN}, key=len, reverse=True))
         self._bytes = tuple(v.encode() for v in self.values)
 
-    def __bool__(self) -> bool:
-        return bool(self.values)
-
     def __call__(self, text: str) -> str:
         for v in self.values:
             if v in text:
                 text = text.replace(v, MASK)
-        return text
+        return redact_url_passwords(text)
 
     def scrub_bytes(self, data: bytes) -> bytes:
         for v in self._bytes:
             if v in data:
                 data = data.replace(v, MASK.encode())
-        return data
+        return _URL_PASSWORD_BYTES.sub(rb"\1" + MASK.encode() + b"@", data) if b"@" in data else data

@@ -120,8 +120,7 @@ class Recorder:
             data = orjson.dumps(obj, option=orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY)
         except TypeError as e:  # orjson.JSONEncodeError: a value no JSON can hold must not stop the run
             data = orjson.dumps({"type": obj.get("type"), "unwritable": f"line could not be written as JSON: {e}"})
-        if self._scrubber:
-            data = self._scrubber.scrub_bytes(data)
+        data = self._scrubber.scrub_bytes(data)
         self._buf.append(data)
         if flush or len(self._buf) >= self.max_batch:
             self.flush()

@@ -99,7 +99,7 @@ class Session:
             stay_open=stay_open, on_worker_death=cfg.on_worker_death, notice=fan.notice, event=fan.event,
             now_ns=clock.now_ns)
         self.policy.capacity = self.capacity
-        self.supervisor = ServerSupervisor(cfg, on_notice=fan.notice)
+        self.supervisor = ServerSupervisor(cfg, on_notice=fan.notice, scrub=self.scrub)
         self.logs = LogWatch(w, clock=clock, scrub=self.scrub, on_crash=fan.crash, on_server=fan.server,
                              on_notice=fan.notice)
         self.logs.observers.append(self.supervisor.observe_line)

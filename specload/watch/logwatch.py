@@ -87,8 +87,7 @@ class LogWatch:
         stats_every_ns = int(self.cfg.metrics_interval_s * 1e9)
         async for line in source.lines():
             t = clock.now_ns()
-            if scrub:
-                line = scrub(line)
+            line = scrub(line)  # server text is masked here, once, before anything reads it
             self.seq += 1
             self.lines.append((self.seq, line))
             for observe in self.observers:

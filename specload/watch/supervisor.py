@@ -21,6 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from specload.config import RunConfig
+from specload.secrets import Scrubber
 from specload.watch.command import ProcessExit
 from specload.watch.launch import LaunchedServer, ReadyTimeoutError, ServerExitedError
 
@@ -33,8 +34,9 @@ class ServerStartError(Exception):
 
 
 class ServerSupervisor:
-    def __init__(self, cfg: RunConfig, *, on_notice: Callable[[str], None]) -> None:
+    def __init__(self, cfg: RunConfig, *, on_notice: Callable[[str], None], scrub: Scrubber | None = None) -> None:
         self.cfg = cfg
+        self._scrub = scrub or Scrubber(cfg.secret_values())  # for the server's lines in an error
         self.builtin = cfg.target.url is None and cfg.watch.launch is None
         self.url: str | None = cfg.target.url
         self.launched: LaunchedServer | None = None
@@ -92,7 +94,7 @@ class ServerSupervisor:
                 srv.health_url = self.url + "/health"
             await srv.wait_ready(on_progress=self._progress)
         except ServerExitedError as e:
-            tail = " | ".join(e.last_lines[-3:])
+            tail = self._scrub(" | ".join(e.last_lines[-3:]))
             raise ServerStartError(f"launched server {e.exit.description} before it was ready: {tail}"[:400]) from None
         except ReadyTimeoutError as e:
             raise ServerStartError(f"launched server: {e}") from None
@@ -110,7 +112,7 @@ class ServerSupervisor:
             exit_wait.cancel()
         if self._url_found.done():
             return self._url_found.result()
-        raise ServerStartError("the built-in simulator did not start: " + " | ".join(srv.last_lines(3)))
+        raise ServerStartError("the built-in simulator did not start: " + self._scrub(" | ".join(srv.last_lines(3))))
 
     def _progress(self, elapsed: float, last_line: str | None) -> None:
         if int(elapsed * 4) % 20 == 0:  # every 5 s at the 0.25 s poll

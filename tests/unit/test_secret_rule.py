@@ -75,7 +75,18 @@ def test_scrubber_masks_known_values_in_text_and_bytes() -> None:
     s = Scrubber(["Bearer sk-bearer-99", "sk-bearer-99", "abc"])  # too short values are ignored
     assert s("got Bearer sk-bearer-99 and sk-bearer-99, abc") == "got *** and ***, abc"
     assert s.scrub_bytes(b'{"detail":"sk-bearer-99"}') == b'{"detail":"***"}'
-    assert not Scrubber() and Scrubber()("x") == "x"
+    assert Scrubber()("x") == "x"
+
+
+def test_scrubber_masks_every_url_password_known_or_not() -> None:
+    # a server logs a connection string specload was never given: the shape says it is a secret
+    s = Scrubber()
+    assert s("url=http://alice:PW-1@host:9000/kv") == "url=http://alice:***@host:9000/kv"
+    assert s.scrub_bytes(b'{"m":"redis://:PW-2@cache"}') == b'{"m":"redis://:***@cache"}'
+    # in JSON (a record line) or a Python repr, a URL's port and a later '@' are not a password
+    line = b'{"url":"http://host:8000","mail":"a@b","u":"http://u:PW-3@h"}'
+    assert s.scrub_bytes(line) == b'{"url":"http://host:8000","mail":"a@b","u":"http://u:***@h"}'
+    assert s("('http://host:8000','a@b')") == "('http://host:8000','a@b')"
 
 
 def test_the_password_inside_a_basic_token_is_a_secret_value() -> None:
