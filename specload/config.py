@@ -1,16 +1,11 @@
 """The configuration of one run: frozen dataclasses, each field an option declared once, checked on build.
 
-Everything the session needs to build the engine, the stats, the recorder and the server watch is
-here, so the TUI and headless mode cannot be configured differently by accident. Each command-line
-option is a field declared with ``option()`` (``options.py``): flag, help, default, TUI default and
-check in one place; the CLI's click options are generated from these fields, and ``__post_init__``
-checks every config, also one built in code (tests, benchmarks, a future API), with a one-line
-``ConfigError`` naming the flag. Plain data: it imports no engine, record, sim or click module, and
-the checks that need them or the disk are ``preflight.py``'s, as is reading --schedule-from.
-
-To add an option: add a field with ``option(...)`` to the section it belongs to, and use it.
-``specload run --help``, the TUI's defaults, validation and the record's header follow. Cross-field
-rules go in the section's ``__post_init__`` (or ``RunConfig``'s when they span sections).
+The TUI and headless mode build the same ``RunConfig``, so they cannot be configured differently by
+accident. Each option is a field declared with ``option()`` (``options.py``): the CLI's options are
+generated from them and ``__post_init__`` checks every config, also one built in code, with a one-line
+``ConfigError`` naming the flag; the plan is resolved there, once. Plain data: the checks that need
+the disk or another layer, and reading --schedule-from, are ``preflight.py``'s. To add an option, add a
+field to its section and use it; a rule across fields goes in that section's ``__post_init__``.
 """
 
 from __future__ import annotations

@@ -1,20 +1,9 @@
-"""The capacity search on a running load: ``CapacitySearch`` (the rules) driven through the runner.
-
-``SearchDriver`` is the runner's level source while a search runs: each probe the search asks for
-becomes an ordinary level (drained, so probes never overlap, and recorded like any other level, so
-``report`` and plots show the throughput curve); the level's requests are collected as they end;
-when the level has started its requests the driver evaluates what has come back and asks the search
-whether to add more (a verdict that still straddles its limit); when the level has drained, its
-final figures go to the search, which picks the next probe. Evaluation bootstraps over requests, so
-it runs in a thread while the requests in flight go on streaming.
-
-Everything the search does is announced through ``on_event(value)`` (the session records it as an
-``event`` line of kind ``search``: ``start``, ``probe``, ``extend``, ``observed``, ``result``) and can be
-read at any moment with ``view()`` (the TUI draws the probes, the bracket and the objectives from it).
-
-Ending: ``stop()`` (the user's key, the run's end, the time budget) keeps what completed probes
-established; ``abort()`` (a server crash, the server down) gives no best point. A probe cut short
-by either is never used.
+"""The capacity search on a running load: ``SearchDriver`` runs ``CapacitySearch``'s probes as ordinary
+levels of the runner (drained, recorded like any level, so ``report`` shows the curve), evaluates each
+as it ends (in a thread: evaluation bootstraps) and asks for more requests while a verdict straddles
+its limit. Everything it does is an ``on_event`` (the record's ``search`` events) and ``view()`` (the
+TUI). ``stop()`` keeps what completed probes established; ``abort()`` (a crash, the server down) gives
+no best point; a probe cut short is never used.
 """
 
 from __future__ import annotations

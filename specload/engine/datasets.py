@@ -1,31 +1,10 @@
-"""Prompt files from elsewhere and the built-in set: reading them, bounded, into ``Conversation``s.
+"""Prompt files from elsewhere and the built-in set, read into ``Conversation``s: user turns, an
+optional category, and the first reply's reference length (``--output-len dataset``).
 
-A dataset is a list of conversations: the user turns in order, an optional category, and the
-reference length of the first reply when the file gives one (``--output-len dataset`` sends it as
-the output length, with ignore_eos, as vLLM's bench does). The row shapes read here:
-
-- ``plain``: a JSON string, or an object with the prompt under ``prompt``/``text``/``input``/
-  ``question``/``instruction``;
-- ``sharegpt``: ``{"conversations": [{"from": "human"|"gpt"|"system", "value": ...}]}`` (as in
-  ShareGPT_V3_unfiltered);
-- ``openai``: ``{"messages": [{"role": "user"|"assistant"|"system", "content": ...}]}``, the content
-  a string or a list of ``{"type": "text", "text": ...}`` parts.
-
-Rows sit one per line (JSONL) or in one JSON array; each row may carry ``category`` and a
-reference output length (``output_tokens``, ``output_len`` or ``output_length``), else the first
-reply's length is estimated from its words. ``--dataset-format`` names the shape, or each row's is
-detected. A Mooncake trace (``timestamp``, ``input_length``, ``hash_ids``) is not a dataset: it is
-read by ``engine/trace.py`` for ``--trace``.
-
-Files come from other tools and people, so everything is bounded and checked: the size, each
-line, binary content, the types of every field used. A bad file is a ``PromptError`` with one line
-naming the file, the row and what was expected, never a traceback.
-
-The built-in set (``--dataset builtin[:CATEGORY,...]``) is original text written for specload, in
-``specload/data``: ``prompts.jsonl`` rows ``{"category", "turns"}`` whose turns may name a passage
-of ``passages.jsonl`` as ``{{id}}`` (meeting notes, incident reports, logs, ... shared by the
-summarising, extraction, rewriting and translation prompts). Categories are interleaved, so any
-stretch of requests covers all of them.
+Rows are ``plain``, ``sharegpt`` or ``openai`` shaped (the README's "Workloads"), JSONL or one JSON
+array. The files come from other tools and people, so the size, each line, binary content and every
+field's type are checked: a bad file is a ``PromptError`` of one line, never a traceback. The built-in
+set is original text in ``specload/data`` (prompts naming shared passages), its categories interleaved.
 """
 
 from __future__ import annotations

@@ -1,28 +1,10 @@
-"""Prompt sources: synthetic prompts of N tokens *as the server counts them*, a fixed text, a text
-file, a dataset (a file or the built-in set, read by ``engine/datasets.py``); and the lengths to ask
-for (prompt and output), fixed or drawn.
+"""Prompt sources: synthetic prompts of N tokens *as the server counts them*, a fixed text, a text file,
+a dataset (``datasets.py``) or a trace (``trace.py``); the runner takes the next ``Prompt`` per request.
 
-A source is an endless stream of ``Prompt``s; the runner takes the next one per request. A dataset
-prompt carries its category (into the request's record line) and, with ``--output-len dataset``,
-its reference output length as the request's max_tokens (sent with ignore_eos).
-
-Lengths are distributions (``specload.plan.Lengths``), drawn from one RNG seeded by ``--seed``, so a
-run's lengths are reproducible and the seed is in the record.
-
-Synthetic prompts. "128 tokens" means 128 in the server's ``usage.prompt_tokens``, chat template
-included, because that is what prefill time and KV use depend on: a guess of 1.3 tokens a word
-gave 313 tokens on one real server and 99 on another. The text is built from a fixed vocabulary of
-words under a ``TokenModel``: before the load, ``engine/calibrate.py`` asks the server's tokenizer
-endpoint how many tokens each vocabulary word is (exact, since common tokenizers split words at
-their leading space), or fits tokens per word from the ``usage.prompt_tokens`` of two calibration
-requests, and learns the template's overhead; without either it keeps the guess and says so.
-
-Prefix caching. A prompt's first tokens decide what a prefix cache can serve, so every synthetic
-prompt starts differently: its words are drawn from an RNG keyed by the seed, a per-run nonce and
-the request's number. Without the nonce, two runs with the same seed would send the same prompts and
-the second would be served from the first one's cache. ``--shared-prefix-tokens N`` instead gives
-every prompt of the run the same first N tokens (the same for every run with that seed), to measure
-caching on purpose.
+Synthetic prompts are built from a fixed vocabulary under a ``TokenModel`` that calibration fits to
+the server's own tokenizer (``calibrate.py``), since prefill time and KV use follow the server's
+count, not a guess. Each prompt starts differently (an RNG keyed by the seed, a per-run nonce and the
+request's number) so no prefix cache serves one from another, unless ``--shared-prefix-tokens`` asks.
 """
 
 from __future__ import annotations

@@ -1,48 +1,8 @@
-"""The capacity search as a state machine: which load to probe next, and what the probes found.
-
-``specload run --find-max`` (and the TUI's search key) looks for the highest load (concurrency, or
-with ``--rate`` the request rate) at which the latency objectives still hold and added load still
-adds tokens. It grows the load geometrically from the start until a probe is *unacceptable*, then
-bisects between the last acceptable and the first unacceptable probe. This module decides; it never
-sends a request, sleeps or reads a clock (the driver passes the elapsed time in), so every rule is
-unit-tested with made-up probe outcomes.
-
-A probe is **acceptable** when
-
-- its objectives were met with confidence (``met``; ``undecided`` at the request cap counts as not
-  met: the search only claims a load it could confirm), and
-- it is not past the **knee**: its throughput is below ``knee_share`` (95 %) of the plateau.
-
-The **plateau** exists once a step up has been seen to add (almost) nothing: between two probes at
-most one growth factor apart, the *scaling efficiency* ``e = (T2/T1 - 1) / (C2/C1 - 1)`` (the
-throughput gain over the load gain: 1 when every added stream decodes at full speed, 0 when added
-load only queues) lies wholly below ``min_efficiency`` (10 %). Only such a step stops the growth for
-saturation ("added concurrency adds latency, not tokens"); the plateau's throughput is then the
-mean of the probes from that step's lower load up, and the **knee** is the lowest load reaching
-95 % of it. Until a plateau is seen,
-nothing is past the knee: a curve that keeps growing, however slowly, is searched until the
-objectives stop it. Wider pairs do not count (a concave curve that still gains 20 % per doubling has a
-low *average* efficiency over a 16-fold span, which is not saturation).
-
-Why 95 % of the plateau and not "the last step that still gained": throughput differs from level to
-level by a few percent on a shared machine (load from other processes, drift), more than the gain
-of a small step near the knee (C=6 to 7 is a 17 % step; at 10 % efficiency it gains 1.7 %), so a
-step-by-step rule lands the knee wherever noise says. Every throughput interval is therefore taken
-as at least +-``level_noise`` (2 %) when deciding a step, and the knee is read against the plateau.
-For a server whose throughput grows in proportion up to a batch limit B and stays flat beyond, the
-knee is the lowest C with C >= 0.95 B: B itself for B up to 19.
-
-Decisions use intervals: objectives are decided on their verdict's interval, and a probe gets more
-requests (``look``) while its objectives are undecided or its throughput interval is wider than
-``throughput_ci`` (2 %), up to a cap (a probe's interval is fixed once it ends, and later steps
-compare against it).
-
-The **result**: the best load (the highest acceptable probe, or the knee itself when the objectives
-hold there), its bracket (the true limit lies between the best and the first unacceptable probe),
-the throughput, goodput and request rate there with their intervals, and the knee of the throughput
-curve (with the probe below it, which had not reached it). A search that is stopped, runs out
-of probes or time, or never finds an unacceptable load says so; one aborted by a server crash gives
-no best point at all, since the probes it cut short say nothing about the server's capacity.
+"""The capacity search (``--find-max``, the TUI's search key) as a state machine: which load to probe
+next, and what the probes found. It grows the load until a probe is unacceptable (objectives not
+met with confidence, or past the throughput curve's knee), then bisects; the rules and their
+reasons are the README's "Capacity". It never sends a request, sleeps or reads a clock (the driver
+passes the time in), so every rule is unit-tested with made-up probe outcomes.
 """
 
 from __future__ import annotations

@@ -1,17 +1,10 @@
 """Comparing runs level by level: figures with intervals, ratios to a baseline, verdicts, flags.
 
-A *side* is a label with one or more runs (repeats). ``compare(sides, ...)`` matches the runs' levels by
-concurrency (the k-th level at C in one run with the k-th level at C in another, so manual TUI levels
-and ``--schedule-from`` replays pair up), estimates every metric of ``level_metrics.METRICS`` per run,
-combines repeats (with the run-to-run variance pooled over levels, ``intervals.between_run_variance``),
-and decides each other side against the baseline. One metric is the *primary* one: its verdict is the
-level's headline; the others are secondary, shown but not the answer (twelve metrics compared at 95%
-would otherwise find a "difference" in about half of all identical pairs).
-
-It also flags what makes a level's comparison unsound (different request shapes, estimated token
-counts, errors, a client-saturated level, a crash during the level), finds where the curves cross, and
-turns it all into JSON, CSV rows and rich tables (``render``). Nothing here reads files: ``runs.load_run``
-does that.
+A *side* is a label with one or more runs (repeats); levels pair by concurrency and occurrence
+(``level_metrics.level_keys``), repeats combine with the run-to-run variance pooled over levels, and
+only the *primary* metric's verdict is the level's answer (twelve metrics at 95 % would call about
+half of all identical pairs different). Unsound levels are flagged, crossovers found, and it all
+becomes JSON, CSV rows and rich tables. Nothing here reads files: ``record.runs`` does.
 """
 
 from __future__ import annotations

@@ -1,18 +1,9 @@
 """The offline HTML report: one self-contained file with the runs, their level tables and charts.
 
-Everything the page needs is inside it: the CSS, Chart.js and its annotation plugin (vendored in
-``assets/``, MIT-licensed, their licence headers kept), the report's own script and the data as
-one JSON block. It fetches nothing, so it opens from a mail attachment on a machine without a
-network; the browser test checks that no request leaves the file.
-
-The tables and run descriptions are written here as plain HTML (readable without the script);
-``assets/report.js`` draws the charts from the JSON. The page's data shape (``ReportRun``) is the
-HTML's own: it is filled from the loaded runs and, when runs are compared, from the comparison's
-JSON (each level and metric with ``value``, ``ci_low``, ``ci_high``, ``ratio``, ``ratio_ci_low``,
-``ratio_ci_high``, ``verdict``), so the page shows the intervals and verdicts the terminal does.
-
-Size: the fixed part (styles, scripts) is about 260 kB; the data grows with the run's duration (one
-value per timeline bin, at most ``timeline.MAX_BINS`` bins), not with its request count.
+The CSS, Chart.js and its annotation plugin (vendored in ``assets/``, MIT, licence headers kept), the
+report's script and the data (one JSON block of ``ReportRun``) are all inside, so it opens from a mail
+attachment without a network. Tables are plain HTML (readable without the script); the script draws
+the charts. The data grows with the run's duration (``timeline.MAX_BINS`` bins), not its requests.
 """
 
 from __future__ import annotations

@@ -1,34 +1,11 @@
-"""Other load testers' result files as runs: ``vllm bench serve --save-result`` JSON and SGLang's
-``bench_serving --output-file`` JSONL, read into the run model so that ``specload report`` shows and
-compares them like specload's own records.
+"""Other load testers' result files as runs (``vllm bench serve --save-result`` JSON, SGLang's
+``bench_serving --output-file`` JSONL), so ``specload report`` shows and compares them like
+specload's own records.
 
-Fields are mapped by their documented meaning (vLLM: ``vllm/benchmarks/serve.py`` and
-``lib/endpoint_request_func.py``; SGLang: ``python/sglang/bench_serving.py`` and its "Bench Serving
-Guide"), and where a definition differs from specload's the run carries a note saying how, rather
-than mixing the two silently:
-
-- ITL: both tools record the gap between streamed chunks, so with speculative decoding (several
-  tokens per chunk) their ITL is per chunk. specload's is per token; the per-token figure is derived
-  here the way specload does without per-chunk counts (each gap divided by the request's mean tokens
-  per chunk after the first); the tools' ITL is specload's gap per chunk. Each level's line (the
-  table, ``--json``) is computed from the arrays by specload's own level code, as a record's is.
-- TTFT: vLLM's chat client takes the first chunk that has ``choices``, which is the role-only chunk
-  when the server sends one; specload waits for the first chunk carrying text.
-- TPOT: all three compute (E2E - TTFT) / (output tokens - 1), the first token excluded; they differ
-  only where E2E ends (vLLM: the last chunk with ``choices``; SGLang: the last line read, ``[DONE]``
-  included; specload: the last chunk carrying text).
-- Output throughput: the tools divide all output tokens by the whole benchmark's duration (the
-  concurrency ramping up and draining included); specload's level throughput uses its steady state.
-
-What a file lacks is missing, never zero: neither tool records server samples, events or crashes;
-SGLang records no request start times or latencies (so no timeline, and E2E per request is derived
-from TTFT plus the chunk gaps, flagged in the notes); a vLLM file saved without ``--save-detailed``
-has only the summary. Each file's own summary is kept (``description.config["tool_summary"]``) next
-to the same figures recomputed from its per-request arrays with the tool's definitions
-(``recompute_summary``), so a report can show both and a mismatch is said.
-
-An SGLang JSONL file holds one line per benchmark run (the tool appends): each line is read as one
-level of the run, at its ``max_concurrency``.
+Fields are mapped by their documented meaning; where a definition differs from specload's (ITL per
+chunk, vLLM's chat TTFT, whole-benchmark throughput) the run carries a note rather than mixing the
+two silently (the README's "Reports" lists them). What a file lacks is missing, never zero, and the
+file's own summary is kept beside the figures recomputed from its arrays, so a mismatch is said.
 """
 
 from __future__ import annotations

@@ -1,27 +1,7 @@
-"""A run over time, for the HTML report's timelines and the plots: binned series and annotations.
-
-Built from a run's levels (their request columns) and its timeline lines (events, crashes, server
-samples), so it serves any source the run model reads; a peer tool's file with per-request start
-times gets the client series, and what it lacks (server samples, events) is marked missing, never
-drawn as zero.
-
-Series, one value per bin (1 s; narrower for runs under two minutes, wider for long runs so that a
-report stays small):
-
-- ``tok_s``: output tokens per second, each request's tokens spread over its decode span (the first
-  token at TTFT, the rest evenly up to its end). Counting a request's tokens at its end would draw
-  spikes at every burst of completions; the live dashboard counts tokens as they arrive, and this
-  is the closest offline equivalent. The series sums to the run's output tokens exactly.
-- ``inflight``: the mean number of open requests over the bin (time-weighted).
-- ``ttft_ms``: the median TTFT of the requests whose first token arrived in the bin; ``tpot_ms``:
-  the median TPOT of the successful requests that ended in it (``None`` where no request did).
-- ``errors``: failed requests that ended in the bin (cancelled ones excluded: specload stopped them).
-
-The counted requests are drawn (warm-up requests are not in the run model's levels).
-
-Server samples are kept at their own times (their mean per bin when there are more samples than
-bins), one series per field, from ``/metrics`` when the run scraped it and from the log otherwise
-(the two describe the same quantity; drawing both doubles every line).
+"""A run over time for the HTML report's timelines and the plots: binned client series (tokens/s spread
+over each request's decode span, in flight, TTFT, TPOT, errors) and the server samples at their own
+times, from a run's levels and timeline lines, so any source the run model reads is drawn the same
+way; what a source lacks is marked missing, never drawn as zero.
 """
 
 from __future__ import annotations

@@ -1,18 +1,9 @@
 """The built-in simulated LLM server: the zero-setup demo target and the target of integration tests.
 
-``SimConfig`` (config.py) holds every option; ``SimServer`` (server.py) runs it inside the caller's
-event loop; ``specload sim`` (cli.py) runs it as a process. The timing model is model.py, the
-continuous-batching scheduler scheduler.py, the wire formats openai.py and llamacpp.py, the log
-formats serverlog.py.
-
-Two flavours (``SimConfig.flavor`` / ``--flavor``): ``vllm`` (default) speaks vLLM's OpenAI SSE and
-/metrics with SGLang-style log lines and SGLang's ``/generate``; ``llamacpp`` plays llama.cpp's
-llama-server as observed on the real binary (llamacpp.py: one chunk per token, ``timings``,
-``llamacpp:*`` /metrics; serverlog.py: its slot log lines; llama.cpp error bodies, ``--max-batch`` slots
-with the context split over them, connections closed after each stream). ``--hang-on-sigterm`` (any
-flavour) reproduces the SIGTERM hang of real servers under load.
-
-Exports are lazy so that ``specload sim --help`` does not import aiohttp.
+``SimConfig`` (config.py) holds every option, ``SimServer`` (server.py) runs it in the caller's loop,
+``specload sim`` (cli.py) as a process; model.py times it, scheduler.py batches, openai.py and
+llamacpp.py are the two flavours' wires (``--flavor vllm``, the default, or ``llamacpp``), serverlog.py
+their log lines. Exports are lazy so that ``specload sim --help`` does not import aiohttp.
 """
 
 from __future__ import annotations

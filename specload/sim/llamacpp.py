@@ -1,26 +1,8 @@
-"""llama.cpp's llama-server as the simulator plays it (``--flavor llamacpp``): wire shapes and /metrics.
-
-Everything here was copied from the real llama-server (build of llama-cpp-python 0.3.36's llama.cpp, see
-shared/real-server/REPORT.md) byte for byte where a client could notice, key order included:
-
-- ids are ``chatcmpl-`` + 32 random letters/digits on both endpoints; ``system_fingerprint`` is
-  ``b0-unknown``; ``model`` is the configured name (the real server echoes its alias).
-- chat stream: ``delta: {"role": "assistant", "content": null}`` first, then one chunk per *token*
-  (llama-server never merges tokens, even when speculation accepted several in one step), then a finish
-  chunk with an empty delta; with ``include_usage`` a ``choices: []`` chunk carries ``usage`` and
-  ``timings``, without it the finish chunk carries ``timings``; then ``[DONE]``.
-- completions stream: one ``text`` chunk per token, then an extra ``"text": ""`` chunk carrying
-  ``finish_reason``, ``usage`` (always, asked or not) and ``timings`` together; then ``[DONE]``.
-- ``timings``: ``prompt_ms`` runs from the slot starting the request (queueing excluded) to the first
-  token; ``predicted_ms`` from the first token to the last; the per-token and per-second figures of the
-  generation divide by ``predicted_n - 1`` (the first token came out of prompt processing), as the real
-  server's numbers show (5 tokens, 448.163 ms -> 112.04 ms per token). Times are whole microseconds;
-  a 0/0 ratio is JSON ``null``, as nlohmann::json writes NaN.
-- /metrics is written by hand like llama.cpp does (``# HELP`` / ``# TYPE`` before each unlabelled
-  ``llamacpp:`` sample); the throughput gauges cover the time since the previous scrape, as the real
-  ``/metrics`` resets its bucket on each read.
-
-The log lines of this flavour live in serverlog.py with the other formats.
+"""llama.cpp's llama-server as the simulator plays it (``--flavor llamacpp``): its wire (``LlamaWire``:
+request rules, slots and tasks, error bodies, ``/tokenize``, ``/apply-template``) and its shapes
+(``LlamaFormatter``, ``timings``, ``llamacpp:*`` /metrics), copied from the real binary byte for byte
+where a client could notice (shared/real-server/REPORT.md): one chunk per token, even when
+speculation accepted several. Its log lines are serverlog.py's.
 """
 
 from __future__ import annotations
@@ -60,7 +42,10 @@ def _ratio(a: float, b: float) -> float | None:
 
 
 def timings(seq: Sequence, spec_tokens: int) -> dict[str, Any]:
-    """The ``timings`` object of a finished (or stopped) request."""
+    """The ``timings`` object of a finished (or stopped) request, as the real server's numbers show it:
+    ``prompt_ms`` from the slot's start (queueing excluded) to the first token, ``predicted_ms`` from
+    there to the last; the generation's rates divide by ``predicted_n - 1`` (the first token came out
+    of prompt processing); whole microseconds; a 0/0 ratio is JSON null, as nlohmann::json writes NaN."""
     start = seq.arrival if seq.admitted_at is None else seq.admitted_at
     first = seq.first_token_at if seq.first_token_at is not None else start
     last = seq.last_token_at if seq.last_token_at is not None else first
@@ -95,7 +80,11 @@ def usage(seq_prompt: int, completion: int, cached: int = 0) -> dict[str, Any]:
 
 
 class LlamaFormatter:
-    """The SSE events and whole bodies of one request, llama-server style.
+    """The SSE events and whole bodies of one request, llama-server style, key order included: ids
+    ``chatcmpl-`` + 32 letters/digits on both endpoints, ``system_fingerprint`` ``b0-unknown``; chat
+    opens with ``"content": null``, then one chunk per token, a finish chunk, ``usage`` and ``timings``
+    (on a ``choices: []`` chunk with ``include_usage``, else on the finish chunk); completions end with a
+    ``"text": ""`` chunk carrying finish, usage (always) and timings; then ``[DONE]``.
 
     Same attribute interface as openai.py's formatter (``sent``, ``flushed``, ``accounted``,
     ``created``), so the streaming loop, fault injection and accounting need no flavour branches.
@@ -242,7 +231,9 @@ def _num(v: float) -> str:
 
 class LlamaMetrics:
     """llama-server's request-level counters (a request's generation counts when it completes) and the
-    /metrics text. Engine-level counts (prompt evaluation, decode passes, drafts) come from ``Counters``."""
+    /metrics text, written by hand as llama.cpp does (``# HELP``/``# TYPE`` before each sample; the
+    throughput gauges cover the time since the previous scrape, as the real one resets its bucket on
+    each read). Engine-level counts (prompt evaluation, decode passes, drafts) come from ``Counters``."""
 
     def __init__(self, counters: Counters) -> None:
         self.c = counters

@@ -1,15 +1,8 @@
 """The OpenAI wire as vLLM and SGLang speak it: request rules, SSE chunks, whole bodies, error bodies,
-``/tokenize``, ``/v1/models``, vLLM's /metrics and SGLang-style log lines. ``server.py`` runs the
-requests; a wire decides how they look (llamacpp.py is llama-server's dialect). Each decision was
-copied from a real server (shared/real-server/REPORT.md):
-
-- chat stream: role-only chunk (``"content": ""``), one chunk per decode step (several tokens when
-  speculation accepted drafts), a finish chunk (empty delta), the usage chunk (``choices: []``) when
-  ``stream_options.include_usage``, then ``data: [DONE]`` (vLLM).
-- ``stream_options.continuous_usage_stats``: cumulative ``usage`` on every chunk (vLLM).
-- ``usage_in_last_chunk``: the last content chunk carries ``finish_reason``, ``usage`` and llama.cpp's
-  ``timings`` together; no finish or usage chunk of their own (llama-server's shape on this wire).
-- ``/generate``: every chunk carries the cumulative text and ``meta_info`` (SGLang).
+``/tokenize``, ``/v1/models``, vLLM's /metrics and SGLang's log lines. ``server.py`` runs requests; a
+wire decides how they look. Each shape is copied from a real server (shared/real-server/REPORT.md):
+vLLM's role chunk, one chunk per decode step, finish and usage chunks, continuous usage; SGLang's
+cumulative ``/generate`` chunks; ``usage_in_last_chunk`` for llama-server's shape on this wire.
 """
 
 from __future__ import annotations

@@ -1,27 +1,10 @@
-"""The continuous-batching scheduler: one driver advancing every running sequence, step by step.
+"""The simulator's continuous-batching scheduler: one chain of event-loop timers advances every running
+sequence, with no task or sleep per request, so hundreds of streams stay cheap on two cores.
 
-There is no task or sleep per request. A single chain of event-loop timers (``call_at``) drives all
-sequences: at the end of each step it draws every running sequence's tokens, appends them to that
-sequence's ``pending`` list and wakes its handler through one future. Handlers only await their future
-and write. This keeps hundreds of concurrent streams cheap on two cores.
-
-Two timing regimes share the bookkeeping:
-
-- batch model (default): one global step clock. A step decodes all running sequences and also
-  prefills the sequences admitted at its start (their prefill time is added to the step, so new
-  arrivals slow everyone's next token down, as with real continuous batching). Requests beyond
-  ``max_batch`` wait in a FIFO queue and are admitted at a step boundary. Step and prefill times carry
-  seeded lognormal noise (``step_jitter``, ``prefill_jitter``). Steps follow each other on their own
-  schedule (the end of one is due when the previous was due plus its time), so a timer that fires late
-  on a busy machine is caught up rather than stretching the whole run.
-- pinned (``ttft_ms`` / ``itl_ms``): each sequence has its own deadline on an absolute schedule
-  (admission + ttft, then + itl per step, never drifting, no noise), so tests can assert exact
-  timings. The FIFO queue still applies: a queued request is admitted at the instant a slot frees.
-
-``freeze`` stops the timers for good: the simulated crash, where in-flight streams simply stop.
-
-``on_admit`` (optional) is called the moment a sequence leaves the queue for a batch slot: llama.cpp's
-``launch_slot_`` log line and its ``prompt_ms``, which counts from there and not from arrival, need it.
+Two timing regimes share the bookkeeping: the batch model (one step clock; admitted prefills slow
+the step; a FIFO queue beyond ``max_batch``; seeded noise; late timers caught up, not stretched) and
+pinned timing (``ttft_ms``/``itl_ms``: exact per-sequence deadlines for tests). ``freeze`` is the
+simulated crash; ``on_admit`` serves llama.cpp's slot log line and its ``prompt_ms``.
 """
 
 from __future__ import annotations

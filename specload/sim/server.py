@@ -1,17 +1,10 @@
-"""The simulated LLM server: ``SimServer``, its aiohttp app, its requests' lifecycle and its faults.
+"""The simulated LLM server: ``SimServer``, its aiohttp app, each request's lifecycle and its faults.
 
 The scheduler (``scheduler.py``) decides *when* tokens exist; a wire decides *how they look* and what
-the server says about itself: ``openai.OpenAIWire`` (vLLM's OpenAI SSE, SGLang's ``/generate``,
-vLLM /metrics, SGLang-style log lines) or, with ``flavor="llamacpp"``, ``llamacpp.LlamaWire``
-(llama-server as a whole). This module runs a request through either: parse, queue, stream or answer
-whole, inject faults, account, and crash, hang or drain on cue. ``SimServer`` is the one Python API
-used by the CLI, by specload's embedded demo target and by the tests.
-
-- ``close_after_stream``: the TCP connection is closed after each streamed response although the
-  response said ``Keep-Alive: timeout=5, max=100`` (llama-server), so pooling clients meet stale
-  connections.
-- ``drain_silently`` (``--hang-on-sigterm``): the listener closes, open streams go silent but stay
-  open, and it returns once their clients have left: the SIGTERM hang of real servers under load.
+the server says about itself: ``openai.OpenAIWire`` (vLLM, SGLang) or ``llamacpp.LlamaWire``. This
+module runs a request through either (parse, queue, stream or answer whole, inject faults, account)
+and crashes, hangs, closes connections after a stream or drains silently on cue. ``SimServer`` is the
+one Python API of the CLI, specload's demo target and the tests.
 """
 
 from __future__ import annotations

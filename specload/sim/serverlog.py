@@ -1,32 +1,9 @@
-"""What the simulator writes to its log, in the shapes real servers use. Owns every log line format.
+"""What the simulator writes to its log, in the shapes real servers use: every line format lives here.
 
-Lines go to stdout or to ``--log-file`` (appended, line-buffered, flushed per line) so specload's log
-watcher can tail the simulator exactly as it tails SGLang. Formats:
-
-- per finished request (one line, ``key=value``; ``-`` when not measured):
-  ``[2026-11-30 12:00:00] Finish request: id=chatcmpl-sim-1 status=200 outcome=length prompt_tokens=17
-  completion_tokens=128 ttft_ms=50.123 tpot_ms=10.004 e2e_ms=1320.611 spec_verify_ct=41``
-- every ``log_interval`` s while anything runs or waits, SGLang's decode line (``accept len`` only with
-  speculation on, as SGLang prints it):
-  ``[2026-11-30 12:00:00 TP0] Decode batch. #running-req: 3, #token: 1234, token usage: 0.02,
-  accept len: 2.41, gen throughput (token/s): 512.33, #queue-req: 0``
-- the crash: SGLang's scheduler traceback (first line prefixed ``[... TP0]``, frames unprefixed), a
-  blank line, then the parent's ``Received sigquit from a child process`` line.
-
-``--flavor llamacpp`` writes llama-server's lines instead (``--log-timestamps --log-prefix``: time since
-start as ``M.SS.mmm.uuu``, a level letter, a 4-wide component, a 12-wide function name), per request:
-
-    0.03.071.525 I slot get_availabl: id  7 | task -1 | selected slot by LRU, t_last = -1
-    0.03.071.683 I slot launch_slot_: id  7 | task 0 | processing task, is_child = 0
-    0.03.526.081 I slot print_timing: id  7 | task 0 | prompt eval time =       6.05 ms /    17 tokens (...)
-    0.03.526.090 I slot print_timing: id  7 | task 0 |        eval time =     448.16 ms /     5 tokens (...)
-    0.03.526.092 I slot print_timing: id  7 | task 0 |       total time =     454.22 ms /    22 tokens
-    0.03.526.333 I slot      release: id  7 | task 0 | stop processing: n_tokens = 21, truncated = 0
-
-plus ``draft acceptance = 1.00000 (  213 accepted /   213 generated), mean len = 54.25`` with
-speculation, ``W srv          stop: cancel task, id_task = T`` when the client leaves, ``E srv
-send_error: ...`` for a prompt over the slot's context, and no periodic line at all (llama-server has
-none). The crash is a C assertion aborting the process, as llama.cpp's sampler asserts do.
+Lines go to stdout or ``--log-file`` (appended, flushed per line), so specload's log watcher tails the
+simulator as it tails a real server: SGLang's ``Finish request`` and ``Decode batch`` lines and its
+scheduler crash by default; with ``--flavor llamacpp`` llama-server's slot lines (``LlamaLog``), no
+periodic line, and its sampler's assertion abort as the crash.
 """
 
 from __future__ import annotations

@@ -1,35 +1,10 @@
 """Goodput: one level's requests judged against the ``--slo`` objectives, with 95 % intervals.
 
-``LevelRequestColumns`` collects a level's requests while it runs (compactly: the times, tokens and
-latencies the objectives need, not the chunks), ``evaluate_level`` turns them into what the level
-table, the record, ``report`` and the capacity search show: the share of good requests, goodput in
-requests/s and tokens/s, each objective's verdict, and (for the search) the level's throughput.
-
-Definitions (the README's "Capacity" section says the same):
-
-- A request is **good** when it meets the threshold of every objective: a per-request objective's
-  limit, and a percentile objective's limit too (``ttft_p99<=500ms``: its TTFT is at most 500 ms).
-  A failed request is never good; a request specload cancelled is not counted.
-- **Objective verdicts** are decided on shares: ``ttft_p99<=500ms`` holds when at least 99 % of the
-  level's requests have TTFT <= 500 ms; the per-request objectives hold together when the share of
-  requests meeting all of them is at least the attainment (90 % unless ``attainment>=`` says). The
-  verdict is ``met`` when the share's Wilson interval lies wholly at or above the target, ``missed``
-  when wholly below, ``undecided`` otherwise (the capacity search gives such a level more requests).
-  A p99 objective needs 381 requests that all meet it before it can be ``met``; fewer never decide.
-  The figure shown next to a percentile objective is the percentile itself with its distribution-free
-  (order-statistic) interval. An ITL percentile pools the level's tokens: its share counts tokens,
-  and its interval counts requests (the tokens of one request are not independent samples).
-- **Goodput** uses the steady-state requests and Little's law, as the level's throughput interval
-  does (``level_metrics``): good requests/s = L * (good requests) / (their total time in flight) and
-  good tokens/s the same with tokens, L the mean number in flight; intervals by bootstrap over
-  requests, at least as wide (relative to the value) as the level's throughput interval.
-- Every figure uses the level's steady-state requests (fill and drain excluded, as in comparisons);
-  a level too short to have any is ``undecided`` with a note saying how many requests it needs.
-
-Intervals and the steady-state selection come from ``stats.intervals`` and ``stats.level_metrics``
-(the comparison's machinery), so a level means the same in a comparison and in a capacity search.
-Evaluating a level bootstraps over its requests (tens of ms for a few hundred): callers on the
-event loop run it in a thread.
+``LevelRequestColumns`` collects a level's requests while it runs (only what the objectives need);
+``evaluate_level`` gives what the level table, the record, ``report`` and the capacity search show:
+the share of good requests, goodput, each objective's verdict. Its statistics are the comparison's
+(``intervals``, ``level_metrics``), so a level means the same in both; the definitions are the
+README's "Capacity". It bootstraps (tens of ms): callers on the event loop run it in a thread.
 """
 
 from __future__ import annotations

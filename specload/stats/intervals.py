@@ -1,30 +1,9 @@
 """Confidence intervals, ratios and verdicts: the statistics behind ``report A B``, ``--baseline``,
-``--target-ci`` and the capacity search. Pure numpy and the standard library; no I/O, no records.
+``--target-ci`` and the capacity search. Pure numpy and the standard library.
 
-Every figure is an ``Estimate``: a value, its 95% interval, and the standard error of its logarithm
-(``se_log``) with degrees of freedom. The log scale is what makes the pieces compose: the ratio of two
-independent estimates is ``exp(log b - log a)`` with ``se = sqrt(se_a² + se_b²)`` (delta method, Welch
-degrees of freedom), repeats of a run are averaged on it, and a relative interval half-width
-(``--target-ci``) is ``t * se_log``. Shares (error rate, the share of requests meeting an objective)
-have their own interval (Wilson) and are compared by difference, since a share of 0 has no logarithm.
-
-Methods, each chosen for what the figure is (the README's "Compare" section says the same):
-
-- a per-request mean or ratio of sums: bootstrap over requests (seeded, so a report is reproducible),
-  its standard error corrected by sqrt(n/(n-1)) and used with Student's t at n-1 degrees of freedom.
-  ``n_boot=0`` (live checks during a run, which must not hold the event loop) and very long levels use
-  the bootstrap's large-sample equivalent instead (the standard error of the mean, the delta method);
-- a percentile: the distribution-free order-statistic interval for the value (exact binomial; it says
-  plainly when there are too few requests for a p99, where a bootstrap would return the maximum), and
-  the bootstrap's standard error for ratios;
-- batch means (one value per steady-state time window) and server samples: Student's t over them;
-- a share: Wilson's score interval; a difference of shares: Newcombe's hybrid score interval.
-
-Verdicts (``decide``): ``better``/``worse`` only when the ratio's interval excludes 1 *and* the ratio is
-at least ``min_effect`` away from 1; ``no_difference`` when the observed difference is below
-``min_effect`` (significant or not); ``insufficient`` when there are too few samples, or when the observed
-difference would matter but the interval cannot confirm it (then ``requests_needed`` says roughly how
-many requests per side would, for 80% power at the observed size).
+Every figure is an ``Estimate`` carrying the standard error of its logarithm, which is what lets
+ratios, repeats and relative half-widths compose; shares have Wilson intervals and are compared by
+difference. Each method and the verdict rules are the README's "How the intervals are computed".
 """
 
 from __future__ import annotations

@@ -1,27 +1,8 @@
-"""The figures of one concurrency level with their intervals, from its requests as arrays.
-
-``LevelRequests`` is one level's requests as numpy columns (a specload record, and the peer tools'
-result files, all read into it); ``estimate(level, metric)`` gives an ``Estimate`` for any metric in
-``METRICS``. The comparison report, ``--target-ci``, ``--baseline`` and the capacity search all call this,
-so a figure means the same everywhere.
-
-Steady state. A closed-loop level starts with C requests sent together (their prefills share a pass,
-the first cohort runs in lockstep) and ends with the last C draining at falling concurrency; in no-drain
-mode it also starts while the previous level's requests still hold slots. Those requests measure the
-transition, not the level, so every figure except the error rate uses only the *steady* requests: those
-started after the level first had C of its own requests in flight (the fill) and ended before the
-concurrency fell below C after its last start (the drain). A level too short to have ``MIN_SAMPLES`` steady requests is insufficient
-(roughly: run at least 2*C + 8 requests per level). Open-loop levels (``--rate``) fill until their
-first request ends.
-
-Throughput. Output tok/s of the level is one figure, not a mean over requests. By Little's law, at a
-steady in-flight count L, tokens per second = L * sum(tokens) / sum(occupancy) over the requests
-(occupancy = end - start), which is the steady requests' throughput with fill and drain excluded; L is
-the measured mean in-flight count over the steady requests' span (C in a closed loop, less the client's
-turn-around). Its interval is the wider of two: a bootstrap of that ratio over the steady requests, and,
-when the steady span holds at least 5 windows each as long as a mean request, batch means over those
-windows (tokens spread over each request's decode span), which also see slow drift that a bootstrap of
-requests cannot.
+"""The figures of one concurrency level with their intervals, from its requests as numpy columns
+(``LevelRequests``: a specload record and the peer tools' files alike). ``estimate(level, metric)``
+serves the comparison, ``--target-ci``, ``--baseline`` and the capacity search, so a figure means the
+same everywhere. Every figure but the error rate uses the level's steady requests (fill and drain
+excluded), and throughput is one figure by Little's law: the README's "How the intervals are computed".
 """
 
 from __future__ import annotations

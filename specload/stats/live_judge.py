@@ -1,16 +1,10 @@
-"""Judging levels while they run: ``--target-ci``, ``--baseline`` and ``--until-decided``.
+"""Judging levels while they run (``--target-ci``, ``--baseline``, ``--until-decided``): what to show of
+each running level against its baseline, and whether it has enough (the runner's ``extend`` hook).
 
-``LiveJudge`` collects each running level's finished requests, estimates the primary metric from them
-(the large-sample formulas: this runs on the engine's loop and must stay cheap), and answers two
-questions: what to show (the level's figure and interval, the baseline's figure at the same level,
-the live ratio and the verdict so far) and whether the level has enough (the runner's ``extend`` hook:
-how many more requests to start).
-
-The live verdict uses a confidence sequence (``intervals.sequential_ratio``), not the fixed 95%
-interval: it is looked at after every request, and an interval watched that often would call a
-difference where there is none far more often than 5%. ``--target-ci`` is about precision, not a test,
-so it uses the ordinary interval. Levels are matched with the baseline's by concurrency and
-occurrence, as ``report`` does.
+It runs on the engine's loop, so it uses the large-sample formulas; the live verdict is a confidence
+sequence (``intervals.sequential_ratio``), since an interval looked at after every request would call
+a difference where there is none far more often than 5 %. ``--target-ci`` is about precision, so it
+uses the ordinary interval. Levels pair with the baseline's as ``report`` pairs them.
 """
 
 from __future__ import annotations

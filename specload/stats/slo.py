@@ -1,33 +1,10 @@
-"""Service-level objectives: the ``--slo`` spec, and what one request's figures say against it.
+"""Service-level objectives: the ``--slo`` spec (``ttft_p99<=500ms,tpot_p50<=40ms,e2e<=10s``), what one
+request's figures say against it, and the plain result types of a level against it.
 
-A spec is a comma-separated list of terms, for example ``ttft_p99<=500ms,tpot_p50<=40ms,e2e<=10s``:
-
-- ``METRIC_pQ<=LIMIT`` is a *percentile* objective on the level: the level's Q-th percentile of the
-  metric must be at most LIMIT. METRIC is ``ttft``, ``tpot``, ``itl`` or ``e2e``; Q is any percentile
-  (``p50``, ``p90``, ``p99``, ``p99.9``); LIMIT carries its unit (``ms`` or ``s``).
-- ``METRIC<=LIMIT`` (no percentile) is a *per-request* objective: a request is *good* when it meets
-  every per-request objective, and goodput counts good requests. The level holds its per-request
-  objectives when at least ``attainment`` of its requests are good (``attainment>=95%``; default 90 %,
-  the attainment DistServe reports); "every request" cannot be confirmed by any finite sample.
-
-Both kinds say the same thing in two ways: ``ttft_p99<=500ms`` holds exactly when at least 99 % of
-the requests have a TTFT of at most 500 ms. So every objective becomes a per-request threshold and a
-share of requests that must meet it, and one statistical test (a share against its target) decides
-both; the percentile itself is shown because that is the figure people quote.
-
-A failed request meets no objective (a server that sheds load with errors must not look fast); a
-request that specload cancelled (quit, end of the run) is not counted at all. A request of one token
-has no TPOT and no inter-token gap: those objectives cannot be missed by it.
-
-Per request, ITL is the request's worst per-token gap (``RequestRecord.itl_per_token_ns``): "every
-token arrived within the limit". A level's ITL percentile pools the tokens of all its requests, as
-the level table's ITL does, and its share counts tokens.
-
-The result types of a level against a spec (``LevelGoodput``, ``ObjectiveResult``, ``Interval``) live
-here too, as plain data, so a level summary can carry them without the statistics that compute them
-(``goodput.py``).
-
-Pure: parsing and arithmetic, no I/O, nothing heavier than the standard library.
+Every objective, percentile or per-request, becomes a per-request threshold and a share of requests
+that must meet it, so one test (a share against its target) decides both; the rules (failed and
+cancelled requests, attainment, ITL) are the README's "Capacity". Pure: parsing and arithmetic, so
+a level summary can carry the results without the statistics of ``goodput.py``.
 """
 
 from __future__ import annotations

@@ -1,31 +1,10 @@
 """Scraping the server's Prometheus ``/metrics`` into one ``ServerSample`` per scrape.
 
-Two layers, so the arithmetic is testable without a server:
-
-- ``samples_from_metrics(text, prev_state, t_ns)`` is pure: it parses the exposition text with
-  prometheus_client's real parser, reads the gauges, and turns counters into rates and
-  speculative acceptance as deltas against the previous scrape's state.
-- ``MetricsScraper`` polls the URL and calls ``on_sample``; ``probe_metrics`` tells whether a URL
-  serves Prometheus text at all (the session scrapes the server's /metrics by default when it does).
-
-Why deltas: acceptance since server start (the raw counter ratio) hides what the current load
-level does; per-interval deltas show it. Why sum across series: vLLM labels every series with
-``engine``/``model_name`` and data-parallel servers have several engines, so counts and rates are
-totals over series; fractions (KV-cache usage, SGLang's accept-length gauge) are averaged instead,
-since summing two ranks' 0.5 usage into 1.0 would be wrong.
-
-Names (checked against the servers' sources): vLLM ``vllm:num_requests_running``,
-``vllm:num_requests_waiting``, ``vllm:kv_cache_usage_perc`` (0..1 despite the name; older
-``vllm:gpu_cache_usage_perc``), ``vllm:generation_tokens_total``, ``vllm:prompt_tokens_total``,
-``vllm:spec_decode_num_drafts_total``, ``vllm:spec_decode_num_draft_tokens_total``,
-``vllm:spec_decode_num_accepted_tokens_total``. SGLang ``sglang:num_running_reqs``,
-``sglang:num_queue_reqs``, ``sglang:gen_throughput``, ``sglang:token_usage``,
-``sglang:spec_accept_length``, ``sglang:spec_accept_rate``, ``sglang:generation_tokens_total``,
-``sglang:prompt_tokens_total`` (some SGLang versions emitted ``sglang_`` instead of ``sglang:``;
-both are accepted). llama.cpp ``llamacpp:requests_processing``, ``llamacpp:requests_deferred``,
-``llamacpp:tokens_predicted_total``, ``llamacpp:prompt_tokens_total``,
-``llamacpp:spec_decode_num_drafts_total``, ``..._draft_tokens_total``, ``..._accepted_tokens_total``,
-``llamacpp:kv_cache_usage_ratio`` (older builds only).
+``samples_from_metrics`` is pure (the text and the previous scrape's state in, a sample out), so the
+arithmetic is tested without a server; ``MetricsScraper`` polls, ``probe_metrics`` tells whether a URL
+serves Prometheus text. Counters become per-interval deltas (acceptance since start hides what the
+current level does); counts are summed over series and fractions averaged, as data-parallel servers
+label one series per engine. The names read, vLLM's, SGLang's and llama.cpp's, are the tables below.
 """
 
 from __future__ import annotations
