@@ -153,6 +153,10 @@ def serve(tui_argv: list[str], *, host: str = "127.0.0.1", port: int = 8765, rec
 
         state = "ready"  # ready -> running -> ended
 
+        async def on_startup(self, app: web.Application) -> None:
+            """Nothing: textual-serve prints its logo and the command, whose options may hold a
+            secret (a --header with a key); the banner above says where the page is."""
+
         async def _make_app(self) -> web.Application:
             app = await super()._make_app()
             app.middlewares.append(door)

@@ -23,13 +23,14 @@ from tests.integration.test_web_browser import free_port, listening
 from tests.waiting import until
 
 SIM = ["--sim-args", "--ttft-ms 20 --itl-ms 10 --quiet"]
+SECRET = "sk-web-door-secret"
 
 
 def start_web(tmp_path: Path, port: int, *args: str) -> tuple[subprocess.Popen, Path]:
     err = tmp_path / "web.err"
     proc = subprocess.Popen(
         [sys.executable, "-m", "specload.cli", "tui", "--web", "--port", str(port), *args],
-        stdout=subprocess.DEVNULL, stderr=err.open("w"), cwd=tmp_path, start_new_session=True,
+        stdout=(tmp_path / "web.out").open("w"), stderr=err.open("w"), cwd=tmp_path, start_new_session=True,
     )
     return proc, err
 
@@ -57,7 +58,8 @@ async def test_web_door_and_one_run(tmp_path: Path) -> None:
     pytest.importorskip("textual_serve", reason='textual-serve is the [web] extra: pip install "specload[web]"')
     port = free_port()
     rec = tmp_path / "web.jsonl"
-    proc, err = start_web(tmp_path, port, "-c", "1", "-d", "60", "--max-tokens", "20", "--record", str(rec), *SIM)
+    proc, err = start_web(tmp_path, port, "-c", "1", "-d", "60", "--max-tokens", "20", "--record", str(rec),
+                          "--header", f"X-Api-Key: {SECRET}", *SIM)
     try:
         await until(lambda: listening(port) or proc.poll() is not None, timeout=60)
         banner = err.read_text()
@@ -118,7 +120,9 @@ async def test_web_door_and_one_run(tmp_path: Path) -> None:
         assert data.end is not None and data.end["reason"] == "interrupted" and data.requests
     finally:
         stop(proc)
-    assert "Traceback" not in err.read_text(), err.read_text()[-1500:]
+    shown = err.read_text() + (tmp_path / "web.out").read_text()
+    assert "Traceback" not in shown, shown[-1500:]
+    assert SECRET not in shown  # textual-serve printed the command, --header and all
 
 
 def test_web_never_overwrites_a_record(tmp_path: Path) -> None:
