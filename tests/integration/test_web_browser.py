@@ -63,6 +63,17 @@ async def until_async(cond, timeout: float):  # type: ignore[no-untyped-def]
     await asyncio.wait_for(spin(), timeout)
 
 
+def stop(proc: subprocess.Popen) -> None:
+    """End a ``tui --web`` server as Ctrl+C does (its process group), killed if it does not go."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGINT)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=5)
+
+
 def record_lines(path: Path) -> int:
     return sum(1 for _ in path.open()) if path.exists() else 0
 
@@ -124,13 +135,7 @@ async def test_dashboard_in_a_browser(tmp_path: Path) -> None:
         assert data.end is not None and data.end["reason"] == "interrupted"
         assert data.requests and data.run is not None and data.run["target"].startswith("http://127.0.0.1:")
     finally:
-        if server.poll() is None:
-            os.killpg(server.pid, signal.SIGINT)
-            try:
-                server.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                os.killpg(server.pid, signal.SIGKILL)
-                server.wait(timeout=5)
+        stop(server)
     out, err = (tmp_path / "web.out").read_text(), (tmp_path / "web.err").read_text()
     assert "open to this machine only (127.0.0.1)" in err, err[-500:]
     assert "Traceback" not in out + err, (out + err)[-1500:]

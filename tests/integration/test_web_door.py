@@ -8,9 +8,7 @@ the load; a reload after it gets a note naming the record, and the record is lef
 
 from __future__ import annotations
 
-import os
 import re
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -19,7 +17,7 @@ import aiohttp
 import pytest
 
 from specload.record.reader import read_record
-from tests.integration.test_web_browser import free_port, listening
+from tests.integration.test_web_browser import free_port, listening, stop
 from tests.waiting import until
 
 SIM = ["--sim-args", "--ttft-ms 20 --itl-ms 10 --quiet"]
@@ -33,16 +31,6 @@ def start_web(tmp_path: Path, port: int, *args: str) -> tuple[subprocess.Popen, 
         stdout=(tmp_path / "web.out").open("w"), stderr=err.open("w"), cwd=tmp_path, start_new_session=True,
     )
     return proc, err
-
-
-def stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGINT)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=5)
 
 
 async def refused(ws: object) -> int:
