@@ -57,7 +57,11 @@ class RequestRecord:
     # time lost on those attempts: from the first send to the send of the attempt the server answered
     # (start_ns, TTFT and E2E are of that attempt: the server never saw the ones before it)
     retry_ns: int = 0
-    spec_verify_ct: int | None = None  # SGLang: verification steps, for acceptance length
+    # the request's own speculative counts, where the server returns them (engine/api.py SPEC_SOURCES):
+    # verify steps (SGLang, vLLM), draft tokens accepted and proposed (SGLang, vLLM, llama.cpp)
+    spec_verify_ct: int | None = None
+    spec_accepted: int | None = None
+    spec_drafted: int | None = None
     server_timings: dict | None = None  # llama.cpp's non-standard `timings` object, as sent
     finish_reason: str | None = None
     # True when chunk_offsets_ns (and chunk_tokens) hold only the first chunks of a response longer
@@ -68,6 +72,8 @@ class RequestRecord:
     max_tokens: int | None = None  # when drawn per request (an output-length distribution)
     prompt_tokens_cached: int | None = None  # of prompt_tokens, served by the server's prefix cache
     category: str | None = None  # the dataset row's category (the built-in set's: chat, coding, ...)
+    conversation: int | None = None  # --multi-turn: the conversation (its row's number in the run) ...
+    turn: int | None = None  # ... and the turn in it, from 1
 
     @property
     def ok(self) -> bool:

@@ -149,7 +149,10 @@ class ChunkReader:
     Attributes after each ``read`` call: ``has_text`` (this event carried generated text),
     ``tokens`` (tokens this event carried when the server says so, else None), and the running
     ``completion_tokens``/``prompt_tokens`` from the server's usage, ``finish_reason``,
-    ``spec_verify_ct``, ``timings`` and ``error`` (an error object the server sent in the stream).
+    ``timings``, ``error`` (an error object the server sent in the stream) and the request's own
+    speculative counts where the server gives them (``SPEC_SOURCES``): ``spec_verify_ct`` (verify
+    steps), ``spec_accepted`` and ``spec_drafted`` (draft tokens accepted, proposed). Those are read
+    from the final chunk only (the one with the finish reason or the usage), never per token.
 
     The event comes from the server, so its shape is checked here, at the edge: anything that is
     not what the API says raises ``MalformedChunk`` with a one-line reason, and no value of the
@@ -165,6 +168,8 @@ class ChunkReader:
         "cached_tokens",
         "finish_reason",
         "spec_verify_ct",
+        "spec_accepted",
+        "spec_drafted",
         "timings",
         "error",
         "_text_len",
@@ -180,6 +185,8 @@ class ChunkReader:
         self.cached_tokens: int | None = None
         self.finish_reason: str | None = None
         self.spec_verify_ct: int | None = None
+        self.spec_accepted: int | None = None
+        self.spec_drafted: int | None = None
         self.timings: dict | None = None
         self.error: str | None = None
         self._text_len = 0
@@ -217,12 +224,16 @@ class ChunkReader:
             fr = _text(c0.get("finish_reason"), "finish_reason")
             if fr:
                 self.finish_reason = fr[:64]
+        else:
+            fr = None
         usage = _obj(obj.get("usage"), "usage")
         if usage:
             self._counts(usage, "usage")
-        timings = obj.get("timings")
-        if timings is not None:
-            self.timings = _timings(timings)
+        if usage or fr:  # the final chunk(s): the request's speculative counts ride on them
+            timings = obj.get("timings")
+            if timings is not None:
+                self.timings = _timings(timings)
+            self._spec(obj, usage)
 
     def _counts(self, d: dict, where: str) -> None:
         """Token counts of OpenAI ``usage`` or SGLang ``meta_info`` (both cumulative)."""
@@ -254,15 +265,56 @@ class ChunkReader:
         meta = _obj(obj.get("meta_info"), "meta_info")
         if meta:
             self._counts(meta, "meta_info")
-            sv = token_count(meta.get("spec_verify_ct"), "meta_info.spec_verify_ct")
-            if sv is not None:
-                self.spec_verify_ct = sv
             fr = meta.get("finish_reason")
             if fr:
                 self.finish_reason = _finish_type(fr)
+                self._spec_from(meta, _SGLANG_META)
         err = obj.get("error")
         if err is not None:
             self.error = error_message(err)
+
+
+    def _spec(self, obj: dict, usage: dict | None) -> None:
+        """The request's speculative counts on an OpenAI-shaped final chunk, from whichever server
+        sent them (``SPEC_SOURCES``)."""
+        for path, keys in SPEC_SOURCES:
+            d: Any = obj
+            for k in path:
+                d = d.get(k) if isinstance(d, dict) else None
+            if isinstance(d, dict):
+                self._spec_from(d, keys)
+        if usage and self.spec_accepted is None:  # SGLang's usage: accepted and rejected prediction tokens
+            det = usage.get("completion_tokens_details")
+            if isinstance(det, dict):
+                acc, rej = _count(det.get("accepted_prediction_tokens")), _count(det.get("rejected_prediction_tokens"))
+                if acc is not None and rej is not None:
+                    self.spec_accepted, self.spec_drafted = acc, acc + rej
+
+    def _spec_from(self, d: dict, keys: tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]) -> None:
+        for attr, names in zip(("spec_verify_ct", "spec_accepted", "spec_drafted"), keys, strict=True):
+            for name in names:
+                v = _count(d.get(name))
+                if v is not None:
+                    setattr(self, attr, v)
+                    break
+
+
+# Where servers put one request's speculative counts, as (verify steps, accepted, drafted) key names.
+# A value that is not a sane count is left out: these figures are optional, never a malformed answer.
+_SGLANG_META = (("spec_verify_ct",), ("spec_num_correct_drafts", "spec_accept_token_num"),
+                ("spec_num_proposed_drafts", "spec_draft_token_num"))
+SPEC_SOURCES: tuple[tuple[tuple[str, ...], tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]], ...] = (
+    # vLLM >= 0.32 with --per-request-spec-decode-metrics summary|detailed
+    (("metrics", "speculative_decoding"), (("num_spec_steps",), ("num_accepted_draft_tokens",), ("num_draft_tokens",))),
+    # SGLang's OpenAI responses with "return_spec_tokens_details": true
+    (("sglext", "spec_tokens_details"), _SGLANG_META),
+    # llama.cpp's timings (speculative: --spec-type, a draft model)
+    (("timings",), ((), ("draft_n_accepted",), ("draft_n",))),
+)
+
+
+def _count(v: Any) -> int | None:
+    return v if type(v) is int and 0 <= v <= MAX_TOKEN_COUNT else None
 
 
 def _finish_type(fr: Any) -> str | None:

@@ -537,6 +537,8 @@ class StreamingClient:
             retries=p.retries,
             retry_ns=p.start - p.first,
             spec_verify_ct=reader.spec_verify_ct,
+            spec_accepted=reader.spec_accepted,
+            spec_drafted=reader.spec_drafted,
             server_timings=reader.timings,
             finish_reason=reader.finish_reason,
             chunk_detail_capped=bool(p.extra_chunks),

@@ -72,8 +72,14 @@ def request_line(rec: RequestRecord, t0_ns: int, *, with_chunks: bool = False) -
         d["prompt_tokens_cached"] = rec.prompt_tokens_cached
     if rec.category is not None:
         d["category"] = rec.category
+    if rec.turn is not None:
+        d["conversation"] = rec.conversation
+        d["turn"] = rec.turn
     if rec.spec_verify_ct is not None:
         d["spec_verify_ct"] = rec.spec_verify_ct
+    if rec.spec_drafted is not None:
+        d["spec_accepted"] = rec.spec_accepted
+        d["spec_drafted"] = rec.spec_drafted
     if rec.server_timings is not None:
         d["server_timings"] = rec.server_timings
     if rec.chunk_detail_capped:

@@ -2,7 +2,10 @@
 ``/tokenize``, ``/v1/models``, vLLM's /metrics and SGLang's log lines. ``server.py`` runs requests; a
 wire decides how they look. Each shape is copied from a real server (shared/real-server/REPORT.md):
 vLLM's role chunk, one chunk per decode step, finish and usage chunks, continuous usage; SGLang's
-cumulative ``/generate`` chunks; ``usage_in_last_chunk`` for llama-server's shape on this wire.
+cumulative ``/generate`` chunks with the request's speculative counts in ``meta_info``;
+``usage_in_last_chunk`` for llama-server's shape on this wire; with speculation on, the request's
+acceptance on the last chunk and in whole bodies, as vLLM's ``--per-request-spec-decode-metrics``
+(``metrics.speculative_decoding``).
 """
 
 from __future__ import annotations
@@ -89,6 +92,17 @@ def _int_param(value: Any, name: str) -> int:
     return value
 
 
+def spec_metrics(seq: Sequence, spec_tokens: int) -> dict | None:
+    """vLLM's per-request ``metrics`` object with its ``speculative_decoding`` summary (None: no speculation)."""
+    if not spec_tokens or not seq.verify_steps:
+        return None
+    steps, accepted = seq.verify_steps, seq.accepted
+    return {"speculative_decoding": {
+        "mean_acceptance_length": 1.0 + accepted / steps, "draft_acceptance_rate": accepted / (steps * spec_tokens),
+        "num_spec_steps": steps, "num_accepted_draft_tokens": accepted, "num_draft_tokens": steps * spec_tokens,
+        "num_spec_tokens": spec_tokens}}
+
+
 def last_chunk_timings(seq: Sequence) -> dict | None:
     """llama.cpp's non-standard ``timings`` object, as ``usage_in_last_chunk`` sends it."""
     if seq.first_token_at is None or seq.last_token_at is None:
@@ -118,6 +132,8 @@ class Formatter:
         "model",
         "created",
         "usage_last",
+        "seq",
+        "spec_tokens",
         "sent",
         "flushed",
         "text_so_far",
@@ -126,8 +142,10 @@ class Formatter:
         "_post",
     )
 
-    def __init__(self, req: Req, model: str, usage_last: bool) -> None:
+    def __init__(self, req: Req, model: str, usage_last: bool, seq: Sequence, spec_tokens: int) -> None:
         self.req = req
+        self.seq = seq
+        self.spec_tokens = spec_tokens
         self.model = model
         self.created = int(time.time())
         self.usage_last = usage_last
@@ -201,6 +219,7 @@ class Formatter:
             timings = last_chunk_timings(seq)
             if timings is not None:
                 ev["timings"] = timings
+            self.add_spec_metrics(ev)
             return sse(ev)
         if self._pre:
             return b"".join((self._pre, b'"', d.text.encode(), b'"', self._post))
@@ -218,8 +237,14 @@ class Formatter:
         if self.req.include_usage:
             u = self._base([])
             u["usage"] = self.usage()
+            self.add_spec_metrics(u)
             out += sse(u)
         return out + DONE
+
+    def add_spec_metrics(self, ev: dict[str, Any]) -> None:
+        m = spec_metrics(self.seq, self.spec_tokens)
+        if m is not None:
+            ev["metrics"] = m
 
     def meta_info(self, seq: Sequence, finish: str | None) -> dict[str, Any]:
         fr: dict[str, Any] | None = None
@@ -234,6 +259,8 @@ class Formatter:
             "completion_tokens": self.sent,
             "cached_tokens": self.req.cached_tokens or 0,
             "spec_verify_ct": seq.verify_steps,
+            "spec_num_correct_drafts": seq.accepted,
+            "spec_num_proposed_drafts": seq.verify_steps * self.spec_tokens,
         }
 
 
@@ -331,7 +358,7 @@ class OpenAIWire:
         return 400, f"malformed JSON body: {e}", "BadRequestError"
 
     def begin(self, req: Req, seq: Sequence) -> Formatter:
-        return Formatter(req, self.config.model_name, self.config.usage_in_last_chunk)
+        return Formatter(req, self.config.model_name, self.config.usage_in_last_chunk, seq, self.config.spec_tokens)
 
     def admitted(self, seq: Sequence) -> None:
         """A max-speed request skips the queue: nothing to say about it here."""
@@ -415,6 +442,7 @@ class OpenAIWire:
         timings = last_chunk_timings(seq) if self.config.usage_in_last_chunk else None
         if timings is not None:
             body["timings"] = timings
+        fmt.add_spec_metrics(body)
         return body
 
     def crash_lines(self) -> list[str]:
