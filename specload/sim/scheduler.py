@@ -101,6 +101,8 @@ class Sequence:
         "cancelled",
         "due",
         "accept_rate",
+        "accept_mean",
+        "eos_prob",
     )
 
     def __init__(
@@ -135,6 +137,9 @@ class Sequence:
         self.cancelled = False
         self.due = 0.0
         self.accept_rate: float | None = None  # drawn at the first step (it needs the config)
+        # the request's category's mean acceptance and EOS chance (model.request_profile; None: the config's)
+        self.accept_mean: float | None = None
+        self.eos_prob: float | None = None
 
     @property
     def finished(self) -> bool:
@@ -144,7 +149,9 @@ class Sequence:
         """Draw and record this sequence's next step (the scheduler and max-speed mode both use it)."""
         first = self.completion_tokens == 0
         if first and cfg.spec_tokens and cfg.accept_spread > 0.0:
-            self.accept_rate = request_accept_rate(self.rng, cfg)
+            self.accept_rate = request_accept_rate(self.rng, cfg, self.accept_mean)
+        elif first:
+            self.accept_rate = self.accept_mean
         d = draw_step(
             self.rng,
             cfg,
@@ -152,6 +159,7 @@ class Sequence:
             ignore_eos=self.ignore_eos,
             first=first,
             accept_rate=self.accept_rate,
+            eos_prob=self.eos_prob,
         )
         if first:
             self.first_token_at = now

@@ -23,7 +23,7 @@ from specload.sim import tokenizer
 from specload.sim.config import SimConfig
 from specload.sim.gpus import SimGpus
 from specload.sim.llamacpp import LlamaWire
-from specload.sim.model import StepDraw
+from specload.sim.model import StepDraw, request_profile
 from specload.sim.openai import BadRequest, OpenAIWire, Req, Serve, json_response
 from specload.sim.prefix_cache import PrefixCache
 from specload.sim.scheduler import Counters, Scheduler, Sequence
@@ -330,6 +330,9 @@ class SimServer:
         elif u < cfg.fail_rate + cfg.disconnect_rate + cfg.stall_rate:
             fault = "stall"
 
+        # its category's acceptance and answer length (the first call reads the built-in set: before
+        # the request's arrival time is taken, or a pinned TTFT would be spent on it)
+        _, accept_mean, eos_prob = request_profile(cfg, _user_text(kind, body), req.prompt_tokens)
         # per-request RNG keyed by (seed, request id): the same request gets the same text and
         # acceptance draws whatever else runs concurrently
         seq = Sequence(
@@ -340,6 +343,7 @@ class SimServer:
             random.Random(f"{self._seed}:{req.rid}"),
             time.perf_counter(),
         )
+        seq.accept_mean, seq.eos_prob = accept_mean, eos_prob
         if self._prefix is not None:
             seq.cached_tokens = self._prefix.lookup(_prompt_ids(kind, body))
             req.cached_tokens = seq.cached_tokens
@@ -500,6 +504,18 @@ class SimServer:
         fmt.flushed = fmt.sent
         self._account(seq, fmt, 200, finish, time.perf_counter())
         return json_response(body)
+
+
+def _user_text(kind: str, body: dict) -> str | None:
+    """The text of a request's last user turn (its prompt, without a chat): what its category is read from."""
+    if kind == "chat":
+        for m in reversed(body["messages"]):
+            if isinstance(m, dict) and m.get("role") == "user":
+                content = m.get("content")
+                return content if isinstance(content, str) else None
+        return None
+    text = body.get("text") if kind == "generate" else body.get("prompt")
+    return text if isinstance(text, str) else None
 
 
 def _prompt_ids(kind: str, body: dict) -> list[int]:

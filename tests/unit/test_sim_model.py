@@ -131,3 +131,32 @@ def test_each_request_draws_its_own_acceptance_around_the_mean():
 def test_config_rejects_bad_values(bad):
     with pytest.raises(ValueError):
         SimConfig(**bad)
+
+
+def test_a_requests_category_comes_from_its_text_and_sets_its_acceptance_and_answer_length():
+    from specload.engine.datasets import load_builtin
+    from specload.sim.model import CATEGORY_PROFILES, category_of, request_profile
+
+    convs = load_builtin().conversations
+    cfg = SimConfig()
+    means = {}
+    for conv in convs:
+        assert category_of(conv.turns[-1]) == conv.category  # every turn of the set is known
+        cat, p, eos = request_profile(cfg, conv.turns[0], 100)
+        assert cat == conv.category
+        means[cat] = (p, eos)
+    assert set(means) == set(CATEGORY_PROFILES)
+    ranked = sorted(means, key=lambda c: -means[c][0])
+    assert ranked[:2] == ["extract", "coding"] and ranked[-1] == "creative"
+    assert means["chat"][0] < cfg.accept_rate < means["coding"][0]
+    # natural answers: chat runs longer than extraction; translation answers as long as its text
+    assert means["chat"][1] < means["extract"][1]
+    assert request_profile(cfg, next(c.turns[0] for c in convs if c.category == "translate"), 2000)[2] == 1 / 2000
+    # text the set does not have (synthetic words, another dataset): the configured defaults
+    assert request_profile(cfg, "Write the quick brown fox", 20) == (None, cfg.accept_rate, cfg.eos_prob)
+    assert request_profile(cfg, None, 20) == (None, cfg.accept_rate, cfg.eos_prob)
+    # --accept-rate moves every category; 0 and 1 stay as asked; --eos-prob 0 never stops
+    code = next(c.turns[0] for c in convs if c.category == "coding")
+    assert request_profile(SimConfig(accept_rate=0.9), code, 10)[1] > means["coding"][0]
+    assert request_profile(SimConfig(accept_rate=1.0), code, 10)[1] == 1.0
+    assert request_profile(SimConfig(eos_prob=0.0), code, 10)[2] == 0.0
