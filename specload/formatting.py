@@ -81,6 +81,8 @@ def level_line(s: LevelSummary) -> str:
         line += f" | ITL/gap p50: {_f(s.itl_ms_p50, '{:.2f}')}/{_f(s.gap_ms_p50, '{:.2f}')} ms"
     if s.accept_len is not None or s.accept_rate is not None:
         line += f" | accept len/rate: {accept_cell(s)}"
+    if s.request_accept_len is not None or s.request_accept_rate is not None:
+        line += f" | per request: {accept_cell(s, requests=True)}"
     if s.server_gen_tok_s is not None:
         line += f" | server: {s.server_gen_tok_s:.1f} tok/s"
     if s.prompt_tokens_avg is not None:
@@ -125,12 +127,18 @@ def cut_text(s: LevelSummary) -> str:
     return f"cut by {CUT_WORDS.get(s.cut or '', s.cut)}: active {active} of {s.wall_s:.1f} s{lost}"
 
 
-def accept_cell(s: LevelSummary, dash: str = ASCII_DASH) -> str:
-    """Speculative acceptance: length (tokens per verify step) / rate (accepted of drafted)."""
-    if s.accept_len is None and s.accept_rate is None:
+def accept_cell(s: LevelSummary, dash: str = ASCII_DASH, *, requests: bool = False) -> str:
+    """Speculative acceptance: length (tokens per verify step) / rate (accepted of drafted), the
+    server's over the level (``requests``: pooled from the requests' own counts). Without a server
+    figure the requests' is shown, marked ``*``."""
+    length, rate_v = (s.request_accept_len, s.request_accept_rate) if requests else (s.accept_len, s.accept_rate)
+    mark = ""
+    if length is None and rate_v is None and not requests:
+        length, rate_v, mark = s.request_accept_len, s.request_accept_rate, "*"
+    if length is None and rate_v is None:
         return dash
-    rate = dash if s.accept_rate is None else f"{100 * s.accept_rate:.0f}%"
-    return f"{num(s.accept_len, '{:.2f}', dash)}/{rate}"
+    rate = dash if rate_v is None else f"{100 * rate_v:.0f}%"
+    return f"{num(length, '{:.2f}', dash)}/{rate}{mark}"
 
 
 def prompt_cell(s: LevelSummary, dash: str = ASCII_DASH) -> str:
@@ -150,7 +158,7 @@ def _avg_std(avg: float | None, std: float | None, fmt: str, dash: str) -> str:
 
 
 VERDICT_WORDS = {"better": "▲ better", "worse": "▼ worse", "no_difference": "= no difference",
-                 "insufficient": "? undecided"}
+                 "insufficient": "? undecided", "unsound": "⚠ unsound"}
 
 
 def verdict_text(verdict: str | None, dash: str = ASCII_DASH) -> str:
@@ -229,6 +237,7 @@ def level_cells(s: LevelSummary, dash: str = "-") -> dict[str, str]:
         "gap/chunk avg±sd p50/p99 ms": dist(s.gap_ms_avg, s.gap_ms_std, s.gap_ms_p50, s.gap_ms_p99, "{:.2f}"),
         "E2E avg±sd p50/p99 s": dist(s.e2e_s_avg, s.e2e_s_std, s.e2e_s_p50, s.e2e_s_p99, "{:.2f}"),
         "accept per pos": dash if not s.accept_per_pos else " ".join(f"{v:.2f}" for v in s.accept_per_pos),
+        "req accept": accept_cell(s, dash, requests=True),
         "input tok": dash if s.input_tokens is None else str(s.input_tokens),
         "prompt avg/p50/p99": f"{f(s.prompt_tokens_avg, '{:.0f}')}/{f(s.prompt_tokens_p50, '{:.0f}')}/"
                               f"{f(s.prompt_tokens_p99, '{:.0f}')}",
@@ -262,8 +271,9 @@ def level_cells(s: LevelSummary, dash: str = "-") -> dict[str, str]:
 
 # The table everyone sees (headless, report, TUI): readable at 160 columns. ITL/gap: per-token ITL
 # (a chunk of k tokens counts gap / k) and the per-chunk gap (what vLLM's and SGLang's clients call
-# ITL), p50 of each; accept: speculative acceptance length / rate; prompt tok: the server's count /
-# the length asked for. Everything else is in --json, the record and `report --wide`.
+# ITL), p50 of each; accept: speculative acceptance length / rate (the server's; marked * the
+# requests' own counts, when the server gives no figure); prompt tok: the server's count / the
+# length asked for. Everything else is in --json, the record and `report --wide`.
 TABLE_COLUMNS = (
     "C", "tok/s", "srv tok/s", "req/s", "TTFT p50/p99 ms", "TPOT ms", "ITL/gap ms", "accept",
     "latency avg/p50/p99 s", "prompt tok", "ok", "errors",
@@ -271,7 +281,7 @@ TABLE_COLUMNS = (
 WIDE_COLUMNS = (
     "C", "tok/s", "peak tok/s", "srv tok/s", "req/s", "req tok/s", "peak C", "TTFT avg±sd p50/p99 ms",
     "TPOT avg±sd p50/p99 ms", "ITL/token avg±sd p50/p99 ms", "gap/chunk avg±sd p50/p99 ms", "E2E avg±sd p50/p99 s",
-    "accept", "accept per pos", "input tok", "prompt avg/p50/p99", "asked", "cached", "tokens", "wall s", "ok",
+    "accept", "req accept", "accept per pos", "input tok", "prompt avg/p50/p99", "asked", "cached", "tokens", "wall s", "ok",
     "errors",
 )
 

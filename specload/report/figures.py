@@ -18,6 +18,7 @@ import numpy as np
 
 from specload.report.timeseries import TimeSeries, build_time_series
 from specload.secrets import redact_command
+from specload.stats.level_metrics import level_keys
 
 # the run colours: Okabe-Ito, told apart with colour-blindness as well
 RUN_COLORS = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442")
@@ -78,6 +79,9 @@ class ReportRun:
     notes: list[str] = field(default_factory=list)  # definitions that differ, what the file lacks
     source: str = ""  # the file it was read from
     side: str = ""  # the series it belongs to
+    # per level with dataset categories: (level key, the server's accept len/rate, [(category, figures)])
+    categories: list[tuple[str, tuple[float | None, float | None], list[tuple[str, Any]]]] = field(
+        default_factory=list)
 
 
 @dataclass
@@ -255,6 +259,9 @@ def report_run(run: Any, *, side: str = "") -> ReportRun:
     end = run.end or {}
     servers = tl.server if tl.server is None else tl.server + (tl.gpu_totals() or ())
     ts = build_time_series(run.levels, tl.events, tl.crashes, servers, end_s=end.get("elapsed_s"))
+    by_key = {id(lv): str(k) for k, lvs in level_keys(run.levels).items() for lv in lvs}
+    cats = [(by_key.get(id(lv), f"C={lv.concurrency}"), (lv.summary.accept_len, lv.summary.accept_rate),
+             list(lv.summary.categories)) for lv in run.levels if lv.summary is not None and lv.summary.categories]
     return ReportRun(
         label=run.label,
         description=describe(run),
@@ -263,6 +270,7 @@ def report_run(run: Any, *, side: str = "") -> ReportRun:
         notes=list(run.notes),
         source=run.source,
         side=side,
+        categories=cats,
     )
 
 

@@ -88,6 +88,31 @@ def level_table(series: ReportSeries, keys: list[str]) -> str:
     )
 
 
+def category_table(run: ReportRun) -> str:
+    """Acceptance by category: per level (a column each) and category (a row each) the acceptance
+    rate and length the requests' own counts give, with their per-request tok/s; the server's figure
+    over the whole level below."""
+    levels = run.categories
+    names = sorted({name for _, _, groups in levels for name, _ in groups})
+    head = "".join(f"<th>{_e(key)}</th>" for key, _, _ in levels)
+    rows = []
+    for name in names:
+        cells = []
+        for _, _, groups in levels:
+            g = dict(groups).get(name)
+            if g is None or g.accept_rate is None:
+                cells.append('<td class="missing">–</td>')
+                continue
+            cells.append(f"<td>{100 * g.accept_rate:.0f}%<br><span class=\"ci\">len {_fmt(g.accept_len, 2)} · "
+                         f"{_fmt(g.per_request_tok_s, 1)} tok/s · {g.requests} req</span></td>")
+        rows.append(f'<tr><td class="text">{_e(name)}</td>{"".join(cells)}</tr>')
+    server = "".join(f"<td>{'–' if r is None else f'{100 * r:.0f}%'}<br><span class=\"ci\">len {_fmt(a, 2)}</span></td>"
+                     for _, (a, r), _ in levels)
+    rows.append(f'<tr><td class="text">server (/metrics, whole level)</td>{server}</tr>')
+    return (f'<table class="levels"><thead><tr><th class="text">category</th>{head}</tr></thead>'
+            f"<tbody>{''.join(rows)}</tbody></table>")
+
+
 def _run_card(run: ReportRun, color: str) -> str:
     rows = "".join(f"<dt>{_e(k)}</dt><dd>{_value_html(k, v)}</dd>" for k, v in run.description)
     notes = "".join(f'<p class="note">{_e(n)}</p>' for n in run.notes)
@@ -180,6 +205,12 @@ def render(page: ReportPage) -> str:
     for sr in page.series:
         tag = " (baseline)" if sr.baseline else ""
         tables.append(f'<h3>{_e(sr.label)}{tag}</h3><div class="table-wrap">{level_table(sr, keys)}</div>')
+    by_category = "".join(f'<h3>{_e(r.label)}</h3><div class="table-wrap">{category_table(r)}</div>'
+                          for r in page.runs if r.categories)
+    if by_category:
+        by_category = ('<h2>Acceptance by category</h2><p class="sub">Accepted of drafted tokens from the '
+                       "server's own per-request counts (and tokens per verify step, per-request tok/s, "
+                       f"requests), by dataset category.</p>{by_category}")
     timelines = []
     legend = (
         "Dashed grey lines: level boundaries (dotted: set by key). Blue lines: markers. Red: crashes "
@@ -215,6 +246,7 @@ def render(page: ReportPage) -> str:
 {comparison}{"".join(tables)}
 <h2>Against concurrency</h2><p class="sub">{bands} Hover a point for its values.</p>
 <div class="charts">{charts}</div>
+{by_category}
 <h2>Timelines</h2>{"".join(timelines)}
 <footer>Charts: Chart.js 4.6.1 and chartjs-plugin-annotation 3.1.0 (MIT licence, © Chart.js Contributors), inlined.</footer>
 <script id="specload-data" type="application/json">{data}</script>

@@ -17,7 +17,7 @@ from rich.text import Text
 
 from specload.datatypes import ServerSample
 from specload.exitcode import ExitCode
-from specload.formatting import level_cells, pct_interval, seconds, table_columns
+from specload.formatting import ASCII_DASH, accept_cell, level_cells, pct_interval, seconds, table_columns
 from specload.record.reader import RecordData, RecordReadError, read_record
 from specload.stats.level_metrics import DEFAULT_PRIMARY, METRICS
 from specload.stats.levels import LevelColumns, LevelSummary
@@ -52,6 +52,33 @@ def _iv(v: object, fmt: str = "{:.1f}") -> str:
 
 
 _AXIS: dict[int, str] = {}  # probe progress lines need the search's axis; one search at a time
+
+
+GROUP_COLUMNS = ("C", "requests", "ok", "tok/s", "req tok/s", "TTFT p50/p99 ms", "TPOT p50/p99 ms", "E2E p50 s",
+                 "prompt tok", "cached", "accept")
+
+
+def group_table(levels: list[LevelSummary], by: str) -> Table:
+    """``report --by category|turn``: each level's requests of one category (or turn) per row. accept:
+    the requests' own speculative counts (length / rate), beside the level's server figure."""
+    t = Table(title=f"by {by}", header_style="bold", show_edge=False, pad_edge=False)
+    t.add_column(by, justify="left")
+    for name in GROUP_COLUMNS:
+        t.add_column(name, justify="right")
+    d = ASCII_DASH
+    f = lambda v, fmt="{:.1f}": d if v is None else fmt.format(v)  # noqa: E731
+    for s in levels:
+        groups = (s.categories if by == "category" else s.turns) or ()
+        for name, g in groups:
+            rate = d if g.accept_rate is None else f"{100 * g.accept_rate:.0f}%"
+            t.add_row(Text(name), str(s.concurrency), str(g.requests), str(g.ok), f(g.throughput_tok_s),
+                      f(g.per_request_tok_s), f"{f(g.ttft_ms_p50)}/{f(g.ttft_ms_p99)}",
+                      f"{f(g.tpot_ms_p50, '{:.2f}')}/{f(g.tpot_ms_p99, '{:.2f}')}", f(g.e2e_s_p50, "{:.2f}"),
+                      f(g.prompt_tokens_avg, "{:.0f}"), f(g.prompt_tokens_cached_avg, "{:.0f}"),
+                      f"{f(g.accept_len, '{:.2f}')}/{rate}")
+        if groups:
+            t.add_row(Text(f"all (server: {accept_cell(s)})", style="dim"), *([""] * len(GROUP_COLUMNS)))
+    return t
 
 
 def search_progress_line(v: dict) -> str | None:
@@ -155,6 +182,9 @@ def summaries_from_record(data: RecordData) -> tuple[list[LevelSummary], bool]:
             prompt_tokens=r.get("prompt_tokens"),
             prompt_tokens_requested=r.get("prompt_tokens_requested"),
             prompt_tokens_cached=r.get("prompt_tokens_cached"),
+            spec=(_int(r.get("spec_verify_ct")), _int(r.get("spec_accepted")), _int(r.get("spec_drafted"))),
+            category=r["category"] if isinstance(r.get("category"), str) else None,
+            turn=_int(r.get("turn")),
         )
     merged = dict(have)
     server = _server_levels(data) if cols else None
@@ -164,6 +194,10 @@ def summaries_from_record(data: RecordData) -> tuple[list[LevelSummary], bool]:
             s = s.with_server(server.figures(*s.span_ns))
         merged[idx] = s
     return [merged[k] for k in sorted(merged, key=lambda k: -1 if k is None else k)], bool(cols)
+
+
+def _int(v: object) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
 
 
 def _server_levels(data: RecordData) -> ServerLevels:
@@ -229,13 +263,16 @@ class _ReportCommand(click.Command):
               "peaks, per-chunk gaps, per-position acceptance, prompt lengths).")
 @click.option("--plot", "plot", type=click.Path(dir_okay=False), metavar="FILE.png|.svg",
               help='Also write the charts as a PNG or SVG (needs: pip install "specload[report]").')
+@click.option("--by", "by", type=click.Choice(["category", "turn"]),
+              help="One record: each level's figures per dataset category (or conversation turn) too.")
 def report_command(records: tuple[str, ...], vs: tuple[str, ...], baseline: str | None, primary: str,
                    min_effect: float, as_json: bool, as_csv: bool, slo: str | None, html: str | None,
-                   plot: str | None, wide: bool) -> None:
+                   plot: str | None, wide: bool, by: str | None) -> None:
     """The level table of a recorded run, or a comparison of several.
 
     \b
     specload report RUN.jsonl [--wide]           the level table (--wide: every figure)
+    specload report RUN.jsonl --by category      and each level per category (or --by turn)
     specload report A.jsonl B.jsonl [C.jsonl]    B (and C) against A, level by level
     specload report A1.jsonl A2.jsonl --vs B1.jsonl B2.jsonl
                                                  repeats per side: run-to-run variation included
@@ -263,7 +300,7 @@ def report_command(records: tuple[str, ...], vs: tuple[str, ...], baseline: str 
     except OutputError as e:
         _usage(str(e))
     if len(records) == 1 and not vs and baseline is None:
-        run = _single_report(records[0], as_json, as_csv, spec, wide)
+        run = _single_report(records[0], as_json, as_csv, spec, wide, by)
         if html or plot:
             from types import SimpleNamespace
 
@@ -351,7 +388,7 @@ def _side_label(runs: list) -> str:
 
 
 def _single_report(record: str, as_json: bool, as_csv: bool, spec: SloSpec | None = None,
-                   wide: bool = False):
+                   wide: bool = False, by: str | None = None):
     """Print one file's table; returns the run when the file was another tool's (read through the run
     model), else None."""
     try:
@@ -405,6 +442,11 @@ def _single_report(record: str, as_json: bool, as_csv: bool, spec: SloSpec | Non
         markup=False,
     )
     console.print(level_table(levels, wide=wide))
+    if by is not None:
+        if any(s.categories if by == "category" else s.turns for s in levels):
+            console.print(group_table(levels, by))
+        else:
+            console.print(f"[yellow]no request of this record has a {by}[/]")
     if spec is not None:
         console.print(f"goodput judged against --slo {spec.text()} (from the request lines)", highlight=False)
     if recomputed:

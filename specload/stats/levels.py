@@ -9,7 +9,13 @@ gap (what vLLM's and SGLang's clients call ITL) pooled over every token / chunk;
 standard deviations beside the percentiles (as ``vllm bench serve`` reports them, and checked against
 its result files); peak tok/s = the best 1 s of output; peak concurrency = the most requests of the
 level in flight at once; prompt tokens as the server counted them. The server's own figures over the
-level's span (acceptance, its throughput) are attached by the session (``with_server``).
+level's span (acceptance, its throughput) are attached by the session (``with_server``); beside them,
+the acceptance the requests themselves carried (``request_accept_len``/``_rate``, pooled counts).
+
+A level's requests of one dataset category, and of one conversation turn (``--multi-turn``), get the
+same figures as a group (``GroupFigures``): a configuration may win on code and lose on chat, and the
+TTFT of turn n shows what the prefix cache saves. A group's throughput is its tokens over the level's
+active time, so the groups' throughputs add up to the level's.
 
 A level cut by a crash, the server going down or a pause (``LevelBook.cut_begin``/``cut_end``, called
 by the runner) counts its *active* time only: throughput and req/s are over ``active_s``, the wall
@@ -95,6 +101,12 @@ class LevelSummary:
     lost: int | None = None  # its requests that failed once the cut began
     # the server's GPUs over the level (--gpu-metrics): utilisation, memory, power, energy per token
     gpu: GpuFigures | None = None
+    # --- what the requests themselves said (the server's per-request speculative counts) ---
+    request_accept_len: float | None = None
+    request_accept_rate: float | None = None
+    # the level's requests by dataset category and by conversation turn ("1", "2", ...)
+    categories: tuple[tuple[str, GroupFigures], ...] | None = None
+    turns: tuple[tuple[str, GroupFigures], ...] | None = None
     # the level's first request sent and last ended (clock ns): in memory only, for the server figures
     span_ns: tuple[int, int] | None = field(default=None, compare=False)
 
@@ -140,6 +152,13 @@ class LevelSummary:
             d["judged"] = self.judged.as_record()
         if self.gpu is not None:
             d["gpu"] = self.gpu.as_record()
+        if self.request_accept_len is not None or self.request_accept_rate is not None:
+            d["request_accept_len"] = _r(self.request_accept_len, 4)
+            d["request_accept_rate"] = _r(self.request_accept_rate, 4)
+        for key in ("categories", "turns"):
+            groups = getattr(self, key)
+            if groups is not None:
+                d[key] = {name: g.as_record() for name, g in groups}
         return d
 
     @classmethod
@@ -179,6 +198,10 @@ class LevelSummary:
             active_s=d.get("active_s"),
             lost=d.get("lost"),
             gpu=GpuFigures.from_record(d.get("gpu")),
+            request_accept_len=d.get("request_accept_len"),
+            request_accept_rate=d.get("request_accept_rate"),
+            categories=GroupFigures.groups_from_record(d.get("categories")),
+            turns=GroupFigures.groups_from_record(d.get("turns")),
             **{name: d.get(name) for name in _EXTRA_FLOATS},
         )
 
@@ -217,6 +240,114 @@ _EXTRA_FLOATS = (
     "ttft_ms_std", "tpot_ms_avg", "tpot_ms_std", "itl_ms_avg", "itl_ms_std", "gap_ms_avg", "gap_ms_std",
     "gap_ms_p50", "gap_ms_p99", "e2e_s_std", "accept_len", "accept_rate", "server_gen_tok_s",
 )
+
+
+@dataclass(frozen=True, slots=True)
+class GroupFigures:
+    """The figures of a level's requests of one category or one conversation turn."""
+
+    requests: int
+    ok: int
+    output_tokens: int
+    throughput_tok_s: float  # the group's tokens over the level's active time
+    per_request_tok_s: float | None
+    ttft_ms_p50: float | None
+    ttft_ms_p99: float | None
+    tpot_ms_p50: float | None
+    tpot_ms_p99: float | None
+    e2e_s_p50: float | None
+    prompt_tokens_avg: float | None
+    prompt_tokens_cached_avg: float | None
+    accept_len: float | None  # from the requests' own speculative counts
+    accept_rate: float | None
+
+    def as_record(self) -> dict:
+        return {k: (_r(v, 4) if isinstance(v, float) else v) for k, v in
+                ((f, getattr(self, f)) for f in self.__slots__)}
+
+    @classmethod
+    def from_record(cls, d: object) -> GroupFigures | None:
+        if not isinstance(d, dict):
+            return None
+        num = lambda k: d[k] if isinstance(d.get(k), (int, float)) and not isinstance(d.get(k), bool) else None  # noqa: E731
+        counts = [num(k) for k in ("requests", "ok", "output_tokens")]
+        if any(c is None for c in counts):
+            return None
+        rest = {f: num(f) for f in cls.__slots__[3:]}
+        rest["throughput_tok_s"] = rest["throughput_tok_s"] or 0.0
+        return cls(int(counts[0]), int(counts[1]), int(counts[2]), **rest)  # type: ignore[arg-type]
+
+    @staticmethod
+    def groups_from_record(d: object) -> tuple[tuple[str, GroupFigures], ...] | None:
+        if not isinstance(d, dict):
+            return None
+        out = tuple((str(k), g) for k, v in d.items() if (g := GroupFigures.from_record(v)) is not None)
+        return out or None
+
+
+class _Spec:
+    """Pooled speculative counts of the requests that carried them: accepted of drafted tokens (the
+    rate); for the length, verify steps with the accepted tokens of those requests (vLLM, SGLang), or
+    with their output tokens where only the steps are known (SGLang's older meta_info)."""
+
+    __slots__ = ("accepted", "drafted", "steps", "steps_accepted", "bare_steps", "bare_tokens")
+
+    def __init__(self) -> None:
+        self.accepted = self.drafted = self.steps = self.steps_accepted = self.bare_steps = self.bare_tokens = 0
+
+    def add(self, steps: int | None, accepted: int | None, drafted: int | None, tokens: int) -> None:
+        if drafted is not None and accepted is not None:
+            self.accepted += accepted
+            self.drafted += drafted
+            if steps:
+                self.steps += steps
+                self.steps_accepted += accepted
+        elif steps:
+            self.bare_steps += steps
+            self.bare_tokens += tokens
+
+    def figures(self) -> tuple[float | None, float | None]:
+        """(acceptance length, acceptance rate) of the pooled counts."""
+        rate = self.accepted / self.drafted if self.drafted else None
+        if self.steps:
+            return 1.0 + self.steps_accepted / self.steps, rate
+        return (self.bare_tokens / self.bare_steps if self.bare_steps else None), rate
+
+
+class _Group:
+    """A level's requests of one category or turn, as compact columns."""
+
+    __slots__ = ("requests", "ok", "tokens", "ttft", "tpot", "e2e", "rate", "prompt", "cached", "spec")
+
+    def __init__(self) -> None:
+        self.requests = self.ok = 0
+        self.tokens = array("d")
+        self.ttft, self.tpot, self.e2e, self.rate = array("d"), array("d"), array("d"), array("d")
+        self.prompt, self.cached = array("d"), array("d")
+        self.spec = _Spec()
+
+    def add(self, ok: bool, tokens: int, ttft_ns: float | None, tpot_ns: float | None, e2e_ns: float | None,
+            prompt: int | None, cached: int | None, spec: tuple[int | None, int | None, int | None]) -> None:
+        self.requests += 1
+        if not ok:
+            return
+        self.ok += 1
+        self.tokens.append(tokens)
+        for col, v in ((self.ttft, ttft_ns), (self.tpot, tpot_ns), (self.e2e, e2e_ns), (self.prompt, prompt),
+                       (self.cached, cached)):
+            if v is not None:
+                col.append(v)
+        if e2e_ns:
+            self.rate.append(tokens / (e2e_ns / 1e9))
+        self.spec.add(*spec, tokens)
+
+    def figures(self, active_s: float) -> GroupFigures:
+        total = int(sum(self.tokens))
+        ttft, tpot, e2e = _pct(self.ttft, 1e6), _pct(self.tpot, 1e6), _pct(self.e2e, 1e9)
+        al, ar = self.spec.figures()
+        mean = lambda a: (sum(a) / len(a)) if len(a) else None  # noqa: E731
+        return GroupFigures(self.requests, self.ok, total, total / active_s if active_s > 0 else 0.0, mean(self.rate),
+                            ttft[1], ttft[2], tpot[1], tpot[2], e2e[1], mean(self.prompt), mean(self.cached), al, ar)
 
 
 @dataclass(frozen=True, slots=True)
@@ -276,7 +407,7 @@ class LevelColumns:
         "level_index", "concurrency", "requests", "ok", "errors", "estimated",
         "first_start_ns", "last_end_ns", "tokens", "ttft_ns", "tpot_ns", "e2e_ns", "itl", "rate",
         "starts_ns", "ends_ns", "prompt", "requested", "cached", "itl_m", "gap", "gap_m", "buckets",
-        "cuts", "failed_ends_ns",
+        "cuts", "failed_ends_ns", "spec", "groups",
     )
 
     def __init__(self, level_index: int, concurrency: int, rate: float | None = None) -> None:
@@ -306,6 +437,9 @@ class LevelColumns:
         # [begin_ns, end_ns or None (still cut), reason]: crash, server_down, pause (LevelBook.cut_begin)
         self.cuts: list[list] = []
         self.failed_ends_ns = array("d")  # when each failed request ended, for the requests a cut lost
+        self.spec = _Spec()  # the requests' own speculative counts
+        # ("categories" | "turns", name) -> that group's requests
+        self.groups: dict[tuple[str, str], _Group] = {}
 
     def add(self, rec: RequestRecord) -> None:
         ok = rec.ok
@@ -323,6 +457,9 @@ class LevelColumns:
             prompt_tokens=rec.prompt_tokens,
             prompt_tokens_requested=rec.prompt_tokens_requested,
             prompt_tokens_cached=rec.prompt_tokens_cached,
+            spec=(rec.spec_verify_ct, rec.spec_accepted, rec.spec_drafted),
+            category=rec.category,
+            turn=rec.turn,
         )
         if ok and rec.chunk_offsets_ns:
             self._add_chunks(rec)
@@ -363,7 +500,15 @@ class LevelColumns:
         prompt_tokens: int | None = None,
         prompt_tokens_requested: int | None = None,
         prompt_tokens_cached: int | None = None,
+        spec: tuple[int | None, int | None, int | None] = (None, None, None),
+        category: str | None = None,
+        turn: int | None = None,
     ) -> None:
+        """One request's values; ``spec``: its own speculative counts (verify steps, accepted, drafted)."""
+        for key in (("categories", category), ("turns", None if turn is None else str(turn))):
+            if key[1] is not None:
+                self.groups.setdefault(key, _Group()).add(  # type: ignore[arg-type]
+                    ok, output_tokens, ttft_ns, tpot_ns, e2e_ns, prompt_tokens, prompt_tokens_cached, spec)
         self.requests += 1
         if self.first_start_ns is None or start_ns < self.first_start_ns:
             self.first_start_ns = start_ns
@@ -379,6 +524,7 @@ class LevelColumns:
         self.ok += 1
         self.estimated = self.estimated or estimated
         self.tokens.append(output_tokens)
+        self.spec.add(*spec, output_tokens)
         if ttft_ns is not None:
             self.ttft_ns.append(ttft_ns)
         if e2e_ns is not None:
@@ -522,12 +668,22 @@ class LevelColumns:
             cut=None if cut is None else cut[0],
             active_s=None if cut is None else active_s,
             lost=None if cut is None else cut[2],
+            request_accept_len=self.spec.figures()[0],
+            request_accept_rate=self.spec.figures()[1],
+            categories=self._groups("categories", active_s),
+            turns=self._groups("turns", active_s),
         )
         # At the record's precision everywhere: the run's table, the TUI, --json and `report` of
         # the record then print the same digits (354.35 in the record was once 354.3 on screen).
         span = None if self.first_start_ns is None or self.last_end_ns is None else (
             int(self.first_start_ns), int(self.last_end_ns))
         return replace(LevelSummary.from_record(full.as_record()), span_ns=span)
+
+
+    def _groups(self, kind: str, active_s: float) -> tuple[tuple[str, GroupFigures], ...] | None:
+        out = sorted(((name, g.figures(active_s)) for (k, name), g in self.groups.items() if k == kind),
+                     key=(lambda kv: int(kv[0])) if kind == "turns" else (lambda kv: kv[0]))
+        return tuple(out) or None
 
 
 def _union(starts: np.ndarray, ends: np.ndarray) -> list[tuple[float, float]]:

@@ -80,3 +80,22 @@ def test_write_returns_the_size(tmp_path: Path) -> None:
     out = tmp_path / "r.html"
     n = write_html(out, page())
     assert n == out.stat().st_size and 200_000 < n < 400_000  # the libraries are ~250 kB
+
+
+def test_acceptance_by_category_is_on_the_page_escaped_and_only_when_a_run_has_categories() -> None:
+    from specload.stats.levels import GroupFigures
+
+    def group(rate: float | None, n: int) -> GroupFigures:
+        return GroupFigures(n, n, 100 * n, 50.0, 40.0, 90.0, 120.0, 12.0, 15.0, 1.2, 300.0, None,
+                            None if rate is None else 1 + 3 * rate, rate)
+
+    p = page()
+    assert "Acceptance by category" not in render(p)
+    p.runs[0].categories = [("C=1", (2.5, 0.52), [("coding", group(0.83, 5)), (EVIL, group(0.26, 4))]),
+                            ("C=4", (2.4, 0.48), [("coding", group(0.8, 6)), (EVIL, group(None, 4))])]
+    text = render(p)
+    section = text[text.index("<h2>Acceptance by category"):text.index("<h2>Timelines")]
+    assert "<th>C=1</th><th>C=4</th>" in section and "83%" in section and "26%" in section
+    assert EVIL not in section and "&lt;/script&gt;" in section  # a category name from a file is text
+    assert section.count('class="missing">–') == 1  # its C=4 requests carried no counts
+    assert "server (/metrics, whole level)</td><td>52%" in section

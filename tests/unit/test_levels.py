@@ -126,3 +126,43 @@ def test_a_summary_is_at_the_precision_of_its_record_line() -> None:
     assert s == LevelSummary.from_record(s.as_record())
     assert s.throughput_tok_s == round(s.throughput_tok_s, 3) and s.throughput_tok_s != 0
     assert s.e2e_s_avg == round(s.e2e_s_avg, 4)
+
+
+def test_groups_per_category_and_turn_and_the_requests_own_acceptance() -> None:
+    from dataclasses import replace
+
+    cols = LevelColumns(0, 2)
+    # coding: 2 requests of 100 tokens over 1 s, 30 of 36 drafts accepted in 10 steps each
+    for _ in range(2):
+        cols.add(replace(rec(0, 0, 50, 1000, 100), category="coding", conversation=1, turn=1,
+                         spec_verify_ct=10, spec_accepted=30, spec_drafted=36))
+    # chat: one of 50 tokens with 5 of 20 accepted (steps unknown, llama.cpp), one that failed
+    cols.add(replace(rec(0, 0, 80, 1000, 50), category="chat", conversation=2, turn=2, spec_accepted=5,
+                     spec_drafted=20))
+    cols.add(replace(rec(0, 100, 0, 10, 0, ok=False), category="chat"))
+    s = cols.summary()  # at the record's precision (4 digits)
+    approx = lambda v: pytest.approx(v, abs=1e-4)  # noqa: E731
+    assert s.request_accept_rate == approx((60 + 5) / (72 + 20))
+    assert s.request_accept_len == approx(1 + 60 / 20)  # steps are known only where given
+    cats = dict(s.categories or ())
+    assert set(cats) == {"chat", "coding"}
+    code, chat = cats["coding"], cats["chat"]
+    assert (code.requests, code.ok, code.output_tokens) == (2, 2, 200)
+    assert code.throughput_tok_s == approx(200.0)  # its tokens over the level's time: 1 s
+    assert code.accept_rate == approx(60 / 72) and code.accept_len == approx(4.0)
+    assert code.ttft_ms_p50 == approx(50.0) and chat.ttft_ms_p50 == approx(80.0)
+    assert (chat.requests, chat.ok, chat.accept_len, chat.accept_rate) == (2, 1, None, 0.25)
+    assert [(k, g.requests) for k, g in s.turns or ()] == [("1", 2), ("2", 1)]
+    # the record keeps them: "categories": {NAME: {...}}, read back the same
+    d = s.as_record()
+    assert d["categories"]["coding"]["accept_rate"] == approx(60 / 72)
+    assert d["turns"]["2"]["ttft_ms_p50"] == approx(80.0)
+    back = LevelSummary.from_record(d)
+    assert back.categories == s.categories and back.turns == s.turns
+    assert back.request_accept_rate == approx(s.request_accept_rate)
+    # a level without categories has none, and says nothing of them
+    plain = LevelColumns(1, 1)
+    plain.add(rec(1, 0, 10, 100, 10))
+    p = plain.summary()
+    assert p.categories is None and p.turns is None and "categories" not in p.as_record()
+    assert p.request_accept_len is None and "request_accept_len" not in p.as_record()
