@@ -244,6 +244,7 @@ def print_summary(
             "client_saturated_levels": sorted(saturated),
             "client_starved_levels": sorted(starved),
             "record": session.cfg.record.path,
+            "workload_warnings": session.workload_warnings(),
         }
         if result.search is not None:
             extra["search"] = result.search.as_record()
@@ -258,6 +259,8 @@ def print_summary(
         console.print(level_table(levels))
     errs = ", ".join(f"{k} {n}" for k, n in snap.errors_by_kind) or "none"
     console.print(f"{snap.requests_ok}/{snap.requests_total} ok; errors: {errs}; end: {result.reason}")
+    for line in session.workload_warnings():
+        console.print(f"[yellow]⚠ workload: {escape(line)}[/]")
     for c in snap.crashes:
         # the server's text is never markup: a log line holding "[/]" must not end the run in a traceback
         console.print(f"[red]crash[/] {escape(c.exception_type)}: {escape(c.message)} (x{c.count})", highlight=False)

@@ -183,6 +183,7 @@ class PromptSource:
             self._blocks.nonce = self.nonce
         self._rng = random.Random(seed)  # lengths
         self._serial = itertools.count()
+        self.sent = 0  # prompts handed out (a dataset's repeat once this passes its rows)
         # until conversations are sent turn by turn (--multi-turn), a row is sent as its first turn
         self._cycle: Iterator[Conversation] | None = itertools.cycle(convs) if convs else None
         self.model = TokenModel()
@@ -211,6 +212,7 @@ class PromptSource:
 
     def next(self) -> Prompt:
         n = next(self._serial)
+        self.sent = n + 1
         max_tokens = self.output_lengths.draw(self._rng) if self.output_lengths is not None else None
         if self._cycle is not None:
             conv = next(self._cycle)

@@ -51,15 +51,31 @@ class RunDescription:
     config: dict = field(default_factory=dict)  # everything else the source recorded
 
     def request_shape(self) -> dict:
-        """The fields two runs must share for their figures to compare."""
+        """The fields two runs must share for their figures to compare (``stats.judgement`` says which
+        make a comparison unsound); None where the source does not say."""
+        c = self.config
+        prompts: dict = c["prompts"] if isinstance(c.get("prompts"), dict) else {}
+        source = prompts.get("dataset") or prompts.get("trace")
+        dataset = f"{source.get('name')} (sha256 {source.get('sha256')})" if isinstance(source, dict) else None
+        if dataset is None and self.prompt_source in ("text", "file"):
+            dataset = c.get("prompt_file") or "--prompt"
+        # 128 and "128" (a length distribution's spec) are one length
+        text = lambda v: int(v) if isinstance(v, str) and v.isdigit() else v  # noqa: E731
+        temperature = c.get("temperature")
+        if temperature is None and self.tool == "specload":
+            temperature = "server default"  # none sent: the server's own, the same for both runs of one server
         return {
             "api": self.api,
             "model": self.model,
-            "max_tokens": self.max_tokens,
+            "max_tokens": text(c.get("max_tokens_dist") or self.max_tokens),
             "ignore_eos": self.ignore_eos,
-            "prompt_tokens": self.prompt_tokens,
+            "prompt_tokens": text(prompts.get("prompt_tokens", self.prompt_tokens)),
             "prompt_source": self.prompt_source,
             "rate": self.rate,
+            "dataset": dataset,
+            "shared_prefix_tokens": c.get("shared_prefix_tokens"),
+            "output_len": c.get("output_len"),
+            "temperature": temperature,
         }
 
 
@@ -228,10 +244,9 @@ def read_specload(path: str, label: str | None = None) -> Run:
     return run_from_record(data, path, label)
 
 
-def run_from_record(data: RecordData, path: str, label: str | None = None) -> Run:
-    hdr = data.run or {}
-    rate = hdr.get("rate")
-    desc = RunDescription(
+def description_from_header(hdr: dict) -> RunDescription:
+    """What a specload record's ``run`` header (or a live session's) says was run."""
+    return RunDescription(
         tool="specload",
         version=hdr.get("specload"),
         target=hdr.get("target"),
@@ -241,13 +256,19 @@ def run_from_record(data: RecordData, path: str, label: str | None = None) -> Ru
         ignore_eos=hdr.get("ignore_eos"),
         prompt_tokens=hdr.get("prompt_tokens") if hdr.get("prompt_source", "synthetic") == "synthetic" else None,
         prompt_source=hdr.get("prompt_source"),
-        rate=rate,
+        rate=hdr.get("rate"),
         command=hdr.get("command"),
         started_at=hdr.get("started_at"),
         sim_args=tuple(hdr["sim_args"]) if isinstance(hdr.get("sim_args"), list) and hdr.get("builtin_sim")
         else None,
         config={k: v for k, v in hdr.items() if k != "type"},
     )
+
+
+def run_from_record(data: RecordData, path: str, label: str | None = None) -> Run:
+    hdr = data.run or {}
+    rate = hdr.get("rate")
+    desc = description_from_header(hdr)
     manual: dict[int, bool] = {}
     repeat: dict[int, int] = {}
     for ev in data.events:
@@ -335,6 +356,9 @@ def _level_from_lines(idx: int, concurrency: int, reqs: list[dict], summary: Lev
         prompt_tokens=_col(reqs, "prompt_tokens", ok_only=False),
         tokens_estimated=np.array([bool(r.get("tokens_estimated")) for r in reqs], dtype=bool),
         error_kind=tuple(kinds),
+        category=tuple(r["category"] if isinstance(r.get("category"), str) else None for r in reqs),
+        spec_accepted=_col(reqs, "spec_accepted"),
+        spec_drafted=_col(reqs, "spec_drafted"),
         manual=manual,
         open_loop=open_loop,
         summary=summary,

@@ -100,7 +100,8 @@ class RecordSink:
             await asyncio.sleep(FLUSH_S)
             self.recorder.flush()
 
-    def close(self, reason: str, *, header: dict, failed: bool = False, message: str | None = None) -> str | None:
+    def close(self, reason: str, *, header: dict, failed: bool = False, message: str | None = None,
+              extra: dict | None = None) -> str | None:
         """Write the end line. A run that failed before the record was opened still leaves a record of
         what was seen (the crash the server printed, the error). Returns the record's own error, if
         writing failed."""
@@ -115,7 +116,7 @@ class RecordSink:
         if r is None:
             return None
         if not r.closed:
-            r.close(reason)
+            r.close(reason, extra)
         if r.error is None:
             return None
         lost = f"{r.lines_lost} record line{'s' if r.lines_lost != 1 else ''} lost"

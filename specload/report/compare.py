@@ -3,8 +3,10 @@
 A *side* is a label with one or more runs (repeats); levels pair by concurrency and occurrence
 (``level_metrics.level_keys``), repeats combine with the run-to-run variance pooled over levels, and
 only the *primary* metric's verdict is the level's answer (twelve metrics at 95 % would call about
-half of all identical pairs different). Unsound levels are flagged, crossovers found, and it all
-becomes JSON, CSV rows and rich tables. Nothing here reads files: ``record.runs`` does.
+half of all identical pairs different). Where ``judgement.unsound_reason`` says the runs' workloads
+or a level's flags make it so, verdicts read ``unsound``; levels with dataset categories are judged
+per category too. Crossovers are found, and it all becomes JSON, CSV rows and rich tables. Nothing
+here reads files: ``record.runs`` does.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 from specload.stats import intervals as iv
 from specload.stats.intervals import Decision, Difference, Estimate, Ratio
+from specload.stats.judgement import unsound_reason, workload_differences, workload_warnings
 from specload.stats.level_metrics import (
     DEFAULT_PRIMARY,
     METRICS,
@@ -33,6 +36,8 @@ from specload.stats.level_metrics import (
 )
 
 SHAPE_TOLERANCE = 0.05  # mean prompt or output tokens per request differing by more is a different shape
+# judged per category: request metrics (a level's throughput is of all its categories together)
+CATEGORY_METRICS = ("per_request_tok_s", "ttft_p50", "tpot_p50", "request_accept_rate")
 
 
 @dataclass(frozen=True)
@@ -69,6 +74,8 @@ class LevelComparison:
     present: tuple[str, ...]  # the sides that have this level
     results: dict[tuple[str, str], MetricResult]  # (side, metric) -> result
     flags: tuple[Flag, ...]
+    # dataset category -> (side, metric) -> result, for CATEGORY_METRICS on each category's requests
+    categories: dict[str, dict[tuple[str, str], MetricResult]] = field(default_factory=dict)
 
     def result(self, side: str, metric: str) -> MetricResult | None:
         return self.results.get((side, metric))
@@ -98,6 +105,7 @@ class Comparison:
     crossovers: tuple[Crossover, ...]
     shape_flags: tuple[Flag, ...]  # run-level: different request shapes
     notes: tuple[str, ...] = field(default=())
+    workload_warnings: dict[str, tuple[str, ...]] = field(default_factory=dict)  # side -> judgement.workload_warnings
 
     @property
     def sides(self) -> tuple[Side, ...]:
@@ -122,10 +130,11 @@ def compare(sides: Sequence[Side], *, primary: str = DEFAULT_PRIMARY, min_effect
         raise ValueError("a comparison needs a baseline and at least one other side")
     if primary not in METRICS:
         raise ValueError(f"unknown metric {primary!r}")
-    names = tuple(metrics) if metrics else tuple(METRICS)
+    names = tuple(metrics) if metrics else tuple(m for m in METRICS if _any_run_has(sides, m))
     if primary not in names:
         names = (primary, *names)
     baseline, others = sides[0], tuple(sides[1:])
+    differences = _workload_differences(baseline, others)
     keyed = {s.label: [level_keys(r.levels) for r in s.runs] for s in sides}
     all_keys = sorted({k for runs in keyed.values() for m in runs for k in m})
 
@@ -175,9 +184,18 @@ def compare(sides: Sequence[Side], *, primary: str = DEFAULT_PRIMARY, min_effect
                                   len(per_run[(s.label, key, m)]))
                 results[(s.label, m)] = res
         flags = _level_flags(sides, keyed, key)
-        levels.append(LevelComparison(key, present, results, tuple(flags)))
+        categories = _by_category(sides, keyed, key, names, min_effect)
+        for s in others:  # judgement.py's rule: a level it calls unsound gets no verdict
+            why = unsound_reason(differences[s.label], [f"{f.kind}: {f.detail}" for f in flags
+                                                        if f.side in (s.label, baseline.label)])
+            if why is not None:
+                for table in (results, *categories.values()):
+                    _withhold(table, s.label, why)
+        levels.append(LevelComparison(key, present, results, tuple(flags), categories))
 
-    notes = []
+    notes = [f"{s} against {baseline.label}: unsound, no verdicts: the workloads differ: {', '.join(d)}"
+             for s, d in differences.items() if d]
+    warned = {s.label: list(dict.fromkeys(w for run in s.runs for w in run_workload_warnings(run))) for s in sides}
     repeated = any(len(v) > 1 for v in per_run.values())
     if not repeated:
         notes.append("one run per side: run-to-run variation is not accounted for (the intervals see only "
@@ -193,7 +211,80 @@ def compare(sides: Sequence[Side], *, primary: str = DEFAULT_PRIMARY, min_effect
         crossovers=tuple(_crossovers(levels, others, names)),
         shape_flags=tuple(_shape_flags(baseline, others)),
         notes=tuple(notes),
+        workload_warnings={k: tuple(v) for k, v in warned.items() if v},
     )
+
+
+def run_workload_warnings(run: Run) -> list[str]:
+    """judgement.workload_warnings of a run: what its end line says, else worked out from its header and
+    whether any level shows speculation (the server's figures or the requests' own counts)."""
+    said = (run.end or {}).get("workload_warnings")
+    if isinstance(said, list):
+        return [w for w in said if isinstance(w, str)]
+    spec = run.timeline.server_series("accept_len") is not None or any(
+        lv.summary is not None and (lv.summary.accept_len is not None or lv.summary.request_accept_rate is not None)
+        or (lv.spec_drafted is not None and bool(np.isfinite(lv.spec_drafted).any())) for lv in run.levels)
+    return workload_warnings(run.description.request_shape(), spec)
+
+
+def _any_run_has(sides: Sequence[Side], metric: str) -> bool:
+    """A metric that needs a column no run has (per-request speculative counts) is left out."""
+    col = METRICS[metric].column
+    if col is None:
+        return True
+    for s in sides:
+        for run in s.runs:
+            for lv in run.levels:
+                v = getattr(lv, col, None)
+                if v is not None and bool(np.isfinite(v).any()):
+                    return True
+    return False
+
+
+def _workload_differences(baseline: Side, others: Sequence[Side]) -> dict[str, list[str]]:
+    """Per other side, how its runs' workloads (or the baseline's repeats') differ from the baseline's
+    first run's."""
+    ref = baseline.runs[0].description.request_shape()
+    base_diff = [d for run in baseline.runs[1:] for d in workload_differences(ref, run.description.request_shape())]
+    out = {}
+    for s in others:
+        diff = [d for run in s.runs for d in workload_differences(ref, run.description.request_shape())]
+        out[s.label] = list(dict.fromkeys(base_diff + diff))
+    return out
+
+
+def _withhold(results: dict[tuple[str, str], MetricResult], side: str, why: str) -> None:
+    for k, res in list(results.items()):
+        if k[0] == side and res.decision is not None:
+            results[k] = MetricResult(res.metric, res.side, res.estimate, res.per_run, res.ratio, res.difference,
+                                      Decision(iv.UNSOUND, why))
+
+
+def _by_category(sides: Sequence[Side], keyed: dict[str, list[dict[LevelKey, list[LevelRequests]]]],
+                 key: LevelKey, names: Sequence[str], min_effect: float) -> dict[str, dict[tuple[str, str], MetricResult]]:
+    """The level's categories that every side has, each judged on its own requests."""
+    per_side: dict[str, list[LevelRequests]] = {s.label: [lv for m in keyed[s.label] for lv in m.get(key, ())]
+                                                for s in sides}
+    common = None
+    for lvs in per_side.values():
+        cats = {c for lv in lvs for c in lv.categories()}
+        common = cats if common is None else common & cats
+    out: dict[str, dict[tuple[str, str], MetricResult]] = {}
+    base = sides[0].label
+    for cat in sorted(common or ()):
+        table: dict[tuple[str, str], MetricResult] = {}
+        for m in (x for x in CATEGORY_METRICS if x in names):
+            spec = METRICS[m]
+            for s in sides:
+                ests = tuple(estimate(lv.of_category(cat), m, seed=_seed(s.label, key, cat, m, i))
+                             for i, lv in enumerate(per_side[s.label]))
+                res = MetricResult(m, s.label, iv.combine_runs(ests, None), ests)
+                if s.label != base and (base, m) in table:
+                    res = _decide(res, table[(base, m)].estimate, spec.lower_is_better, spec.kind, min_effect,
+                                  key.concurrency, len(ests))
+                table[(s.label, m)] = res
+        out[cat] = table
+    return out
 
 
 def _pool_shares(keyed: list[dict[LevelKey, list[LevelRequests]]], key: LevelKey) -> Estimate:
@@ -272,9 +363,13 @@ def _level_flags(sides: Sequence[Side], keyed: dict[str, list[dict[LevelKey, lis
             m = means.get(s.label)
             if m is None:
                 continue
+            forced = all(r.description.ignore_eos for side in (sides[0], s) for r in side.runs)
             for name, a, b in (("prompt", base[0], m[0]), ("output", base[1], m[1])):
                 if a and b and abs(b / a - 1) > SHAPE_TOLERANCE:
-                    out.append(Flag(s.label, "shape",
+                    # answers of their natural length may differ between configurations (that is the
+                    # server's doing, flagged); forced lengths or prompts that differ are other work
+                    kind = "shape" if name == "prompt" or forced else "output_length"
+                    out.append(Flag(s.label, kind,
                                     f"{s.label}: mean {name} tokens per request {b:.0f} vs {a:.0f} "
                                     f"({sides[0].label})"))
     return out
@@ -432,14 +527,20 @@ def to_json(c: Comparison) -> dict:
             }
         headline = {s.label: (r.decision.verdict if (r := lc.result(s.label, c.primary)) and r.decision else None)
                     for s in c.others if s.label in lc.present}
-        levels.append({
+        level = {
             "key": str(lc.key),
             "concurrency": lc.key.concurrency,
             "occurrence": lc.key.occurrence,
             "headline": headline,
             "flags": [{"side": f.side, "kind": f.kind, "detail": f.detail} for f in lc.flags],
             "sides": sides,
-        })
+        }
+        if lc.categories:
+            level["categories"] = {
+                cat: {s.label: {m: result_dict(res, False) for m in CATEGORY_METRICS
+                                if (res := table.get((s.label, m))) is not None} for s in c.sides}
+                for cat, table in lc.categories.items()}
+        levels.append(level)
     return {
         "baseline": c.baseline.label,
         "primary": c.primary,
@@ -458,6 +559,7 @@ def to_json(c: Comparison) -> dict:
         ],
         "shape_flags": [{"side": f.side, "kind": f.kind, "detail": f.detail} for f in c.shape_flags],
         "notes": list(c.notes),
+        "workload_warnings": {k: list(v) for k, v in c.workload_warnings.items()},
     }
 
 
@@ -489,11 +591,11 @@ def to_csv_rows(c: Comparison) -> list[dict]:
 # ------------------------------------------------------------------------------------------ rich
 
 VERDICT_STYLE = {iv.BETTER: "bold green", iv.WORSE: "bold red", iv.NO_DIFFERENCE: "dim",
-                 iv.INSUFFICIENT: "yellow"}
+                 iv.INSUFFICIENT: "yellow", iv.UNSOUND: "bold yellow"}
 VERDICT_TEXT = {iv.BETTER: "better", iv.WORSE: "worse", iv.NO_DIFFERENCE: "no difference",
-                iv.INSUFFICIENT: "insufficient"}
+                iv.INSUFFICIENT: "insufficient", iv.UNSOUND: "unsound"}
 # without colour the verdict still reads: a symbol per verdict (never red/green alone)
-VERDICT_MARK = {iv.BETTER: "▲", iv.WORSE: "▼", iv.NO_DIFFERENCE: "=", iv.INSUFFICIENT: "?"}
+VERDICT_MARK = {iv.BETTER: "▲", iv.WORSE: "▼", iv.NO_DIFFERENCE: "=", iv.INSUFFICIENT: "?", iv.UNSOUND: "⚠"}
 
 
 def fmt_value(metric: str, v: float | None) -> str:
@@ -560,6 +662,9 @@ def render(c: Comparison, console: Console) -> None:
               "(--min-effect) · 95% intervals · steady-state requests (fill and drain excluded)")
     for n in c.notes:
         out.print(f"[yellow]{n}[/]")
+    for label, ws in c.workload_warnings.items():
+        for w in ws:
+            out.print(f"[yellow]⚠ workload of {label}: {w}[/]")
     if c.run_to_run_accounted:
         sds = ", ".join(f"{METRICS[m].label} {100 * math.sqrt(b.tau2):.1f}%" for m, b in c.between.items()
                         if b and m in (c.primary, "per_request_tok_s", "tpot_p50"))
@@ -612,6 +717,7 @@ def render(c: Comparison, console: Console) -> None:
             st.add_row(METRICS[m].label, *cells)
         out.print(st)
 
+    _render_categories(c, out)
     notes = []
     for lc in c.levels:
         for f in lc.flags:
@@ -643,6 +749,34 @@ def render(c: Comparison, console: Console) -> None:
         out.print(line if x.decided else f"[dim]{line} (point estimates only: not decided on both sides)[/]")
     if _throughput_disagrees(c):
         out.print(f"[dim]{EXPLAIN_THROUGHPUT}[/]")
+
+
+def _render_categories(c: Comparison, out: Console) -> None:
+    """Per other side, each category's per-request tok/s and acceptance (the requests' own) against the
+    baseline's, level by level."""
+    from rich.table import Table
+
+    keys = [lc for lc in c.levels if lc.categories]
+    if not keys:
+        return
+    for s in c.others:
+        t = Table(title=f"by category: {s.label} / {c.baseline.label} (per-request tok/s; accept rate of the "
+                        "requests' own counts)", header_style="bold", show_edge=False, pad_edge=False)
+        t.add_column("category")
+        for lc in keys:
+            t.add_column(str(lc.key), justify="left")
+        for cat in sorted({cat for lc in keys for cat in lc.categories}):
+            cells = []
+            for lc in keys:
+                table = lc.categories.get(cat, {})
+                parts = []
+                for m in ("per_request_tok_s", "request_accept_rate"):
+                    res = table.get((s.label, m))
+                    if res is not None and res.decision is not None and res.estimate.value is not None:
+                        parts.append(f"{fmt_ratio(res).split(' [')[0]} {fmt_verdict(res.decision)}")
+                cells.append("  ".join(parts) or "-")
+            t.add_row(cat, *cells)
+        out.print(t)
 
 
 def _throughput_disagrees(c: Comparison) -> bool:

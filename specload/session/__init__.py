@@ -147,6 +147,16 @@ class Session:
     def stop_search(self, *, hold_best: bool = False) -> SearchResult | None:
         return search.stop_search(self.cfg, self.capacity, self.runner, hold_best=hold_best) if self.capacity else None
 
+    def workload_warnings(self) -> list[str]:
+        """What about the run's workload weakens what it measured, one line each: speculative decoding
+        on synthetic prompts, with ignore_eos or without the chat template; dataset prompts sent again."""
+        out = list(self.fan.workload_warnings)
+        p = self._prompts
+        if p is not None and p.dataset is not None and p.sent > len(p.dataset.conversations):
+            out.append(f"the run sent {p.sent:,} requests from {len(p.dataset.conversations):,} dataset rows: "
+                       "prompts were sent again, and a prefix cache served the repeats from their first time")
+        return out
+
     def marker(self, note: str = "") -> None:
         self.fan.event(RunEvent(self.clock.now_ns(), "marker", note))
 
@@ -281,7 +291,12 @@ class Session:
 
             plan = trace_plan(plan, prompts.trace, r.trace_speed)
             arrivals = TraceArrivals(prompts.trace, r.trace_speed)
-        self.judge = fan.judge = _judge(cfg, self.t0_ns)
+        from specload.record.runs import description_from_header
+
+        fan.workload_shape = description_from_header(self._header()).request_shape()
+        self.judge = fan.judge = _judge(cfg, self.t0_ns, fan.workload_shape)
+        if self.judge is not None and self.judge.differences:
+            fan.notice("--baseline: unsound, no verdicts: the workloads differ: " + ", ".join(self.judge.differences))
         extend = self.judge.extend if self.judge is not None and self.judge.judging else None
         self.runner = self.policy.runner = Runner(
             client, prompts, plan, clock=self.clock, on_record=fan.request, on_event=fan.event,
@@ -346,7 +361,8 @@ class Session:
     def _finish(self, reason: str, code: int, message: str | None) -> SessionResult:
         end = "crashed" if reason == "error" and self.stats.snapshot().crashes else _END_LINE.get(reason, reason)
         record_error = self.record.close("stopped" if end == "error" else end, header=self._header(),
-                                         failed=reason == "error", message=message)
+                                         failed=reason == "error", message=message,
+                                         extra={"workload_warnings": self.workload_warnings()})
         if record_error is not None:
             message, code = message or record_error, code or ExitCode.ERROR
         found = self.capacity.results[-1] if self.capacity is not None and self.capacity.results else None
@@ -381,7 +397,7 @@ class Session:
         self.policy.record_failed(error)
 
 
-def _judge(cfg: RunConfig, t0_ns: int) -> LiveJudge | None:
+def _judge(cfg: RunConfig, t0_ns: int, workload: dict) -> LiveJudge | None:
     """The live judge when levels are compared or judged as they run; the baseline is read once here
     (the config checked it is a readable run)."""
     c = cfg.compare
@@ -395,7 +411,8 @@ def _judge(cfg: RunConfig, t0_ns: int) -> LiveJudge | None:
         raise SessionError(str(e)) from None
     return LiveJudge(t0_ns=t0_ns, primary=c.primary, baseline=baseline, min_effect=c.min_effect_pct / 100,
                      target_ci_pct=c.target_ci_pct, until_decided=c.until_decided,
-                     max_requests_per_level=c.max_requests_per_level)
+                     max_requests_per_level=c.max_requests_per_level,
+                     workload=workload)
 
 
 def _check_fd_limit(cfg: RunConfig, notice: Callable[[str], None]) -> None:

@@ -30,6 +30,7 @@ from specload.session.listener import SessionListener
 from specload.session.policy import RunPolicy
 from specload.stats.client_load import ClientLoad
 from specload.stats.gpu_levels import GpuLevels
+from specload.stats.judgement import workload_warnings
 from specload.stats.levels import LevelSummary
 from specload.stats.live import LiveStats
 from specload.stats.live_judge import LiveJudge
@@ -55,6 +56,10 @@ class Fanout:
         self.capacity: CapacityPart | None = None  # goodput and the capacity search, when wanted
         self.tg: asyncio.TaskGroup | None = None  # the session's, for the levels' goodput
         self.judge: LiveJudge | None = None  # --baseline / --target-ci / --until-decided
+        # the run's request shape (RunDescription.request_shape) and what is wrong with it for
+        # measuring speculative decoding (said once each, kept for the end line and --json)
+        self.workload_shape: dict | None = None
+        self.workload_warnings: list[str] = []
         # level summaries waiting for their goodput and the server's figures over their span, in order
         self.level_chain: asyncio.Task | None = None
         self.server_levels = ServerLevels()
@@ -153,6 +158,18 @@ class Fanout:
         self.record.level(summary)
         self.listener.level_done(summary)
         self._check_prompt_length(summary)
+        self._check_workload(summary)
+
+    def _check_workload(self, s: LevelSummary) -> None:
+        """Once a level shows speculative decoding (the server's figures or the requests' own counts):
+        what about the workload makes it a poor measure of it (judgement.workload_warnings), once each."""
+        if self.workload_shape is None or not any(v is not None for v in (
+                s.accept_len, s.accept_rate, s.request_accept_len, s.request_accept_rate)):
+            return
+        for line in workload_warnings(self.workload_shape, True):
+            if line not in self.workload_warnings:
+                self.workload_warnings.append(line)
+                self.notice(f"WARNING {line}")
 
     def _check_prompt_length(self, s: LevelSummary) -> None:
         """Warn when the server counted the level's prompts differently from what was asked."""
@@ -238,5 +255,8 @@ class Fanout:
         self.stats.on_client_load(load.cpu_pct, load.loop_lag_ms, load.saturated, load.starved)
         runner = self.policy.runner if self.policy is not None else None
         level = runner.target if runner is not None else 0
+        if self.judge is not None and runner is not None and (load.saturated or load.starved):
+            index = runner.snapshot().level_index  # a --baseline verdict of this level would not be sound
+            self.judge.client_flag(index, "client_saturated" if load.saturated else "client_starved")
         self.record.client(load, level)
         self.listener.client_load(load, level)

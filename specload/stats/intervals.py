@@ -27,7 +27,10 @@ _PCT_BOOT_N = 1_000  # ... for percentiles, above this many
 _NORMAL = NormalDist()
 
 BETTER, WORSE, NO_DIFFERENCE, INSUFFICIENT = "better", "worse", "no_difference", "insufficient"
-VERDICTS = (BETTER, WORSE, NO_DIFFERENCE, INSUFFICIENT)
+# the comparison cannot support a verdict (the workloads differ, a client could not keep the load):
+# judgement.py's rule decides when
+UNSOUND = "unsound"
+VERDICTS = (BETTER, WORSE, NO_DIFFERENCE, INSUFFICIENT, UNSOUND)
 
 
 # ------------------------------------------------------------------------------------------ quantiles
@@ -441,7 +444,7 @@ def share_difference(baseline: Estimate, other: Estimate) -> Difference | None:
 
 @dataclass(frozen=True, slots=True)
 class Decision:
-    verdict: str  # better, worse, no_difference, insufficient
+    verdict: str  # better, worse, no_difference, insufficient, unsound
     reason: str
     requests_needed: int | None = None  # per side, roughly, to resolve a difference of the observed size
 

@@ -44,6 +44,9 @@ class LevelRequests:
     prompt_tokens: np.ndarray | None = None
     tokens_estimated: np.ndarray | None = None  # bool
     error_kind: tuple[str | None, ...] = ()
+    category: tuple[str | None, ...] = ()  # each request's dataset category (empty: the source has none)
+    spec_accepted: np.ndarray | None = None  # the requests' own speculative counts (NaN: not given)
+    spec_drafted: np.ndarray | None = None
     manual: bool = False  # a concurrency set by hand (TUI key)
     open_loop: bool = False  # --rate: concurrency is a cap, not the load
     summary: LevelSummary | None = None  # the source's own level line, when it has one
@@ -63,6 +66,28 @@ class LevelRequests:
         if not self._steady:
             self._steady.append(steady_state(self))
         return self._steady[0]
+
+    def categories(self) -> tuple[str, ...]:
+        return tuple(sorted({c for c in self.category if c is not None}))
+
+    def of_category(self, name: str) -> LevelRequests:
+        """The level's requests of one category, with the steady state of the whole level: which requests
+        ran at full load is a property of the level, not of the category."""
+        keep = np.array([c == name for c in self.category], dtype=bool)
+        st = self.steady()
+
+        def cut(a: np.ndarray | None) -> np.ndarray | None:
+            return None if a is None else a[keep]
+
+        sub = replace(self, ok=self.ok[keep], start_s=cut(self.start_s), end_s=cut(self.end_s),
+                      ttft_ms=cut(self.ttft_ms), tpot_ms=cut(self.tpot_ms), e2e_ms=cut(self.e2e_ms),
+                      itl_ms=cut(self.itl_ms), output_tokens=cut(self.output_tokens),
+                      prompt_tokens=cut(self.prompt_tokens), tokens_estimated=cut(self.tokens_estimated),
+                      error_kind=tuple(k for k, m in zip(self.error_kind, keep, strict=False) if m),
+                      category=(name,) * int(keep.sum()), spec_accepted=cut(self.spec_accepted),
+                      spec_drafted=cut(self.spec_drafted), summary=None, _steady=[])
+        sub._steady.append(replace(st, mask=st.mask[keep]))
+        return sub
 
 
 @dataclass(frozen=True, order=True)
@@ -289,6 +314,19 @@ def _batch_means(level: LevelRequests, st: SteadyState) -> Estimate | None:
     return iv.samples_mean_ci(rates, method="batch-means")
 
 
+def request_accept_rate(level: LevelRequests, seed: int = 0, n_boot: int = iv.N_BOOT, **_: object) -> Estimate:
+    """Accepted of drafted tokens, pooled over the steady requests that carried the server's own counts."""
+    if level.spec_accepted is None or level.spec_drafted is None:
+        return iv.missing("bootstrap", "the source has no per-request speculative counts")
+    sel, note = _steady_ok(level)
+    acc, dr = level.spec_accepted[sel], level.spec_drafted[sel]
+    keep = np.isfinite(acc) & np.isfinite(dr)
+    if not keep.any() or not dr[keep].sum():
+        return iv.missing("bootstrap", "no request carried speculative counts")
+    est = replace(iv.ratio_of_sums_ci(acc[keep], dr[keep], seed=seed, n_boot=n_boot), method="pooled+bootstrap")
+    return _with_note(_insufficient_steady(level, est, int(keep.sum())), note)
+
+
 def error_rate(level: LevelRequests, **_: object) -> Estimate:
     # every request of the level counts here, fill and drain included: a failure is a failure whenever
     # it happens. Requests specload itself cancelled (quit, stop on crash) are not the server's errors.
@@ -370,6 +408,8 @@ METRICS: dict[str, Metric] = {
         Metric("accept_len", "accept len", "tok", False, "server", accept_len, 2),
         Metric("tok_per_j", "tok/J", "tok/J", False, "server", tok_per_j, 3),
         Metric("gpu_power_w", "GPU power", "W", True, "server", gpu_power_w),
+        Metric("request_accept_rate", "accept rate (requests)", "", False, "request", request_accept_rate, 3,
+               "spec_drafted"),
     )
 }
 DEFAULT_PRIMARY = "throughput"
@@ -384,7 +424,10 @@ def level_from_records(records: Sequence[RequestRecord], *, index: int, concurre
     start, end, ttft, tpot, e2e, tok, prompt = col(), col(), col(), col(), col(), col(), col()
     ok = np.zeros(n, bool)
     kinds: list[str | None] = []
+    acc, drafted = col(), col()
     for i, r in enumerate(records):
+        if r.spec_drafted is not None and r.spec_accepted is not None:
+            acc[i], drafted[i] = r.spec_accepted, r.spec_drafted
         start[i] = (r.start_ns - t0_ns) / 1e9
         end[i] = (r.end_ns - t0_ns) / 1e9
         ok[i] = r.ok
@@ -402,7 +445,8 @@ def level_from_records(records: Sequence[RequestRecord], *, index: int, concurre
     return LevelRequests(index=index, concurrency=concurrency, ok=ok, start_s=start, end_s=end, ttft_ms=ttft,
                          tpot_ms=tpot, e2e_ms=e2e, output_tokens=tok, prompt_tokens=prompt,
                          tokens_estimated=np.array([r.tokens_estimated for r in records], bool),
-                         error_kind=tuple(kinds), open_loop=open_loop, running=running)
+                         error_kind=tuple(kinds), category=tuple(r.category for r in records),
+                         spec_accepted=acc, spec_drafted=drafted, open_loop=open_loop, running=running)
 
 
 def estimate(level: LevelRequests, metric: str, *, seed: int = 0,

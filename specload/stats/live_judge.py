@@ -4,21 +4,22 @@ each running level against its baseline, and whether it has enough (the runner's
 It runs on the engine's loop, so it uses the large-sample formulas; the live verdict is a confidence
 sequence (``intervals.sequential_ratio``), since an interval looked at after every request would call
 a difference where there is none far more often than 5 %. ``--target-ci`` is about precision, so it
-uses the ordinary interval. Levels pair with the baseline's as ``report`` pairs them.
+uses the ordinary interval. Levels pair with the baseline's as ``report`` pairs them, under the same
+soundness rule (``judgement.unsound_reason``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
 from specload.datatypes import RequestRecord
 from specload.stats import intervals as iv
 from specload.stats.intervals import Decision, Estimate, Ratio
-from specload.stats.judgement import LevelJudgement
+from specload.stats.judgement import LevelJudgement, unsound_reason, workload_differences
 from specload.stats.level_metrics import (
     METRICS,
     LevelKey,
@@ -41,6 +42,11 @@ class Baseline(Protocol):
 
     @property
     def timeline(self) -> _Timeline: ...
+
+    @property
+    def description(self) -> Any: ...  # a RunDescription: its request_shape()
+
+    def during(self, kind: str, level: LevelRequests) -> tuple[dict, ...] | None: ...
 
 
 def default_cap(concurrency: int) -> int:
@@ -71,7 +77,8 @@ class LiveView:
 class LiveJudge:
     def __init__(self, *, t0_ns: int, primary: str = "throughput", baseline: Baseline | None = None,
                  min_effect: float = iv.DEFAULT_MIN_EFFECT, target_ci_pct: float | None = None,
-                 until_decided: bool = False, max_requests_per_level: int | None = None) -> None:
+                 until_decided: bool = False, max_requests_per_level: int | None = None,
+                 workload: dict | None = None) -> None:
         if primary not in METRICS:
             raise ValueError(f"unknown metric {primary!r}")
         self.t0_ns = t0_ns
@@ -88,11 +95,19 @@ class LiveJudge:
         self._done: dict[int, str] = {}
         self._finished: set[int] = set()
         self._base: dict[LevelKey, Estimate] = {}
+        # the soundness rule's inputs: how the workloads differ, the client's flags per level of each side
+        self.differences: list[str] = []
+        self._flags: dict[int, set[str]] = {}
+        self._base_flags: dict[LevelKey, set[str]] = {}
         if baseline is not None:
+            if workload is not None:
+                self.differences = workload_differences(baseline.description.request_shape(), workload)
             accept = baseline.timeline.server_series("accept_len")
             for key, lvs in level_keys(baseline.levels).items():
                 ests = [estimate(lv, primary, server=accept) for lv in lvs]
                 self._base[key] = iv.combine_runs(ests, iv.between_run_variance([ests]) if len(ests) > 1 else None)
+                self._base_flags[key] = {f"{kind}: the baseline" for lv in lvs for c in (baseline.during("client", lv) or ())
+                                         for kind in ("client_saturated", "client_starved") if c.get(kind.split("_")[1])}
 
     @property
     def judging(self) -> bool:
@@ -124,6 +139,16 @@ class LiveJudge:
         return level_from_records(recs, index=index, concurrency=self._conc[index], t0_ns=self.t0_ns,
                                   running=index not in self._finished)
 
+    def client_flag(self, index: int, kind: str) -> None:
+        """This run's client was ``client_saturated`` or ``client_starved`` in a second of level ``index``."""
+        self._flags.setdefault(index, set()).add(kind)
+
+    def unsound(self, index: int) -> str | None:
+        """Why level ``index`` cannot be judged against the baseline (None: it can)."""
+        key = self._keys.get(index)
+        flags = sorted(self._flags.get(index, set()) | (self._base_flags.get(key, set()) if key else set()))
+        return unsound_reason(self.differences, flags)
+
     def level_finished(self, index: int) -> None:
         """The level's last request is in: its figures now exclude the drain, as ``report``'s do."""
         self._finished.add(index)
@@ -143,6 +168,9 @@ class LiveJudge:
             n_design = self.level_cap(lv.concurrency)
             r = iv.sequential_ratio(base, est, n_design=n_design)
             dec = iv.decided(r, lower_is_better=self.lower_is_better, min_effect=self.min_effect)
+            why = self.unsound(index)
+            if why is not None:
+                dec = Decision(iv.UNSOUND, why)
             if r is None and base.value and est.value:
                 r = Ratio(est.value / base.value, float("nan"), float("nan"), float("nan"), float("inf"))
         return LiveView(index, lv.concurrency, self.primary, est, base, r, dec, self._done.get(index))
@@ -186,6 +214,7 @@ class LiveJudge:
                 self._done[index] = "target"
                 return 0
             if self.until_decided and v.decision is not None and v.decision.verdict != iv.INSUFFICIENT:
-                self._done[index] = "decided"
+                # an unsound level is not decided by more requests either
+                self._done[index] = "unsound" if v.decision.verdict == iv.UNSOUND else "decided"
                 return 0
         return min(c, cap - started)

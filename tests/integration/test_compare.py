@@ -123,14 +123,15 @@ def test_json_and_csv_shapes(records: dict[str, Path]) -> None:
     doc = report_json(records["base"], records["fast"], records["same"])
     keys = {"value", "ci_low", "ci_high", "ratio", "ratio_ci_low", "ratio_ci_high", "verdict"}
     names = {"throughput", "per_request_tok_s", "ttft_p50", "ttft_p99", "tpot_p50", "tpot_p99", "e2e_p50",
-             "e2e_p99", "error_rate", "accept_len", "tok_per_j", "gpu_power_w"}
+             "e2e_p99", "error_rate", "accept_len", "tok_per_j", "gpu_power_w",
+             "request_accept_rate"}  # the sim gives per-request counts
     for lv in doc["levels"]:
         assert set(lv["sides"]) == {"base", "fast", "same"}
         for side in lv["sides"].values():
             assert set(side["metrics"]) == names
             for name, m in side["metrics"].items():
                 assert keys <= set(m), (name, m)
-                assert m["verdict"] in (None, "better", "worse", "no_difference", "insufficient")
+                assert m["verdict"] in (None, "better", "worse", "no_difference", "insufficient", "unsound")
                 assert m["primary"] == (name == "throughput")
     run = doc["sides"][0]["runs"][0]
     assert run["request_shape"]["max_tokens"] == 32 and run["command"].startswith("virtual run")

@@ -328,6 +328,31 @@ async def test_baseline_and_target_ci_are_judged_live_in_the_engine_process(sim,
     assert data.end is not None and data.end["reason"] != "error"
 
 
+async def test_a_live_baseline_of_another_max_tokens_reads_unsound_in_the_engine_process(sim, tmp_path) -> None:
+    # issue 24: a live --baseline with max_tokens 16 against a baseline of 8 gave no warning
+    from specload.session import Session
+    from tests.conftest import make_config
+
+    server = await sim(ttft_ms=5, itl_ms=5, spec_tokens=0)
+    baseline = tmp_path / "b.jsonl"
+    cfg = make_config(server.url, concurrency=(1,), requests_per_level=10, max_tokens=8, path=str(baseline))
+    assert (await Session(cfg).run()).reason == "completed"
+    record = tmp_path / "run.jsonl"
+    app = live_app(server.url, "-c", "1", "-n", "12", "--max-tokens", "16", "--baseline", str(baseline),
+                   "--record", str(record))
+    async with app.run_test(size=(160, 48)) as pilot:
+        await wait_for(pilot, lambda: "unsound" in str(app.query_one("#load-live").render()),
+                       "the verdict on the load panel", timeout=30)
+        assert any("unsound, no verdicts: the workloads differ: max_tokens 8 vs 16" in n.message
+                   for n in app._notifications)
+        await wait_for(pilot, lambda: (rs := app.source.frame().runner) is not None and rs.plan_done
+                       and rs.in_flight == 0, "the level to end", timeout=60)
+        await pilot.press("q")
+        await wait_for(pilot, lambda: app.return_code is not None, "the app to exit after q", timeout=30)
+    (level,) = read_record(str(record)).levels
+    assert level["judged"]["verdict"] == "unsound"
+
+
 def test_a_dead_engine_is_explained_by_its_traceback_not_by_what_it_printed_after() -> None:
     # issue 22: the user read aiohttp's "Unclosed client session" (printed as the dead engine's
     # interpreter exited) instead of the ValueError that ended it

@@ -91,3 +91,129 @@ def test_repeats_within_one_record_give_the_run_to_run_variation(tmp_path: Path)
     assert c.between["throughput"] is not None and c.between["throughput"].df == 2 * 2 * 2
     res = c.levels[0].result("b", "throughput")
     assert res is not None and len(res.per_run) == 3 and res.decision.verdict == "better"  # type: ignore[union-attr]
+
+
+def verdict(c, key: str, side: str, metric: str = "throughput") -> str:
+    lc = next(x for x in c.levels if str(x.key) == key)
+    res = lc.result(side, metric)
+    assert res is not None and res.decision is not None
+    return res.decision.verdict
+
+
+def test_a_level_whose_client_was_starved_reads_unsound_not_better(tmp_path: Path) -> None:
+    # issue 24: on a loaded machine an A/A' pair read "better" at C=1 with a warning beside it
+    a = record(tmp_path / "a.jsonl", "a", [(1, 0.30), (4, 0.30)])
+    b = record(tmp_path / "b.jsonl", "b", [(1, 0.20), (4, 0.20)],
+               extra=[{"type": "client", "t_s": 2.0, "saturated": False, "starved": True}])
+    c = compare([Side("a", (load_run(str(a)),)), Side("b", (load_run(str(b)),))])
+    assert verdict(c, "C=1", "b") == "unsound"
+    assert verdict(c, "C=1", "b", "tpot_p50") == "unsound"  # no metric of that level gets a verdict
+    lc = c.levels[0]
+    res = lc.result("b", "throughput")
+    assert res is not None and res.ratio is not None and res.ratio.ratio > 1.3  # the figures are still shown
+    assert "client_starved" in (res.decision.reason if res.decision else "")
+    assert verdict(c, "C=4", "b") == "better"  # the other level was sound
+    # the baseline's starved second makes the level unsound too
+    c2 = compare([Side("b", (load_run(str(b)),)), Side("a", (load_run(str(a)),))])
+    assert verdict(c2, "C=1", "a") == "unsound" and verdict(c2, "C=4", "a") == "worse"
+
+
+def test_runs_whose_workloads_differ_get_no_verdict(tmp_path: Path) -> None:
+    a = record(tmp_path / "a.jsonl", "a", [(1, 0.30), (4, 0.30)])
+    for shape, said in (({"max_tokens": 128}, "max_tokens 50 vs 128"), ({"ignore_eos": False}, "ignore_eos True vs False"),
+                        ({"temperature": 0.7}, "temperature 'server default' vs 0.7"),
+                        ({"prompt_tokens": 512}, "prompt_tokens 128 vs 512"),
+                        ({"prompt_source": "dataset", "prompts": {"dataset": {"name": "builtin", "sha256": "ab12"}}},
+                         "prompt_source 'synthetic' vs 'dataset'")):
+        b = record(tmp_path / "b.jsonl", "b", [(1, 0.20), (4, 0.20)], shape=shape)
+        c = compare([Side("a", (load_run(str(a)),)), Side("b", (load_run(str(b)),))])
+        assert verdict(c, "C=1", "b") == verdict(c, "C=4", "b") == "unsound", shape
+        assert any(said in n for n in c.notes), (shape, c.notes)
+    # the model's name may differ (an EAGLE-3 deployment served under another name): still judged
+    b = record(tmp_path / "b.jsonl", "b", [(1, 0.20), (4, 0.20)], shape={"model": "m-eagle3"})
+    c = compare([Side("a", (load_run(str(a)),)), Side("b", (load_run(str(b)),))])
+    assert verdict(c, "C=1", "b") == "better"
+
+
+def test_the_soundness_rule() -> None:
+    from specload.stats.judgement import unsound_reason, workload_differences, workload_warnings
+
+    base = {"api": "chat", "dataset": "builtin (sha256 1)", "max_tokens": 128, "temperature": None}
+    assert workload_differences(base, {**base, "temperature": 0.0}) == []  # a side that does not say
+    assert workload_differences(base, {**base, "max_tokens": 256}) == ["max_tokens 128 vs 256"]
+    assert unsound_reason([]) is None and unsound_reason([], ["errors: b: 1/40 failed"]) is None
+    assert "client_saturated" in (unsound_reason([], ["client_saturated: b: 3 s"]) or "")
+    assert "max_tokens" in (unsound_reason(["max_tokens 128 vs 256"]) or "")
+    synthetic = {"prompt_source": "synthetic", "ignore_eos": True, "api": "completions"}
+    assert workload_warnings(synthetic, speculative=False) == []
+    said = workload_warnings(synthetic, speculative=True)
+    assert len(said) == 3 and "synthetic" in said[0] and "ignore_eos" in said[1] and "chat template" in said[2]
+    assert workload_warnings({"prompt_source": "dataset", "ignore_eos": False, "api": "chat"}, True) == []
+
+
+def test_categories_are_judged_each_a_configuration_may_win_on_code_and_lose_on_chat(tmp_path: Path) -> None:
+    def run(path: Path, label: str, coding_s: float, chat_s: float) -> Path:
+        lines: list[dict] = [{"type": "run", "version": 1, "api": "chat", "model": "m", "max_tokens": 50,
+                              "ignore_eos": False, "prompt_source": "dataset", "label": label},
+                             {"type": "event", "t_s": 0.0, "kind": "level", "value": {"index": 0, "concurrency": 2}}]
+        rng = np.random.default_rng(zlib.crc32(label.encode()))
+        t = {"coding": 0.0, "chat": 0.0}
+        for i in range(80):
+            cat = "coding" if i % 2 else "chat"
+            dur = (coding_s if cat == "coding" else chat_s) * rng.uniform(0.95, 1.05)
+            r = req(i, 2, 0, t[cat], dur)
+            r["category"] = cat
+            r["tpot_ms"] = dur * 1e3 / 50
+            r["spec_accepted"], r["spec_drafted"] = (40, 48) if cat == "coding" else (10, 30)
+            lines.append(r)
+            t[cat] += dur
+        lines.append({"type": "end", "reason": "completed", "requests": 80, "ok": 80})
+        write_record(path, lines)
+        return path
+
+    a = run(tmp_path / "a.jsonl", "a", 0.30, 0.30)
+    b = run(tmp_path / "b.jsonl", "b", 0.20, 0.40)  # faster on code, slower on chat
+    c = compare([Side("a", (load_run(str(a)),)), Side("b", (load_run(str(b)),))])
+    (lc,) = c.levels
+    assert set(lc.categories) == {"chat", "coding"}
+    cat = {k: t[("b", "per_request_tok_s")].decision.verdict for k, t in lc.categories.items()}  # type: ignore[union-attr]
+    assert cat == {"coding": "better", "chat": "worse"}
+    acc = lc.categories["coding"][("a", "request_accept_rate")].estimate.value
+    assert acc is not None and abs(acc - 40 / 48) < 1e-9
+    from specload.report.compare import to_json
+
+    doc = to_json(c)["levels"][0]["categories"]
+    assert doc["coding"]["b"]["per_request_tok_s"]["verdict"] == "better"
+    assert doc["chat"]["b"]["tpot_p50"]["verdict"] == "worse"  # lower is better: a longer TPOT is worse
+
+
+def test_the_live_judge_applies_the_same_rule(tmp_path: Path) -> None:
+    from specload.datatypes import RequestRecord
+    from specload.stats.live_judge import LiveJudge
+
+    base = load_run(str(record(tmp_path / "a.jsonl", "a", [(1, 0.30), (4, 0.30)],
+                               extra=[{"type": "client", "t_s": 2.0, "saturated": True, "starved": False}])))
+    shape = base.description.request_shape()
+
+    def judge(workload: dict) -> LiveJudge:
+        j = LiveJudge(t0_ns=0, baseline=base, workload=workload)
+        for index, c in enumerate((1, 4)):
+            j.level_started(index, c)
+            for k in range(40):
+                s = int((k // c) * 0.22e9 + index * 100e9)
+                j.add(RequestRecord(k, c, index, False, s, s + int(0.2e9), int(0.02e9), int(0.2e9), 50, False, 130,
+                                    20))
+            j.level_finished(index)
+        return j
+
+    same = judge(shape)
+    assert same.differences == []
+    v1, v4 = same.view(0), same.view(1)
+    assert v1 is not None and v1.decision is not None and v1.decision.verdict == "unsound"  # the baseline's client
+    assert "client_saturated: the baseline" in v1.decision.reason
+    assert v4 is not None and v4.decision is not None and v4.decision.verdict == "better"
+    same.client_flag(1, "client_starved")  # this run's client starved at C=4
+    assert same.judgement(1).verdict == "unsound"  # type: ignore[union-attr]
+    other = judge({**shape, "max_tokens": 256})
+    assert other.differences == ["max_tokens 50 vs 256"]
+    assert other.judgement(1).verdict == "unsound"  # type: ignore[union-attr]
