@@ -29,10 +29,14 @@ from specload.sim.server import SimServer
 from tests.hostile import HostileServer
 
 # Property tests draw the same examples on every run (derandomized): a suite run must not pass or
-# fail by the luck of the draw. SPECLOAD_HYPOTHESIS=explore draws new ones (and keeps what fails in
-# .hypothesis/), which is how new cases are found; each found case becomes a test of its own.
-hypothesis_settings.register_profile("suite", derandomize=True, database=None)
-hypothesis_settings.register_profile("explore")
+# fail by the luck of the draw. The suite's profile draws few (the unit tier, where they all are,
+# stays at a few seconds); SPECLOAD_HYPOTHESIS=explore draws many new ones (and keeps what fails in
+# .hypothesis/), which is how new cases are found; each found case becomes a test of its own. No
+# per-example deadline in either: on a busy machine an example's time says nothing (a hang still
+# ends at the suite's per-test timeout). Tests set no example counts of their own, so the profile
+# decides.
+hypothesis_settings.register_profile("suite", derandomize=True, database=None, max_examples=20, deadline=None)
+hypothesis_settings.register_profile("explore", max_examples=1000, deadline=None)
 hypothesis_settings.load_profile("explore" if os.environ.get("SPECLOAD_HYPOTHESIS") == "explore" else "suite")
 
 SimFactory = Callable[..., Awaitable[SimServer]]

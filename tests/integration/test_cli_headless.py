@@ -172,6 +172,14 @@ def test_bad_input_is_one_line_and_nonzero(args: list[str], needle: str) -> None
     assert len(p.stderr.strip().splitlines()) == 1, p.stderr
 
 
+def test_a_line_break_in_an_extra_argument_stays_on_the_error_line() -> None:
+    # found by the option rules' property test: click quoted the extra argument as typed, line break and all
+    p = run(["run", "--find-max", "nan", "a\r\nb: c"], timeout=30)
+    assert p.returncode == 2
+    assert p.stderr.count("\n") == 1 and p.stderr.startswith("specload: error: "), p.stderr
+    assert "a\\r\\nb: c" in p.stderr
+
+
 def test_the_builtin_set_tags_every_request_with_its_category(sim_url: str, tmp_path: Path) -> None:
     """--dataset builtin: the categories interleaved, each request line tagged, the start line and
     the record saying what was sent and how long the answers are (through worker processes too)."""
@@ -257,7 +265,8 @@ def test_core_never_imports_textual() -> None:
     code = (
         "import sys\n"
         "import specload.session, specload.headless, specload.cli_run, specload.engine.runner\n"
-        "import specload.sim.server, specload.watch.detector, specload.report.report\n"
+        "import specload.sim.server, specload.watch.detector, specload.watch.logline, specload.watch.scan_cli\n"
+        "import specload.report.report\n"
         "from specload.cli import cli\n"
         "for name in ('run', 'report', 'sim', 'scan-log'):\n"
         "    cli.get_command(None, name)\n"

@@ -24,7 +24,7 @@ from specload.report.figures import ReportPage, ReportRun, page_from_runs
 from specload.report.html import write_html
 from specload.report.timeseries import build_time_series
 from tests.browser import Chromium, Page, require_chromium
-from tests.unit.test_plot import run as synthetic_run
+from tests.integration.test_plot import run as synthetic_run
 from tests.unit.test_timeseries import cols
 
 pytestmark = pytest.mark.browser

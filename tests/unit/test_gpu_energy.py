@@ -4,7 +4,7 @@ bridged, per-token figures; exact expected values."""
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from specload.datatypes import GpuSample
@@ -78,7 +78,6 @@ def test_no_sample_in_the_span_gives_none_and_levels_keep_each_gpu():
     assert f is not None and (f.gpus, f.energy_j, f.tok_per_j) == (2, 400.0, 0.25)
 
 
-@settings(max_examples=30, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 20 * S), st.floats(0, 1000)), min_size=2, max_size=20),
        st.integers(0, 20 * S), st.integers(0, 20 * S), st.integers(0, 20 * S))
 def test_energy_adds_up_over_adjoining_spans(raw, a, b, c):

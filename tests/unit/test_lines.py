@@ -16,7 +16,7 @@ from specload.record.reader import RecordReadError, read_record
 CAP = 8
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.lists(st.sampled_from([b"a", b"\n", b"\r", b"\xff", b"{}", b"x" * 5]), max_size=40).map(b"".join))
 def test_any_bytes_give_the_split_lines_or_the_first_long_one(tmp_path: Path, data: bytes) -> None:
     p = tmp_path / "f"

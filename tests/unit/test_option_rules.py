@@ -5,12 +5,10 @@ never hangs, whatever it is given (a property test over the real option list).""
 from __future__ import annotations
 
 import random
-import subprocess
-import sys
 
 import click
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from specload.cli import error_text
@@ -66,7 +64,6 @@ VALUES = st.sampled_from(["nan", "inf", "-inf", "-1", "0", "1", "2", "0.5", "1e3
                           '{"a":1}', "[1]", "X: y", "1e9", "off", "chat", "stop", "http://[::1"]) | st.text(max_size=8)
 
 
-@settings(max_examples=300, deadline=2000)
 @given(argv=st.lists(st.tuples(st.sampled_from(FLAGS), VALUES), max_size=6))
 def test_any_options_give_a_config_or_a_one_line_error_and_never_hang(argv) -> None:
     args = [x for pair in argv for x in pair]
@@ -90,12 +87,3 @@ def test_any_options_give_a_config_or_a_one_line_error_and_never_hang(argv) -> N
         PromptSource.from_options(prompt=cfg.request.prompt, prompt_tokens=cfg.request.prompt_tokens).next()
     for level in plan.levels:
         assert level.duration_s is None or 0 < level.duration_s < float("inf")
-
-
-def test_a_line_break_in_an_extra_argument_stays_on_the_error_line() -> None:
-    # found by the property test: click quoted the extra argument as typed, line break and all
-    proc = subprocess.run([sys.executable, "-m", "specload.cli", "run", "--find-max", "nan", "a\r\nb: c"],
-                          capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 2
-    assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("specload: error: "), proc.stderr
-    assert "a\\r\\nb: c" in proc.stderr

@@ -95,8 +95,7 @@ def _report(args: list[str]) -> tuple[int, str]:
     return r.exit_code, r.output
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                                                  HealthCheck.too_slow])
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(case=hostile_file())
 def test_any_field_of_any_type_is_read_or_refused_in_one_line(tmp_path: Path, case: tuple[str, dict, list[str]]
                                                                ) -> None:

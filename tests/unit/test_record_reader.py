@@ -104,7 +104,7 @@ def record_lines(draw) -> bytes:
     return raw
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(lines=st.lists(record_lines(), max_size=12), cut=st.booleans())
 def test_any_lines_read_and_report_without_a_traceback(tmp_path: Path, lines: list[bytes], cut: bool) -> None:
     f = tmp_path / "h.jsonl"

@@ -39,7 +39,7 @@ def _lines(data: bytes, cut: int) -> list[str]:
     return out + ([rest] if rest is not None else [])
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(suppress_health_check=[HealthCheck.too_slow])
 @given(chunks, st.integers(min_value=1, max_value=200))
 def test_scanner_takes_any_bytes(parts: list[bytes], cut: int) -> None:
     data = b"".join(parts)
@@ -54,7 +54,7 @@ def test_scanner_takes_any_bytes(parts: list[bytes], cut: int) -> None:
     assert scanner.book.failures <= len(entries) + len(lines)
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(suppress_health_check=[HealthCheck.too_slow])
 @given(chunks, st.lists(st.integers(min_value=0, max_value=10**9), max_size=60))
 def test_live_detector_takes_any_bytes_and_any_clock(parts: list[bytes], times: list[int]) -> None:
     det, book = CrashDetector(settle_ns=300_000_000), SignatureBook()
@@ -68,7 +68,6 @@ def test_live_detector_takes_any_bytes_and_any_clock(parts: list[bytes], times: 
     assert not det._tbs and not det._pending and not det._held  # finish() leaves nothing open
 
 
-@settings(max_examples=500, deadline=None)
 @given(st.one_of(st.text(max_size=300), st.binary(max_size=300).map(lambda b: b.decode("utf-8", "replace")),
                  st.lists(st.sampled_from(FRAGMENTS), max_size=12).map(lambda f: b"".join(f).decode("utf-8", "replace"))))
 def test_prefix_cleaner_takes_any_text(raw: str) -> None:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import textwrap
 from dataclasses import replace
 
@@ -876,17 +874,6 @@ def test_signature_book_learns_the_frame_from_a_later_full_copy() -> None:
     book = SignatureBook()
     book.add(entries[0], 1)
     assert book.add(entries[1], 2).innermost_frame == "qwen2.py:353 in load_weights"
-
-
-# ------------------------------------------------------------------------------------ boundaries
-
-
-def test_core_modules_do_not_import_textual() -> None:
-    code = (
-        "import sys, specload.watch.detector, specload.watch.logline, specload.watch.scan_cli;"
-        "sys.exit(1 if 'textual' in sys.modules else 0)"
-    )
-    assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
 
 
 # ------------------------------------------------------------------------------------ other log shapes

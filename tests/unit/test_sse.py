@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from specload.engine.sse import DONE, LEARN_TRIES, EventTemplate, SSEDecoder, SSEEventTooLarge
@@ -161,7 +161,6 @@ SSE_BYTES = st.lists(
 ).map(b"".join)
 
 
-@settings(max_examples=500, deadline=None)
 @given(stream=SSE_BYTES, cuts=st.lists(st.integers(min_value=0, max_value=400), max_size=12))
 def test_any_bytes_any_split_events_come_exactly_when_completed(stream: bytes, cuts: list[int]) -> None:
     """Property: the decoder never raises on arbitrary bytes under the cap, and every event comes out
@@ -320,7 +319,6 @@ FRAGMENTS = [
 ]
 
 
-@settings(max_examples=300, deadline=None)
 @given(parts=st.lists(st.sampled_from(FRAGMENTS), max_size=40),
        cuts=st.lists(st.integers(min_value=0, max_value=4000), max_size=12))
 def test_feed_runs_any_mix_any_split_gives_the_events_feed_gives(parts: list[bytes], cuts: list[int]) -> None:

@@ -32,7 +32,7 @@ def plot_in_child(path: Path, *labels_factors: tuple[str, float, bool]) -> int:
     """``render_plot`` in a child process: matplotlib adds ~80 MB to whatever process imports it, and
     the suite's process is the parent of other tests' subprocesses (whose peak memory some measure)."""
     code = (
-        "import sys; from pathlib import Path; from tests.unit.test_plot import run; "
+        "import sys; from pathlib import Path; from tests.integration.test_plot import run; "
         "from specload.report.plot import render_plot; "
         f"print(render_plot([run(l, f, i) for l, f, i in {list(labels_factors)!r}], Path({str(path)!r})))"
     )
