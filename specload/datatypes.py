@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import ClassVar, Literal
 
 
 class ErrorKind(StrEnum):
@@ -140,11 +141,218 @@ class RequestRecord:
 
 @dataclass(frozen=True, slots=True)
 class RunEvent:
-    """A discrete change during a run: concurrency, pause, resume, hold, level, marker, health..."""
+    """A discrete change during a run, at ``t_ns``. Each kind is a type below, matched on by type;
+    ``kind`` and ``value`` are what the record's event line says of it (record/schema.py), and
+    ``event_from_record`` reads one back."""
 
     t_ns: int
-    kind: str
-    value: object = None
+    KIND: ClassVar[str] = ""
+
+    @property
+    def kind(self) -> str:
+        return self.KIND
+
+    @property
+    def value(self) -> object:
+        return None
+
+    @classmethod
+    def read(cls, t_ns: int, kind: str, value: object) -> RunEvent | None:
+        """The event of a record's line of this kind; None when its value is not of the kind's shape."""
+        return None
+
+
+def _int(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+@dataclass(frozen=True, slots=True)
+class LevelStarted(RunEvent):
+    """A level begins (the warm-up is no level)."""
+
+    index: int
+    concurrency: int
+    manual: bool  # set by hand (a key, or a replayed manual level), not by the plan or the search
+    repeat: int = 0  # the k-th repeat of this concurrency in a row (--repeat)
+    rate: float | None = None  # open loop at this rate, the concurrency its cap
+    probe: bool = False  # a capacity search's probe
+    KIND: ClassVar[str] = "level"
+
+    @property
+    def value(self) -> dict[str, object]:
+        v: dict[str, object] = {"index": self.index, "concurrency": self.concurrency, "manual": self.manual}
+        if self.repeat:
+            v["repeat"] = self.repeat
+        if self.rate is not None:
+            v["rate"] = self.rate
+        if self.probe:
+            v["probe"] = True
+        return v
+
+    @classmethod
+    def read(cls, t_ns: int, kind: str, value: object) -> RunEvent | None:
+        if not isinstance(value, dict) or not _int(value.get("index")) or not _int(value.get("concurrency")):
+            return None
+        repeat, rate = value.get("repeat", 0), value.get("rate")
+        return cls(t_ns, value["index"], value["concurrency"], bool(value.get("manual")), repeat if _int(repeat) else 0,
+                   float(rate) if isinstance(rate, int | float) and not isinstance(rate, bool) else None,
+                   bool(value.get("probe")))
+
+
+@dataclass(frozen=True, slots=True)
+class ConcurrencyChanged(RunEvent):
+    """The target concurrency changed (a level's, or one set by hand)."""
+
+    target: int
+    KIND: ClassVar[str] = "concurrency"
+
+    @property
+    def value(self) -> int:
+        return self.target
+
+    @classmethod
+    def read(cls, t_ns: int, kind: str, value: object) -> RunEvent | None:
+        return cls(t_ns, value) if _int(value) else None  # type: ignore[arg-type]
+
+
+LoadAction = Literal["pause", "resume", "hold", "next"]
+
+
+@dataclass(frozen=True, slots=True)
+class LoadControl(RunEvent):
+    """The load was paused or resumed (``arg``: the target), held or released (True, False), or moved
+    on to the next level (the index of the one it left)."""
+
+    action: LoadAction
+    arg: int | bool
+
+    @property
+    def kind(self) -> str:
+        return self.action
+
+    @property
+    def value(self) -> int | bool:
+        return self.arg
+
+    @classmethod
+    def read(cls, t_ns: int, kind: str, value: object) -> RunEvent | None:
+        ok = isinstance(value, bool) if kind == "hold" else _int(value)
+        return cls(t_ns, kind, value) if ok else None  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True, slots=True)
+class HealthChanged(RunEvent):
+    """The server's health endpoint changed its answer: ``state`` "up" or "down"."""
+
+    state: str
+    KIND: ClassVar[str] = "health"
+
+    @property
+    def value(self) -> str:
+        return self.state
+
+    @classmethod
+    def read(cls, t_ns: int, kind: str, value: object) -> RunEvent | None:
+        return cls(t_ns, value) if isinstance(value, str) else None
+
+
+@dataclass(frozen=True, slots=True)
+class Marker(RunEvent):
+    """A mark the user set (``m``, or the session's ``marker``), with its note ("" for none)."""
+
+    note: str
+    KIND: ClassVar[str] = "marker"
+
+    @property
+    def value(self) -> str:
+        return self.note
+
+    @classmethod
+    def read(cls, t_ns: int, kind: str, value: object) -> RunEvent | None:
+        return cls(t_ns, value or "") if isinstance(value, str | None) else None
+
+
+@dataclass(frozen=True, slots=True)
+class ServerExited(RunEvent):
+    """The server specload launched exited: how ("exited with code 1", "was killed by SIGKILL")."""
+
+    description: str
+    KIND: ClassVar[str] = "server_exit"
+
+    @property
+    def value(self) -> str:
+        return self.description
+
+    @classmethod
+    def read(cls, t_ns: int, kind: str, value: object) -> RunEvent | None:
+        return cls(t_ns, value) if isinstance(value, str) else None
+
+
+@dataclass(frozen=True, slots=True)
+class SearchProgress(RunEvent):
+    """A step of the capacity search: its start, a probe's verdict, its result (``progress["phase"]``)."""
+
+    progress: dict
+    KIND: ClassVar[str] = "search"
+
+    @property
+    def value(self) -> dict:
+        return self.progress
+
+    @classmethod
+    def read(cls, t_ns: int, kind: str, value: object) -> RunEvent | None:
+        return cls(t_ns, value) if isinstance(value, dict) else None
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerDied(RunEvent):
+    """A load worker died: which, what the pool saw (``detail``), and how many are left."""
+
+    worker: int
+    detail: str
+    left: int
+    KIND: ClassVar[str] = "worker_lost"
+
+    @property
+    def value(self) -> dict[str, object]:
+        return {"worker": self.worker, "detail": self.detail, "left": self.left}
+
+    @classmethod
+    def read(cls, t_ns: int, kind: str, value: object) -> RunEvent | None:
+        if not isinstance(value, dict) or not _int(value.get("worker")) or not _int(value.get("left")):
+            return None
+        return cls(t_ns, value["worker"], str(value.get("detail", "")), value["left"])
+
+
+@dataclass(frozen=True, slots=True)
+class Noted(RunEvent):
+    """What only the record reads, as it is: the API probe's and the calibration's requests (probe,
+    calibration), an expected log line (expect), prompts counted otherwise (prompt_length), a GPU
+    fault (gpu_fault), the switch to new connections (fresh_connections), the run's error (error);
+    and a record's line of a kind, or a shape, that no type here reads."""
+
+    name: str
+    detail: object = None
+
+    @property
+    def kind(self) -> str:
+        return self.name
+
+    @property
+    def value(self) -> object:
+        return self.detail
+
+
+_TYPED: dict[str, type[RunEvent]] = {
+    cls.KIND: cls for cls in (LevelStarted, ConcurrencyChanged, HealthChanged, Marker, ServerExited, SearchProgress,
+                              WorkerDied)
+} | dict.fromkeys(("pause", "resume", "hold", "next"), LoadControl)
+
+
+def event_from_record(t_ns: int, kind: str, value: object) -> RunEvent:
+    """The typed event of an event line (a record's, or a load worker's message)."""
+    cls = _TYPED.get(kind)
+    return (cls.read(t_ns, kind, value) if cls is not None else None) or Noted(t_ns, kind, value)
 
 
 @dataclass(frozen=True, slots=True)

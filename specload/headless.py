@@ -17,7 +17,7 @@ import sys
 from collections.abc import Set as AbstractSet
 
 from specload.config import RunConfig
-from specload.datatypes import CrashEvent, RunEvent
+from specload.datatypes import CrashEvent, RunEvent, SearchProgress, ServerExited
 from specload.exitcode import ExitCode
 from specload.formatting import level_line, verdict_text
 from specload.session import Session, SessionResult
@@ -73,14 +73,14 @@ class HeadlessPrinter:
         self.err(f"specload: target {url}  model {model}  api {api}")
 
     def run_event(self, event: RunEvent) -> None:
-        if event.kind == "server_exit":
-            self.err(f"specload: server {event.value}")
-        elif event.kind == "search" and isinstance(event.value, dict):
-            from specload.report.report import search_progress_line
+        match event:
+            case ServerExited(description=how):
+                self.err(f"specload: server {how}")
+            case SearchProgress(progress=progress):
+                from specload.report.report import search_progress_line
 
-            line = search_progress_line(event.value)
-            if line:
-                self.err(f"specload: {line}")
+                if line := search_progress_line(progress):
+                    self.err(f"specload: {line}")
 
     def level_done(self, summary: LevelSummary) -> None:
         self.err(level_line(summary))

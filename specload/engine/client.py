@@ -30,7 +30,7 @@ from aiohttp.http_exceptions import ContentEncodingError
 
 from specload.clock import SYSTEM_CLOCK, Clock
 from specload.config import RequestConfig, TargetConfig
-from specload.datatypes import ErrorKind, RequestRecord, RunEvent
+from specload.datatypes import ErrorKind, Noted, RequestRecord, RunEvent
 from specload.engine.api import (
     CHAT,
     COMPLETIONS,
@@ -556,7 +556,7 @@ class StreamingClient:
             return
         self.fresh_only = True
         self._fresh()  # before any other request starts: they go on it from now on
-        self.on_event(RunEvent(self._clock.now_ns(), "fresh_connections", {"stale_closes": self.stale_in_row}))
+        self.on_event(Noted(self._clock.now_ns(), "fresh_connections", {"stale_closes": self.stale_in_row}))
         self.on_notice(f"the server closed {self.stale_in_row} pooled connections in a row under requests (it "
                        "closes after each stream, as llama-server does): every request now goes on a new "
                        "connection of its own")

@@ -27,7 +27,15 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 from specload.clock import SYSTEM_CLOCK, Clock
-from specload.datatypes import ErrorKind, RequestRecord, RunEvent
+from specload.datatypes import (
+    ConcurrencyChanged,
+    ErrorKind,
+    LevelStarted,
+    LoadAction,
+    LoadControl,
+    RequestRecord,
+    RunEvent,
+)
 from specload.engine.level_end import (
     Duration,
     EndRule,
@@ -215,7 +223,7 @@ class Runner:
             if self._level is not None:
                 self._level.stop_clock()
             self._refresh_state()
-            self._emit("pause", self.target)
+            self._control("pause", self.target)
             self._wake.set()
 
     def resume(self) -> None:
@@ -225,7 +233,7 @@ class Runner:
             if self._level is not None:
                 self._level.start_clock()
             self._refresh_state()
-            self._emit("resume", self.target)
+            self._control("resume", self.target)
             self._wake.set()
 
     def toggle_pause(self) -> None:
@@ -236,7 +244,7 @@ class Runner:
             return
         self.held = held
         self._refresh_state()
-        self._emit("hold", held)
+        self._control("hold", held)
         if not held and self._level_open and self._level is not None and self._level.number == 0:
             # releasing the hold of a manual level hands control back to the plan
             self._skip = True
@@ -257,7 +265,7 @@ class Runner:
 
     def next_level(self) -> None:
         self._skip = True
-        self._emit("next", self._level.index if self._level is not None else -1)
+        self._control("next", self._level.index if self._level is not None else -1)
         self._wake.set()
 
     def cut_levels(self) -> tuple[LevelSummary, ...]:
@@ -338,8 +346,8 @@ class Runner:
         if self.state in ("ramping", "holding", "paused", "warmup"):
             self._set_state()
 
-    def _emit(self, kind: str, value: object) -> None:
-        self._on_event(RunEvent(self.clock.now_ns(), kind, value))
+    def _control(self, action: LoadAction, arg: int | bool) -> None:
+        self._on_event(LoadControl(self.clock.now_ns(), action, arg))
 
     # ---------------------------------------------------------------- the loop
 
@@ -436,17 +444,11 @@ class Runner:
         self._skip = False
         if spec.concurrency != self.target:
             self.target = spec.concurrency
-            self._emit("concurrency", self.target)
+            self._on_event(ConcurrencyChanged(self.clock.now_ns(), self.target))
         if not level.warmup:
             manual = level.number == 0 and not level.sourced if spec.manual is None else spec.manual
-            value: dict[str, object] = {"index": level.index, "concurrency": spec.concurrency, "manual": manual}
-            if spec.repeat:
-                value["repeat"] = spec.repeat
-            if spec.rate is not None:
-                value["rate"] = spec.rate
-            if level.sourced:
-                value["probe"] = True
-            self._emit("level", value)
+            self._on_event(LevelStarted(self.clock.now_ns(), level.index, spec.concurrency, manual, spec.repeat,
+                                        spec.rate, level.sourced))
         rate = spec.rate if spec.rate is not None else self.plan.rate
         self.book.open(level.index, spec.concurrency, rate)
         if not rate:

@@ -34,7 +34,7 @@ from typing import Any, Protocol
 import orjson
 
 from specload.config import RequestConfig, TargetConfig
-from specload.datatypes import ErrorKind, RequestRecord, RunEvent
+from specload.datatypes import ErrorKind, RequestRecord, RunEvent, event_from_record
 from specload.engine.client import StreamingClient, local_timeline
 from specload.options import from_dict, to_dict
 from specload.secrets import Scrubber
@@ -331,7 +331,7 @@ class WorkerPool:
         elif op == "load":
             w.load = (msg["cpu"], msg["lag"], msg.get("wait"))
         elif op == "event":
-            self.on_event(RunEvent(msg["t"] - w.offset_ns, msg["kind"], {**msg["value"], "worker": w.index}))
+            self.on_event(event_from_record(msg["t"] - w.offset_ns, msg["kind"], {**msg["value"], "worker": w.index}))
         elif op == "notice":
             self.on_notice(f"{w.name}: {msg['text']}")
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from specload.clock import Clock
 from specload.config import RecordConfig
-from specload.datatypes import CrashEvent, GpuSample, RequestRecord, RunEvent, ServerSample
+from specload.datatypes import CrashEvent, GpuSample, Noted, RequestRecord, RunEvent, ServerSample
 from specload.record.writer import Recorder, RecordError
 from specload.secrets import Scrubber
 from specload.stats.client_load import ClientLoad
@@ -109,7 +109,7 @@ class RecordSink:
             try:
                 self.open(header)
                 if message and self.recorder is not None:
-                    self.recorder.event(RunEvent(self.clock.now_ns(), "error", message))
+                    self.recorder.event(Noted(self.clock.now_ns(), "error", message))
             except RecordError:
                 pass
         r = self.recorder

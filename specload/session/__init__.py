@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 
 from specload.clock import SYSTEM_CLOCK, Clock
 from specload.config import RunConfig
-from specload.datatypes import RunEvent
+from specload.datatypes import Marker, Noted
 from specload.engine.capacity import SearchView
 from specload.engine.probe import TargetError, discover
 from specload.engine.prompts import PromptError, PromptSource
@@ -158,7 +158,7 @@ class Session:
         return out
 
     def marker(self, note: str = "") -> None:
-        self.fan.event(RunEvent(self.clock.now_ns(), "marker", note))
+        self.fan.event(Marker(self.clock.now_ns(), note))
 
     def interrupt(self, reason: str = "interrupted") -> None:
         """Quit: no new requests, in-flight ones recorded as cancelled, the record closed."""
@@ -249,7 +249,7 @@ class Session:
         self.logs.start(tg, launched)
         self.url = await self.supervisor.wait_ready()
         for pattern, line in await self.logs.expected():
-            self.fan.event(RunEvent(self.clock.now_ns(), "expect", {"pattern": pattern, "seen": line is not None}))
+            self.fan.event(Noted(self.clock.now_ns(), "expect", {"pattern": pattern, "seen": line is not None}))
             self.fan.notice(f"expected log line {pattern!r}: " + ("seen" if line is not None else "NOT seen"))
 
     async def _build(self, tg: asyncio.TaskGroup) -> Runner:
@@ -261,7 +261,7 @@ class Session:
                                              sent=probes, notes=notes)
         finally:
             if probes:  # the server saw (and counts) these requests: say so in the record
-                fan.event(RunEvent(self.clock.now_ns(), "probe", {"requests": probes}))
+                fan.event(Noted(self.clock.now_ns(), "probe", {"requests": probes}))
         for note in notes:  # a server that does not stream: said before the load, not after it
             fan.notice(note)
             fan.warned_unstreamed = True
@@ -324,7 +324,7 @@ class Session:
         sent: list[dict] = []
         model = await calibrate(url, self.api, self.model, headers=headers, sent=sent, seed=self.cfg.seed)
         prompts.set_model(model)
-        self.fan.event(RunEvent(self.clock.now_ns(), "calibration", {"prompts": model.describe(), "requests": sent}))
+        self.fan.event(Noted(self.clock.now_ns(), "calibration", {"prompts": model.describe(), "requests": sent}))
         if model.method == "guess":
             self.fan.notice(f"prompt lengths: {model.detail}")
         else:

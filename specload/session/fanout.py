@@ -19,8 +19,12 @@ from specload.datatypes import (
     ErrorKind,
     GpuFault,
     GpuSample,
+    LevelStarted,
+    Noted,
     RequestRecord,
     RunEvent,
+    SearchProgress,
+    ServerExited,
     ServerSample,
 )
 from specload.engine.capacity import CapacityPart
@@ -91,12 +95,12 @@ class Fanout:
             self.watch.mark_down(rec.error_detail or "connection refused")  # faster than the next poll
 
     def event(self, ev: RunEvent) -> None:
-        if self.judge is not None and ev.kind == "level" and isinstance(ev.value, dict):
-            v = ev.value
-            self.judge.level_started(v["index"], v["concurrency"], repeat=v.get("repeat", 0))
-        if ev.kind == "level" and self.watch is not None:
-            # the counters as a level starts: its first scrape interval then begins with it
-            self.watch.level_boundary()
+        if isinstance(ev, LevelStarted):
+            if self.judge is not None:
+                self.judge.level_started(ev.index, ev.concurrency, repeat=ev.repeat)
+            if self.watch is not None:
+                # the counters as a level starts: its first scrape interval then begins with it
+                self.watch.level_boundary()
         self.stats.on_event(ev)
         self.record.event(ev)
         self.listener.run_event(ev)
@@ -147,7 +151,7 @@ class Fanout:
         self.listener.level_done(summary)
 
     def search_event(self, value: dict) -> None:
-        self.event(RunEvent(self.now_ns(), "search", value))
+        self.event(SearchProgress(self.now_ns(), value))
 
     def level_done(self, summary: LevelSummary) -> None:
         if summary.span_ns is not None:
@@ -177,7 +181,7 @@ class Fanout:
         if not want or got is None or abs(got / want - 1.0) <= PROMPT_LENGTH_TOLERANCE:
             return
         value = {"level_index": s.level_index, "concurrency": s.concurrency, "requested_avg": want, "server_avg": got}
-        self.event(RunEvent(self.now_ns(), "prompt_length", value))
+        self.event(Noted(self.now_ns(), "prompt_length", value))
         self.notice(
             f"WARNING prompts at C={s.concurrency}: asked for {want:.0f} tokens on average, the server counted "
             f"{got:.0f} ({100 * (got / want - 1):+.0f} %): the level's prefill work is not what was asked"
@@ -197,7 +201,7 @@ class Fanout:
         """A GPU fault is an event and a notice, never a stop: a field a GPU does not report is said
         once for all (each is in the record's events)."""
         self.stats.on_gpu_fault(f)
-        self.event(RunEvent(f.t_ns, "gpu_fault", {"kind": f.kind, "message": f.message, "gpu": f.gpu}))
+        self.event(Noted(f.t_ns, "gpu_fault", {"kind": f.kind, "message": f.message, "gpu": f.gpu}))
         if f.kind != "unsupported":
             self.notice(f"GPU fault ({f.kind}): {f.message}")
         elif not self._said_unsupported:
@@ -246,7 +250,7 @@ class Fanout:
 
     def server_exit(self, ex: ProcessExit) -> None:
         if self.running:
-            self.event(RunEvent(self.now_ns(), "server_exit", ex.description))
+            self.event(ServerExited(self.now_ns(), ex.description))
             self.notice(f"launched server {ex.description}")
             if self.policy is not None:
                 self.policy.server_failed(ex.description, "exited")

@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from specload.datatypes import CrashEvent, RunEvent
+from specload.datatypes import CrashEvent, RunEvent, WorkerDied
 from specload.engine.capacity import CapacityPart
 from specload.engine.runner import Runner
 
@@ -109,7 +109,7 @@ class RunPolicy:
         """A load worker died (``--workers``): its in-flight requests come back as ``lost`` records;
         the run goes on with the others, or stops when none is left or the user said so."""
         stop = left == 0 or self.on_worker_death == "stop"
-        self._event(RunEvent(self._now(), "worker_lost", {"worker": index, "detail": why, "left": left}))
+        self._event(WorkerDied(self._now(), index, why, left))
         then = "stopping" if stop else f"continuing on {left} worker{'s' if left != 1 else ''}"
         self._notice(f"load {why}: its requests in flight are recorded as lost; {then}")
         if stop:

@@ -23,7 +23,20 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from specload.clock import SYSTEM_CLOCK, Clock
-from specload.datatypes import CrashEvent, ErrorKind, RequestRecord, RunEvent, ServerSample
+from specload.datatypes import (
+    ConcurrencyChanged,
+    CrashEvent,
+    ErrorKind,
+    HealthChanged,
+    LevelStarted,
+    LoadControl,
+    Marker,
+    RequestRecord,
+    SearchProgress,
+    ServerExited,
+    ServerSample,
+    event_from_record,
+)
 from specload.engine.runner import RunnerState
 from specload.record.reader import RecordData
 from specload.session.listener import SessionListener
@@ -265,18 +278,17 @@ class ReplaySource:
         elif item.kind == "level":
             self._stats.on_level(LevelSummary.from_record(p))
         elif item.kind == "event":
-            kind, value = p.get("kind"), p.get("value")
-            self._stats.on_event(RunEvent(ns, str(kind), value))
-            if kind == "level" and isinstance(value, dict):
-                self._level_index = int(value.get("index", self._level_index + 1))
-                self.concurrency = int(value.get("concurrency", self.concurrency))
-            elif kind == "concurrency" and isinstance(value, int):
-                self.concurrency = value
-            if kind == "level" and isinstance(value, dict):
-                manual = " (set by key)" if value.get("manual") else ""
-                self._log(item.t_s, f"level {self._level_index + 1}: C={self.concurrency}{manual}")
-            elif kind in ("marker", "pause", "resume", "hold", "next", "health", "server_exit", "search"):
-                self._log(item.t_s, f"{kind}: {value}" if value not in (None, "") else str(kind))
+            ev = event_from_record(ns, str(p.get("kind")), p.get("value"))
+            self._stats.on_event(ev)
+            match ev:
+                case LevelStarted():
+                    self._level_index, self.concurrency = ev.index, ev.concurrency
+                    manual = " (set by key)" if ev.manual else ""
+                    self._log(item.t_s, f"level {self._level_index + 1}: C={self.concurrency}{manual}")
+                case ConcurrencyChanged():
+                    self.concurrency = ev.target
+                case Marker() | LoadControl() | HealthChanged() | ServerExited() | SearchProgress():
+                    self._log(item.t_s, f"{ev.kind}: {ev.value}" if ev.value != "" else ev.kind)
         elif item.kind == "server":
             self._stats.on_server(ServerSample(ns, str(p.get("source", "")), **{
                 k: p[k] for k in _SAMPLE_KEYS if isinstance(p.get(k), int | float)}))

@@ -20,7 +20,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from specload.clock import SYSTEM_CLOCK, Clock
-from specload.datatypes import CrashEvent, GpuFault, GpuSample, RequestRecord, RunEvent, ServerSample
+from specload.datatypes import (
+    CrashEvent,
+    GpuFault,
+    GpuSample,
+    HealthChanged,
+    RequestRecord,
+    RunEvent,
+    ServerSample,
+)
 from specload.stats.levels import LevelSummary
 from specload.stats.quantiles import percentiles
 
@@ -249,8 +257,8 @@ class LiveStats:
         self._crashes[event.signature] = event
 
     def on_event(self, event: RunEvent) -> None:
-        if event.kind == "health":
-            self.health = str(event.value)
+        if isinstance(event, HealthChanged):
+            self.health = event.state
 
     def on_client_load(
         self, cpu_pct: float | None, lag_ms: float | None, saturated: bool, starved: bool = False

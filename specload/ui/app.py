@@ -35,6 +35,7 @@ from textual.widgets import Footer
 from textual.worker import Worker
 
 from specload.config import RunConfig
+from specload.datatypes import Marker, SearchProgress, ServerExited
 from specload.engine.capacity import SearchView
 from specload.engine.runner import MAX_CONCURRENCY, RunnerState, scaled
 from specload.exitcode import ExitCode
@@ -268,13 +269,13 @@ class SpecloadApp(App[int]):
         self.notify(msg.text, timeout=6)
 
     def on_run_event_posted(self, msg: RunEventPosted) -> None:
-        ev = msg.event
-        if ev.kind == "marker":
-            self.notify(f"marker{': ' + str(ev.value) if ev.value else ''}", title="marker", timeout=3)
-        elif ev.kind == "server_exit":
-            self.notify(f"server {ev.value}", title="server", severity="error", timeout=10)
-        elif ev.kind == "search" and isinstance(ev.value, dict):
-            self._search_event(ev.value)
+        match msg.event:
+            case Marker(note=note):
+                self.notify(f"marker{': ' + note if note else ''}", title="marker", timeout=3)
+            case ServerExited(description=how):
+                self.notify(f"server {how}", title="server", severity="error", timeout=10)
+            case SearchProgress(progress=progress):
+                self._search_event(progress)
 
     def _search_event(self, v: dict) -> None:
         phase = v.get("phase")

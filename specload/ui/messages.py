@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from textual.message import Message
 
-from specload.datatypes import CrashEvent, RunEvent
+from specload.datatypes import CrashEvent, Marker, RunEvent, SearchProgress, ServerExited, WorkerDied
 from specload.session import SessionResult
 from specload.stats.client_load import ClientLoad
 from specload.stats.levels import LevelSummary
@@ -52,7 +52,7 @@ class MessageListener:
     def __init__(self, post: Callable[[Message], object]) -> None:
         self.post = post
 
-    ANNOUNCED = frozenset({"marker", "server_exit", "search", "worker_lost"})
+    ANNOUNCED = (Marker, ServerExited, SearchProgress, WorkerDied)
 
     def phase(self, phase: str) -> None:
         pass  # state: in the frame
@@ -64,7 +64,7 @@ class MessageListener:
         pass  # state: in the frame
 
     def run_event(self, event: RunEvent) -> None:
-        if event.kind in self.ANNOUNCED:
+        if isinstance(event, self.ANNOUNCED):
             self.post(RunEventPosted(event))
 
     def level_done(self, summary: LevelSummary) -> None:

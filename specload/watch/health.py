@@ -1,4 +1,4 @@
-"""Health polling: is the server up? Emitted as ``RunEvent(kind="health")`` on every change.
+"""Health polling: is the server up? Emitted as a ``HealthChanged`` event on every change.
 
 ``HealthMonitor`` GETs the health URL (``/health`` on SGLang, vLLM and llama-server) every
 ``interval`` seconds and reports only transitions, each with a detail a person can read ("HTTP
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import aiohttp
 
 from specload.clock import SYSTEM_CLOCK, Clock
-from specload.datatypes import RunEvent
+from specload.datatypes import HealthChanged, RunEvent
 from specload.neterrors import connect_reason, is_client_side
 
 HealthFn = Callable[[RunEvent, str], None]
@@ -32,7 +32,7 @@ class HealthCheck:
 
 
 class HealthMonitor:
-    """Poll a health URL; call ``on_change(RunEvent(t, "health", "up"|"down"), detail)`` on changes.
+    """Poll a health URL; call ``on_change(HealthChanged(t, "up"|"down"), detail)`` on changes.
 
     The first check always emits (the state goes from unknown to up or down), so a recording
     starts with the server's state.
@@ -66,7 +66,7 @@ class HealthMonitor:
         if state == self.state:
             return
         self.state = state
-        event = RunEvent(t_ns=self._clock.now_ns(), kind="health", value=state)
+        event = HealthChanged(self._clock.now_ns(), state)
         self.events.append(event)
         if self._on_change is not None:
             self._on_change(event, detail)

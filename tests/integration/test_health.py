@@ -12,7 +12,7 @@ from collections.abc import Callable
 from aiohttp import web
 
 from specload.clock import FakeClock
-from specload.datatypes import RunEvent
+from specload.datatypes import HealthChanged, RunEvent
 from specload.watch.health import HealthCheck, HealthMonitor
 
 DEADLINE = 5.0
@@ -79,14 +79,14 @@ async def test_up_then_down_on_refused_then_up_again() -> None:
     task = asyncio.create_task(mon.run())
     try:
         await until(lambda: rec.values == ["up"])
-        assert rec.events[0][0] == RunEvent(t_ns=1_000, kind="health", value="up")
+        assert rec.events[0][0] == HealthChanged(1_000, "up")
         assert rec.events[0][1].startswith("HTTP 200")
 
         clock.set_ns(2_000)
         await server.stop()
         await until(lambda: rec.values == ["up", "down"])
         event, detail = rec.events[1]
-        assert event == RunEvent(t_ns=2_000, kind="health", value="down")
+        assert event == HealthChanged(2_000, "down")
         assert detail == "connection refused"  # one refusal is enough: down_after applies to others
 
         clock.set_ns(3_000)

@@ -1,0 +1,59 @@
+"""The record's event lines are the same bytes whatever type carries an event in memory.
+
+``tests/data/event_lines.jsonl`` and ``tests/data/virtual_events.jsonl`` were written by main before
+events were typed (``RunEvent(kind: str, value: object)``); the same events, now typed, must write
+the same lines: every kind through the record writer, and a scripted run in virtual time (its times
+taken from its first level, the one thing that moves between two such runs)."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from pathlib import Path
+
+from tests.virtual_runs import virtual_record
+
+DATA = Path(__file__).parent.parent / "data"
+_T = re.compile(rb'^\{"type":"event","t_s":([-0-9.e]+),')
+
+
+async def _keys_at_the_tui(session) -> None:
+    """marker, pause and resume, hold and release, next level, a concurrency set by hand, a marker"""
+    while session.runner is None or session.runner.started < 5:
+        await asyncio.sleep(0.05)
+    r = session.runner
+    session.marker("first note")
+    r.pause()
+    await asyncio.sleep(0.5)
+    r.resume()
+    r.set_hold(True)
+    await asyncio.sleep(0.3)
+    r.set_hold(False)
+    await asyncio.sleep(0.2)
+    r.next_level()
+    r.set_target(3)
+    await asyncio.sleep(0.5)
+    session.marker("")
+    r.stop("completed")
+
+
+def virtual_event_lines(path: Path) -> list[bytes]:
+    """A scripted virtual-time run's event lines, as written, each time taken from the first level's."""
+    virtual_record(path, levels=(1, 2, 4), n=12, seed=3, sim={"step_ms": 5}, script=_keys_at_the_tui,
+                   stay_open=True)
+    lines = [ln for ln in path.read_bytes().splitlines() if ln.startswith(b'{"type":"event"')]
+    t0 = next(float(m.group(1)) for ln in lines if b'"kind":"level"' in ln and (m := _T.match(ln)))
+
+    def moved(ln: bytes) -> bytes:
+        m = _T.match(ln)
+        assert m is not None, ln
+        t = float(m.group(1))
+        at = b"before" if t < t0 else f"{t - t0:.6f}".encode()
+        return b'{"type":"event","t_s":' + at + b"," + ln[m.end():]
+
+    return [moved(ln) for ln in lines]
+
+
+def test_a_virtual_run_writes_the_event_lines_it_wrote_before(tmp_path) -> None:
+    got = virtual_event_lines(tmp_path / "run.jsonl")
+    assert got == (DATA / "virtual_events.jsonl").read_bytes().splitlines()
