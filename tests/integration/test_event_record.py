@@ -38,20 +38,21 @@ async def _keys_at_the_tui(session) -> None:
 
 
 def virtual_event_lines(path: Path) -> list[bytes]:
-    """A scripted virtual-time run's event lines, as written, each time taken from the first level's."""
+    """A scripted virtual-time run's event lines, as written, each time taken from the first level's
+    (the lines before it, written while the run starts, say "before": how long that takes varies)."""
     virtual_record(path, levels=(1, 2, 4), n=12, seed=3, sim={"step_ms": 5}, script=_keys_at_the_tui,
                    stay_open=True)
     lines = [ln for ln in path.read_bytes().splitlines() if ln.startswith(b'{"type":"event"')]
-    t0 = next(float(m.group(1)) for ln in lines if b'"kind":"level"' in ln and (m := _T.match(ln)))
+    first = next(i for i, ln in enumerate(lines) if b'"kind":"level"' in ln)
+    t0 = float(_T.match(lines[first]).group(1))  # type: ignore[union-attr]
 
-    def moved(ln: bytes) -> bytes:
+    def moved(i: int, ln: bytes) -> bytes:
         m = _T.match(ln)
         assert m is not None, ln
-        t = float(m.group(1))
-        at = b"before" if t < t0 else f"{t - t0:.6f}".encode()
+        at = b"before" if i < first else f"{float(m.group(1)) - t0:.6f}".encode()
         return b'{"type":"event","t_s":' + at + b"," + ln[m.end():]
 
-    return [moved(ln) for ln in lines]
+    return [moved(i, ln) for i, ln in enumerate(lines)]
 
 
 def test_a_virtual_run_writes_the_event_lines_it_wrote_before(tmp_path) -> None:

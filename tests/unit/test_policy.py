@@ -7,7 +7,7 @@ import inspect
 
 import pytest
 
-from specload.datatypes import CrashEvent, RunEvent
+from specload.datatypes import CrashEvent, HealthChanged, RunEvent
 from specload.headless import HeadlessPrinter
 from specload.session.listener import NullListener, SessionListener
 from specload.session.policy import RunPolicy
@@ -61,7 +61,7 @@ def test_a_new_crash_does_what_on_crash_says(on_crash, calls, end) -> None:
 
 
 def health(value: str) -> RunEvent:
-    return RunEvent(0, "health", value)
+    return HealthChanged(0, value)
 
 
 async def test_the_load_pauses_while_the_server_is_down_and_resumes_when_it_is_back() -> None:

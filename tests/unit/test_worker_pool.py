@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 
-from specload.datatypes import ErrorKind, RequestRecord, RunEvent
+from specload.datatypes import ErrorKind, Noted, RequestRecord, RunEvent
 from specload.engine.workers import Worker, WorkerPool, record_to_wire
 
 
@@ -87,7 +87,7 @@ async def test_what_a_worker_says_reaches_the_run_tagged_with_it() -> None:
         pool.heard(w1, {"op": "notice", "text": "switched"})
         assert tokens == [(1_000, 3.5)]
         assert pool.worker_loads == [(None, None, None), (80.0, 2.5, 1.0)]
-        assert events == [RunEvent(2_000, "fresh_connections", {"stale_closes": 3, "worker": 1})]
+        assert events == [Noted(2_000, "fresh_connections", {"stale_closes": 3, "worker": 1})]
         assert notices == ["worker 1: switched"]
 
 
