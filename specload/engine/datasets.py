@@ -12,15 +12,14 @@ from __future__ import annotations
 import hashlib
 import itertools
 import os
-import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TypeVar
 
 import orjson
 
 from specload import lines
+from specload.data import builtin_rows
 
 TOKENS_PER_WORD = 1.3  # specload's estimate when no tokenizer is asked (engine/prompts.py uses it too)
 
@@ -38,7 +37,6 @@ _EXPECTED = ("JSONL or a JSON array of prompts: strings or {\"prompt\": ...} (pl
 
 T = TypeVar("T")
 BUILTIN = "builtin"
-DATA_DIR = Path(__file__).resolve().parent.parent / "data"
 
 
 class PromptError(ValueError):
@@ -321,39 +319,15 @@ def _json_why(e: orjson.JSONDecodeError) -> str:
 
 # --------------------------------------------------------------------------- the built-in set
 
-_REF = re.compile(r"\{\{([a-z0-9-]+)\}\}")
-
-
-def _builtin_rows() -> tuple[list[tuple[str, tuple[str, ...]]], str]:
-    """The built-in set as (category, turns) in file order, passages in place; and its digest."""
-    if "builtin" in _cache:
-        return _cache["builtin"]
-    digest = hashlib.sha256()
-    passages: dict[str, str] = {}
-    rows: list[tuple[str, tuple[str, ...]]] = []
-    for name in ("passages.jsonl", "prompts.jsonl"):
-        data = (DATA_DIR / name).read_bytes()
-        digest.update(data)
-        for line in data.splitlines():
-            obj = orjson.loads(line)
-            if name == "passages.jsonl":
-                passages[obj["id"]] = obj["text"].rstrip("\n")
-            else:
-                turns = tuple(_REF.sub(lambda m: passages[m.group(1)], t) for t in obj["turns"])
-                rows.append((obj["category"], turns))
-    _cache["builtin"] = out = (rows, digest.hexdigest()[:16])
-    return out
-
-
 def builtin_categories() -> tuple[str, ...]:
     """The built-in set's categories, in their order."""
-    return tuple(dict.fromkeys(c for c, _ in _builtin_rows()[0]))
+    return tuple(dict.fromkeys(c for c, _ in builtin_rows()[0]))
 
 
 def load_builtin(spec: str = BUILTIN) -> Dataset:
     """``builtin`` (every category) or ``builtin:coding,math``, interleaved: one prompt of each
     category in turn, in the set's order, so any stretch of requests covers all of them."""
-    rows, digest = _builtin_rows()
+    rows, digest = builtin_rows()
     valid = builtin_categories()
     _, colon, names = spec.partition(":")
     wanted = [c.strip() for c in names.split(",") if c.strip()] if colon else list(valid)

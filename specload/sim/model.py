@@ -31,6 +31,7 @@ import math
 import random
 from dataclasses import dataclass
 
+from specload.data import builtin_rows
 from specload.sim import tokenizer
 from specload.sim.config import SimConfig
 
@@ -113,11 +114,9 @@ _BUILTIN_TURNS: dict[str, str] = {}
 def category_of(text: str) -> str | None:
     """The built-in set's category of a user turn's text, or None for text the set does not have."""
     if not _BUILTIN_TURNS:
-        from specload.engine.datasets import load_builtin  # the package's own data, read once
-
-        for conv in load_builtin().conversations:
-            for turn in conv.turns:
-                _BUILTIN_TURNS.setdefault(turn, conv.category or "")
+        for category, turns in builtin_rows()[0]:
+            for turn in turns:
+                _BUILTIN_TURNS.setdefault(turn, category)
     return _BUILTIN_TURNS.get(text) or None
 
 
