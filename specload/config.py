@@ -30,7 +30,7 @@ from specload.options import (
     set_field,
     to_dict,
 )
-from specload.plan import Lengths, LoadPlan, build_plan, parse_levels, repeat_levels
+from specload.plan import Lengths, LoadPlan, ThinkTime, build_plan, parse_levels, repeat_levels
 from specload.secrets import redact_config, secret_values
 from specload.stats.slo import SloSpec
 
@@ -164,6 +164,13 @@ def parse_lengths(text: str, flag: str = "length") -> int | str:
     except ValueError as e:
         raise ConfigError(str(e)) from None
     return lengths.values[0] if lengths.fixed else lengths.spec
+
+
+def _think_time(text: str) -> str:
+    try:
+        return ThinkTime.parse(text).spec
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
 
 
 def _lengths_check(v: int | str, most: int = 1_000_000_000) -> str | None:
@@ -300,6 +307,13 @@ class RequestConfig:
                                 help="Replay --trace this many times faster (0.5: half as fast).")
     trace_block_tokens: int = option(512, "--trace-block-tokens", check=at_least(1), most=1_000_000,
                                      help="Tokens per hash_ids block of --trace (Mooncake's: 512).")
+    multi_turn: bool = option(False, "--multi-turn",
+                              help="Send --dataset conversations (rows of two or more user turns) turn by turn, "
+                                   "each in one session with the previous turns and the server's replies in its "
+                                   "history; -c counts sessions.")
+    think_time: str = option("0", "--think-time", parse=lambda t: _think_time(t), metavar="S",
+                             help="With --multi-turn, seconds between a session's turns: S, MEAN:SPREAD "
+                                  "(uniform), exp:MEAN (exponential) or a list A,B,C (drawn with --seed).")
     output_len: str = option("max-tokens", "--output-len", choices=("max-tokens", "dataset"),
                              help="max-tokens: answers stop at their natural end, capped at --max-tokens "
                                   "(fixed with --ignore-eos); dataset: each row's reference output length, "
@@ -345,6 +359,10 @@ class RequestConfig:
             raise ConfigError("--trace-speed and --trace-block-tokens apply to --trace FILE")
         if self.dataset_format != "auto" and not self.dataset:
             raise ConfigError("--dataset-format applies to --dataset FILE")
+        if self.multi_turn and not self.dataset:
+            raise ConfigError("--multi-turn needs --dataset (its rows of two or more user turns)")
+        if ThinkTime.parse(self.think_time).values != (0.0,) and not self.multi_turn:
+            raise ConfigError("--think-time applies to --multi-turn")
         if self.output_len == "dataset":
             if not self.dataset:
                 raise ConfigError("--output-len dataset needs --dataset (its rows' reference output lengths)")

@@ -75,6 +75,8 @@ class RequestRecord:
     category: str | None = None  # the dataset row's category (the built-in set's: chat, coding, ...)
     conversation: int | None = None  # --multi-turn: the conversation (its row's number in the run) ...
     turn: int | None = None  # ... and the turn in it, from 1
+    # the answer's text, when the sender asked for it (a conversation's history needs it); never recorded
+    reply: str | None = field(default=None, repr=False)
 
     @property
     def ok(self) -> bool:

@@ -1,5 +1,6 @@
 """What a run sends, as plain data: its levels and their plan (the ramp, warm-up, drain, open-loop
-arrivals, bounds) and the length distributions of prompts and outputs.
+arrivals, bounds), the length distributions of prompts and outputs, and the think time between a
+conversation's turns.
 
 Parsing and data only, below the configuration that builds them (``config.py``) and the engine that
 runs them, so the CLI, the TUI, a replayed schedule and tests build plans the same way. Lengths are
@@ -177,3 +178,53 @@ class Lengths:
             mean, spread = self.values
             return rng.randint(mean - spread, mean + spread)
         return rng.choice(self.values)
+
+
+_THINK = re.compile(r"^(exp:)?(\d+(\.\d*)?|\.\d+)(:(\d+(\.\d*)?|\.\d+))?$")
+
+
+@dataclass(frozen=True, slots=True)
+class ThinkTime:
+    """Seconds a conversation waits between its turns (``--think-time``): ``2`` (always), ``2:1``
+    (uniform over mean +- spread), ``exp:2`` (exponential with that mean, as people's pauses are) or
+    ``1,2,5`` (one of the list, uniformly)."""
+
+    kind: str  # fixed, uniform, exp, choice
+    values: tuple[float, ...]
+
+    @classmethod
+    def parse(cls, spec: str | float) -> ThinkTime:
+        """ValueError with a one-line message when ``spec`` is none of the shapes."""
+        text = str(spec).strip().replace(" ", "")
+        try:
+            if "," in text:
+                vals = tuple(float(v) for v in text.split(","))
+                if min(vals) >= 0 and max(vals) <= 86_400:
+                    return cls("choice", vals)
+            elif (m := _THINK.match(text)) is not None and not (m.group(1) and m.group(4)):
+                mean = float(m.group(2))
+                spread = float(m.group(5)) if m.group(5) else 0.0
+                if mean <= 86_400 and spread <= mean:
+                    kind = "exp" if m.group(1) else "uniform" if spread else "fixed"
+                    return cls(kind, (mean, spread) if spread else (mean,))
+        except ValueError:
+            pass
+        raise ValueError(f"bad --think-time {spec!r}: expected seconds S, MEAN:SPREAD (uniform, spread <= mean), "
+                         "exp:MEAN (exponential) or a list A,B,C (at most a day)")
+
+    @property
+    def spec(self) -> str:
+        if self.kind == "choice":
+            return ",".join(f"{v:g}" for v in self.values)
+        text = ":".join(f"{v:g}" for v in self.values)
+        return "exp:" + text if self.kind == "exp" else text
+
+    def draw(self, rng: random.Random) -> float:
+        if self.kind == "uniform":
+            mean, spread = self.values
+            return rng.uniform(mean - spread, mean + spread)
+        if self.kind == "exp":
+            return rng.expovariate(1.0 / self.values[0]) if self.values[0] > 0 else 0.0
+        if self.kind == "choice":
+            return rng.choice(self.values)
+        return self.values[0]

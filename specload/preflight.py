@@ -78,7 +78,7 @@ def _check_request(cfg: RunConfig) -> None:
     if r.dataset or r.prompt_file or r.trace:
         try:
             PromptSource.from_options(prompt_file=r.prompt_file, dataset=r.dataset, dataset_format=r.dataset_format,
-                                      trace=r.trace, trace_block_tokens=r.trace_block_tokens)
+                                      trace=r.trace, trace_block_tokens=r.trace_block_tokens, multi_turn=r.multi_turn)
         except PromptError as e:
             raise ConfigError(str(e)) from None
 

@@ -24,8 +24,11 @@ PATHS = {
 }
 
 
-def build_body(flavour: str, prompt: str, opts: RequestConfig, model: str | None) -> dict[str, Any]:
-    """The JSON body of one request: the prompt, the run's request options and the model."""
+def build_body(flavour: str, prompt: str | list[dict], opts: RequestConfig, model: str | None) -> dict[str, Any]:
+    """The JSON body of one request: the prompt (a text, or a chat's messages: a system message, a
+    conversation's history), the run's request options and the model."""
+    if isinstance(prompt, list) and flavour != CHAT:
+        prompt = transcript(prompt)
     if flavour == GENERATE:
         sampling: dict[str, Any] = {"max_new_tokens": opts.max_tokens}
         if opts.ignore_eos:
@@ -38,7 +41,7 @@ def build_body(flavour: str, prompt: str, opts: RequestConfig, model: str | None
         if model:
             body["model"] = model
         if flavour == CHAT:
-            body["messages"] = [{"role": "user", "content": prompt}]
+            body["messages"] = prompt if isinstance(prompt, list) else [{"role": "user", "content": prompt}]
         else:
             body["prompt"] = prompt
         stream_options: dict[str, Any] = {"include_usage": True}
@@ -52,6 +55,43 @@ def build_body(flavour: str, prompt: str, opts: RequestConfig, model: str | None
     for key, value in opts.extra_body:
         body[key] = value
     return body
+
+
+def transcript(messages: list[dict]) -> str:
+    """A chat as plain text for the completions and ``/generate`` APIs, which have no template."""
+    lines = [f"{str(m.get('role', 'user')).capitalize()}: {m.get('content', '')}" for m in messages]
+    return "\n\n".join([*lines, "Assistant:"])
+
+
+def reply_text(flavour: str, raw: bytes) -> str:
+    """The generated text of one answer, from its SSE stream's bytes or its whole JSON body: a
+    conversation's history needs the server's reply. Read once, after the answer ended (never per
+    chunk); what does not parse is left out."""
+    import orjson
+
+    raw = raw.strip()
+    events = [raw] if raw.startswith(b"{") else [x[5:].strip() for x in raw.splitlines() if x.startswith(b"data:")]
+    parts: list[str] = []
+    for ev in events:
+        try:
+            obj = orjson.loads(ev)
+        except orjson.JSONDecodeError:
+            continue  # [DONE], an event of another kind
+        if not isinstance(obj, dict):
+            continue
+        if flavour == GENERATE:  # SGLang streams the whole text so far
+            if isinstance(obj.get("text"), str):
+                parts = [obj["text"]]
+            continue
+        choices = obj.get("choices")
+        c0 = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
+        part = c0.get("text")
+        if flavour == CHAT:
+            d = c0.get("delta") or c0.get("message")
+            part = d.get("content") if isinstance(d, dict) else None
+        if isinstance(part, str):
+            parts.append(part)
+    return "".join(parts)
 
 
 # The largest token count taken from a server: above it (1e308, 2^64, a 400-digit integer) the

@@ -11,6 +11,9 @@ Errors are data: every failure (HTTP status, refused connection, stall, drop, ma
 cancellation) becomes a record with an ``ErrorKind``; only programming errors raise. A request
 cancelled by specload itself is recorded as cancelled before the cancellation goes on.
 
+With ``reply=True`` (a conversation's turn) the answer's bytes are kept as they come, one list append
+per socket read, and its text parsed once it ended (``api.reply_text``) into the record's ``reply``.
+
 One request's state is one ``_Progress``: ``send`` connects (``_connect``), reads the head
 (``_read_head``) and the stream (``_read_stream``, the per-chunk loop on locals) into it, and makes
 the record from it (``_finish_record``). A pooled connection the server had closed (llama-server
@@ -41,6 +44,7 @@ from specload.engine.api import (
     build_body,
     error_message,
     read_full_response,
+    reply_text,
 )
 from specload.engine.sse import DONE, MAX_EVENT_BYTES, EventTemplate, SSEDecoder, SSEEventTooLarge
 from specload.neterrors import connect_reason, is_client_side
@@ -62,6 +66,10 @@ FRESH_AFTER_STALE = 3
 # chunks are counted, the last arrival kept for E2E, and the record says the detail was capped.
 # Four endless fast streams reached 938 MB in 40 s when every offset was kept.
 MAX_CHUNK_DETAIL = 16_384
+
+# With reply=True, the answer's bytes of at most this many socket reads are kept for its text (an
+# endless stream must not grow memory for a conversation's history)
+MAX_REPLY_READS = 4096
 
 TokenCallback = Callable[[int, float], None]
 
@@ -224,7 +232,7 @@ class StreamingClient:
             return tpl
         return None
 
-    def _payload(self, prompt: str, max_tokens: int | None) -> bytes:
+    def _payload(self, prompt: str | list[dict], max_tokens: int | None) -> bytes:
         body = build_body(self.flavour, prompt, self.request, self.model)
         if max_tokens is not None:  # drawn for this request (an output-length distribution)
             if self.flavour == GENERATE:
@@ -234,16 +242,20 @@ class StreamingClient:
         return orjson.dumps(body)
 
     async def send(
-        self, prompt: str, *, request_id: int = 0, level: int = 0, level_index: int = 0, warmup: bool = False,
-        max_tokens: int | None = None, prompt_tokens_requested: int | None = None,
+        self, prompt: str | list[dict], *, request_id: int = 0, level: int = 0, level_index: int = 0,
+        warmup: bool = False, max_tokens: int | None = None, prompt_tokens_requested: int | None = None,
+        reply: bool = False,
     ) -> RequestRecord:
-        """Send one request and return its record; every failure is a record with an error kind. A
-        request cancelled by specload is handed to ``on_cancelled`` and the cancellation goes on,
-        except the stall watchdog's own, which comes back as a stall like any other error."""
+        """Send one request (a prompt, or a chat's messages) and return its record; every failure is a
+        record with an error kind. A request cancelled by specload is handed to ``on_cancelled`` and the
+        cancellation goes on, except the stall watchdog's own, which comes back as a stall like any
+        other error. ``reply``: the record carries the answer's text."""
         assert self._session is not None, "StreamingClient.start() not called"
         payload = self._payload(prompt, max_tokens)
         p = _Progress(self.flavour, request_id, level, level_index, warmup, (prompt_tokens_requested, max_tokens),
                       self._clock.now_ns(), asyncio.current_task())
+        if reply:
+            p.raw = []
         key = id(p.state)
         self._inflight[key] = p.state
         try:
@@ -329,6 +341,8 @@ class StreamingClient:
         """A non-streamed answer, read whole (within bounds): one text chunk at the time it came."""
         body = await resp.content.read(MAX_EVENT_BYTES + 1)
         now = self._clock.now_ns()
+        if p.raw is not None:
+            p.raw.append(body)
         try:
             if len(body) > MAX_EVENT_BYTES:
                 raise SSEEventTooLarge(f"a non-streamed answer over {MAX_EVENT_BYTES >> 20} MiB")
@@ -365,6 +379,7 @@ class StreamingClient:
         text_key, empty_text = (fast[0], fast[1]) if fast is not None else (None, b"")
         decoder = SSEDecoder(learn=self._learn if text_key is not None else None)
         feed = decoder.feed_runs
+        raw = p.raw
         read_event = reader.read
         loads = orjson.loads
         content = resp.content
@@ -373,6 +388,8 @@ class StreamingClient:
                 data = await content.readany()
                 now = clock_ns()
                 state[1] = now
+                if raw is not None and len(raw) < MAX_REPLY_READS:
+                    raw.append(data)
                 try:
                     events = feed(data) if data else decoder.finish()
                 except SSEEventTooLarge as e:
@@ -545,6 +562,7 @@ class StreamingClient:
             prompt_tokens_requested=p.asked[0],
             max_tokens=p.asked[1],
             prompt_tokens_cached=reader.cached_tokens,
+            reply=None if p.raw is None else reply_text(self.flavour, b"".join(p.raw)),
         )
 
     def _stale_connection(self) -> None:
@@ -582,7 +600,7 @@ class _Progress:
 
     __slots__ = ("request_id", "level", "level_index", "warmup", "asked", "first", "start", "state", "offsets",
                  "ktoks", "per_chunk_known", "streamed", "reader", "retries", "status", "error", "got_done",
-                 "extra_chunks", "extra_tokens", "last_offset")
+                 "extra_chunks", "extra_tokens", "last_offset", "raw")
 
     def __init__(self, flavour: str, request_id: int, level: int, level_index: int, warmup: bool,
                  asked: tuple[int | None, int | None], start: int, task: asyncio.Task | None) -> None:
@@ -603,6 +621,7 @@ class _Progress:
         self.extra_chunks = 0  # text chunks beyond MAX_CHUNK_DETAIL: counted, their times not kept
         self.extra_tokens = 0
         self.last_offset = 0  # the last chunk's time when the detail was capped
+        self.raw: list[bytes] | None = None  # the answer's bytes, when its text is wanted (reply=True)
 
 
 _STALL = "stall: no data for the stall timeout"  # the cancel message of the stall watchdog

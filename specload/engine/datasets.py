@@ -52,6 +52,7 @@ class Conversation:
     # the reference length of the first reply: the row's own figure, or estimated from its text
     output_tokens: int | None = None
     output_estimated: bool = False
+    system: str | None = None  # the row's system message, sent first (OpenAI "system", ShareGPT "system")
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,16 +116,18 @@ def _text(v: object, where: str) -> str:
 # the shape of each message list: its key, the role key, the content key, the user and reply roles
 _CHATS = {"sharegpt": ("conversations", "from", "value", ("human", "user"), ("gpt", "assistant", "chatgpt", "bard")),
           "openai": ("messages", "role", "content", ("user",), ("assistant",))}
+_SYSTEM_ROLES = ("system", "developer")
 
 
-def _chat(obj: dict, fmt: str) -> tuple[tuple[str, ...], str | None]:
-    """(user turns, first reply) of a ShareGPT or OpenAI row."""
+def _chat(obj: dict, fmt: str) -> tuple[tuple[str, ...], str | None, str | None]:
+    """(user turns, first reply, system message) of a ShareGPT or OpenAI row."""
     key, role_key, content_key, users, replies = _CHATS[fmt]
     msgs = obj[key]
     if not isinstance(msgs, list):
         raise _RowError(f"{key!r} is not a list")
     turns: list[str] = []
     reply: str | None = None
+    system: str | None = None
     for i, m in enumerate(msgs):
         if not isinstance(m, dict):
             raise _RowError(f"{key}[{i}] is not an object")
@@ -135,7 +138,9 @@ def _chat(obj: dict, fmt: str) -> tuple[tuple[str, ...], str | None]:
             turns.append(_text(m.get(content_key), f"{key}[{i}].{content_key}"))
         elif role in replies and turns and reply is None:
             reply = _text(m.get(content_key), f"{key}[{i}].{content_key}")
-    return tuple(t for t in turns if t.strip()), reply
+        elif role in _SYSTEM_ROLES and not turns and system is None:
+            system = _text(m.get(content_key), f"{key}[{i}].{content_key}").strip() or None
+    return tuple(t for t in turns if t.strip()), reply, system
 
 
 def _shape(obj: object) -> str:
@@ -171,13 +176,14 @@ def _row(obj: object, fmt: str) -> tuple[str, Conversation | None]:
         return shape, Conversation((obj,)) if obj.strip() else None
     assert isinstance(obj, dict)
     reply: str | None = None
+    system: str | None = None
     if shape == "plain":
         text = next((obj[k] for k in PROMPT_KEYS if k in obj), None)
         if not isinstance(text, str):
             raise _RowError(f"{next(k for k in PROMPT_KEYS if k in obj)!r} is not a string")
         turns: tuple[str, ...] = (text,) if text.strip() else ()
     else:
-        turns, reply = _chat(obj, shape)
+        turns, reply, system = _chat(obj, shape)
     if not turns:
         return shape, None
     category = obj.get("category")
@@ -193,7 +199,7 @@ def _row(obj: object, fmt: str) -> tuple[str, Conversation | None]:
             break
     if out is None and reply is not None and reply.strip():
         out, estimated = estimate_tokens(reply), True
-    return shape, Conversation(turns, (category.strip() or None) if category else None, out, estimated)
+    return shape, Conversation(turns, (category.strip() or None) if category else None, out, estimated, system)
 
 
 # --------------------------------------------------------------------------- files

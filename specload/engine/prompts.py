@@ -24,7 +24,7 @@ from specload.engine.datasets import (
     load_dataset,
     read_text,
 )
-from specload.plan import Lengths
+from specload.plan import Lengths, ThinkTime
 
 if TYPE_CHECKING:
     from specload.engine.trace import Trace
@@ -128,6 +128,24 @@ class Prompt:
     tokens_requested: int | None = None  # synthetic: the length asked for, as the server counts
     max_tokens: int | None = None  # a drawn or reference output length (None: the run's --max-tokens)
     category: str | None = None  # a dataset row's category (the built-in set's: chat, coding, ...)
+    system: str | None = None  # a dataset row's system message, sent before the text
+
+    def body(self) -> str | list[dict]:
+        """What the client sends: the text, or with a system message the chat's messages."""
+        if self.system is None:
+            return self.text
+        return [{"role": "system", "content": self.system}, {"role": "user", "content": self.text}]
+
+
+@dataclass(frozen=True, slots=True)
+class ConversationPrompt:
+    """``--multi-turn``: one dataset row's user turns, to be sent in order in one session."""
+
+    number: int  # the run's n-th conversation, from 1
+    turns: tuple[str, ...]
+    category: str | None = None
+    system: str | None = None
+    max_tokens: int | None = None  # a drawn output length, for each turn (None: --max-tokens)
 
 
 def output_rule(ignore_eos: bool, max_tokens: int, output_len: str = "max-tokens", drawn: Lengths | None = None) -> str:
@@ -156,6 +174,8 @@ class PromptSource:
         shared_prefix_tokens: int = 0,
         seed: int = 0,
         nonce: str | None = None,
+        multi_turn: bool = False,
+        think_time: str = "0",
     ) -> None:
         if prompts is not None and not prompts:
             raise PromptError("no prompts to send")
@@ -184,7 +204,16 @@ class PromptSource:
         self._rng = random.Random(seed)  # lengths
         self._serial = itertools.count()
         self.sent = 0  # prompts handed out (a dataset's repeat once this passes its rows)
-        # until conversations are sent turn by turn (--multi-turn), a row is sent as its first turn
+        # --multi-turn: the rows of two or more user turns, each sent turn by turn (next_conversation);
+        # otherwise a row is sent as its first turn
+        self.multi_turn = multi_turn
+        self.think = ThinkTime.parse(think_time)
+        self._think_rng = random.Random(f"{seed}:think-time")
+        if multi_turn and convs is not None:
+            convs = [c for c in convs if len(c.turns) > 1]
+            if not convs:
+                raise PromptError("--multi-turn: the dataset has no row of two or more user turns")
+        self.rows = len(convs) if convs else 0
         self._cycle: Iterator[Conversation] | None = itertools.cycle(convs) if convs else None
         self.model = TokenModel()
         self._prefix = ""
@@ -218,13 +247,26 @@ class PromptSource:
             conv = next(self._cycle)
             if self.output_len == "dataset" and conv.output_tokens is not None:
                 max_tokens = conv.output_tokens
-            return Prompt(conv.turns[0], None, max_tokens, conv.category)
+            return Prompt(conv.turns[0], None, max_tokens, conv.category, conv.system)
         if self.trace is not None:
             row = self.trace.rows[n % len(self.trace.rows)]
             return Prompt(self._blocks.prompt(row, self.model), row.input_length, row.output_length)
         assert self.lengths is not None
         want = self.lengths.draw(self._rng)
         return Prompt(self.text_of(want, n), want, max_tokens)
+
+    def next_conversation(self) -> ConversationPrompt:
+        """``--multi-turn``: the next conversation to send turn by turn."""
+        assert self._cycle is not None and self.multi_turn
+        n = next(self._serial)
+        self.sent = n + 1
+        conv = next(self._cycle)
+        max_tokens = self.output_lengths.draw(self._rng) if self.output_lengths is not None else None
+        return ConversationPrompt(n + 1, conv.turns, conv.category, conv.system, max_tokens)
+
+    def think_s(self) -> float:
+        """Seconds to wait before a conversation's next turn (``--think-time``)."""
+        return self.think.draw(self._think_rng)
 
     def summary(self) -> str:
         """One line for the start of a run: what is sent and how long the answers are."""
@@ -239,7 +281,12 @@ class PromptSource:
             info = ds.describe()
             cats = f"{len(info['categories'])} categories, " if "categories" in info else ""
             what = f"{ds.name} ({cats}{info['rows']:,} prompts" + ("" if ds.format == "builtin" else f", {ds.format}")
-            if info["multi_turn"]:
+            if self.multi_turn:
+                lens = [len(c.turns) for c in ds.conversations if len(c.turns) > 1]
+                pause = f", {self.think.spec} s between turns" if self.think.values != (0.0,) else ""
+                what += (f"; {len(lens)} conversations of {min(lens)}-{max(lens)} user turns sent turn by turn, "
+                         f"the server's replies in their history{pause} (--multi-turn)")
+            elif info["multi_turn"]:
                 what += f"; {info['multi_turn']} multi-turn rows sent as their first turn"
             what += ")"
         return f"prompts: {what} · answers: {self.output}"
@@ -255,6 +302,8 @@ class PromptSource:
             d["model"] = self.model.describe()
         if self.dataset is not None:
             d["dataset"] = self.dataset.describe()
+        if self.multi_turn:
+            d["multi_turn"] = {"conversations": self.rows, "think_time": self.think.spec}
         if self.output_lengths is not None:
             d["max_tokens"] = self.output_lengths.spec
         if self.output:
@@ -279,6 +328,8 @@ class PromptSource:
         shared_prefix_tokens: int = 0,
         seed: int = 0,
         nonce: str | None = None,
+        multi_turn: bool = False,
+        think_time: str = "0",
     ) -> PromptSource:
         kw: dict = {"output_lengths": output_lengths, "seed": seed, "nonce": nonce}
         if prompt is not None:
@@ -289,7 +340,8 @@ class PromptSource:
                 raise PromptError(f"prompt file {prompt_file} is empty")
             src = cls([text], **kw)
         elif dataset is not None:
-            src = cls(dataset=load_dataset(dataset, dataset_format), output_len=output_len, **kw)
+            src = cls(dataset=load_dataset(dataset, dataset_format), output_len=output_len, multi_turn=multi_turn,
+                      think_time=think_time, **kw)
         elif trace is not None:
             from specload.engine.trace import read_trace
 

@@ -50,7 +50,7 @@ from specload.engine.level_end import (
     Step,
 )
 from specload.engine.load import Arrivals
-from specload.engine.prompts import Prompt, PromptSource
+from specload.engine.prompts import ConversationPrompt, Prompt, PromptSource
 from specload.plan import LevelSpec, LoadPlan
 from specload.stats.levels import LevelBook, LevelSummary
 
@@ -86,8 +86,9 @@ class LoadClient(Protocol):
     async def close(self) -> None: ...
 
     async def send(
-        self, prompt: str, *, request_id: int = 0, level: int = 0, level_index: int = 0, warmup: bool = False,
-        max_tokens: int | None = None, prompt_tokens_requested: int | None = None,
+        self, prompt: str | list[dict], *, request_id: int = 0, level: int = 0, level_index: int = 0,
+        warmup: bool = False, max_tokens: int | None = None, prompt_tokens_requested: int | None = None,
+        reply: bool = False,
     ) -> RequestRecord: ...
 
 
@@ -97,6 +98,7 @@ class _Started:
     level_index: int
     warmup: bool
     start_ns: int
+    turn: bool = False  # a conversation's turn: its session holds the slot, not the request
 
 
 @dataclass(frozen=True, slots=True)
@@ -488,24 +490,67 @@ class Runner:
             pass
 
     def _launch(self, level: Level) -> None:
-        level_index, concurrency, warmup = level.index, level.spec.concurrency, level.warmup
+        session = self.prompts.multi_turn and not level.warmup
+        rid = self._request(level, turn=session)
+        self.in_flight += 1  # one slot of the concurrency: a request, or a whole conversation
+        if session:
+            self.book.started(level.index)  # the session holds its level open until its last turn
+            current = [rid]
+            task = asyncio.ensure_future(self._conversation(self.prompts.next_conversation(), level, current))
+            task.add_done_callback(functools.partial(self._session_done, level.index, current))
+        else:
+            prompt = self.prompts.next()
+            task = asyncio.ensure_future(self._one(prompt, rid, level.index, level.spec.concurrency, level.warmup))
+            task.add_done_callback(functools.partial(self._task_done, rid))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _request(self, level: Level, *, turn: bool = False) -> int:
+        """A request of the level begins: its id, counted in the level and the run."""
         rid = self._next_id
         self._next_id += 1
         level.started += 1
-        if not warmup:
+        if not level.warmup:
             self.started += 1
-        self.in_flight += 1
-        self.book.started(level_index)
-        self._open[rid] = _Started(concurrency, level_index, warmup, self.clock.now_ns())
-        prompt = self.prompts.next()
-        task = asyncio.ensure_future(self._one(prompt, rid, level_index, concurrency, warmup))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        task.add_done_callback(functools.partial(self._task_done, rid))
+        self.book.started(level.index)
+        self._open[rid] = _Started(level.spec.concurrency, level.index, level.warmup, self.clock.now_ns(), turn)
+        return rid
+
+    async def _conversation(self, conv: ConversationPrompt, level: Level, current: list[int]) -> None:
+        """``--multi-turn``: one session's user turns in order, each sent with the history so far (the
+        server's replies included), ``--think-time`` apart; the level's figures get each turn. A failed
+        turn ends the conversation (there is no reply to go on from), as does the run's stop."""
+        history = [] if conv.system is None else [{"role": "system", "content": conv.system}]
+        for n, text in enumerate(conv.turns, 1):
+            if n > 1:
+                await asyncio.sleep(self.prompts.think_s())
+                while self.paused and not self._stop:  # no new request while paused
+                    await asyncio.sleep(0.05)
+                if self._stop:
+                    return
+                current[0] = self._request(level, turn=True)
+            history.append({"role": "user", "content": text})
+            rec = await self.client.send(list(history), request_id=current[0], level=level.spec.concurrency,
+                                         level_index=level.index, max_tokens=conv.max_tokens, reply=True)
+            reply = rec.reply
+            self._finished(replace(rec, category=conv.category, conversation=conv.number, turn=n, reply=None))
+            if not rec.ok:
+                return
+            history.append({"role": "assistant", "content": reply or ""})
+
+    def _session_done(self, level_index: int, current: list[int], task: asyncio.Task) -> None:
+        """A conversation ended, however: its open turn (if any) gets its record, its slot and its
+        hold on the level are given back."""
+        self._task_done(current[0], task)
+        self.in_flight -= 1
+        for summary in self.book.done(level_index):
+            if summary.level_index >= 0:
+                self._on_level(summary)
+        self._wake.set()
 
     async def _one(self, prompt: Prompt, rid: int, level_index: int, concurrency: int, warmup: bool) -> None:
         rec = await self.client.send(
-            prompt.text, request_id=rid, level=concurrency, level_index=level_index, warmup=warmup,
+            prompt.body(), request_id=rid, level=concurrency, level_index=level_index, warmup=warmup,
             max_tokens=prompt.max_tokens, prompt_tokens_requested=prompt.tokens_requested,
         )
         if prompt.category is not None:  # the prompt's, not the client's: every client and worker kind alike
@@ -517,6 +562,8 @@ class Runner:
         exception inside the client, a cancellation before it started) gets one now: a request
         sent is never lost from the record, its slot never leaks and no drain waits for it."""
         if rid not in self._open:
+            if not task.cancelled():
+                task.exception()  # retrieved: a session's failure after its last record says nothing more
             return
         if task.cancelled():
             kind, detail = ErrorKind.CANCELLED, "cancelled by specload"
@@ -534,9 +581,11 @@ class Runner:
         ))
 
     def _finished(self, rec: RequestRecord) -> None:
-        if self._open.pop(rec.request_id, None) is None:
+        s = self._open.pop(rec.request_id, None)
+        if s is None:
             return  # already handed in: exactly one record per request
-        self.in_flight -= 1
+        if not s.turn:
+            self.in_flight -= 1
         self._on_record(rec)
         for summary in self.book.add(rec):
             if summary.level_index >= 0:  # the warm-up (-1) is never a level of the table

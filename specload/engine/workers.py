@@ -161,7 +161,7 @@ class StreamWorker:
         rid = msg["id"]
         task = asyncio.ensure_future(self._client.send(
             msg["prompt"], request_id=rid, level=msg["level"], level_index=msg["level_index"], warmup=msg["warmup"],
-            max_tokens=msg.get("max_tokens"), prompt_tokens_requested=msg.get("ptr")))
+            max_tokens=msg.get("max_tokens"), prompt_tokens_requested=msg.get("ptr"), reply=bool(msg.get("reply"))))
         self._tasks[rid] = task
         try:
             rec = await task
@@ -373,8 +373,9 @@ class WorkerPool:
                     self.transport.kill(w, w.why)
 
     async def send(
-        self, prompt: str, *, request_id: int = 0, level: int = 0, level_index: int = 0, warmup: bool = False,
-        max_tokens: int | None = None, prompt_tokens_requested: int | None = None,
+        self, prompt: str | list[dict], *, request_id: int = 0, level: int = 0, level_index: int = 0,
+        warmup: bool = False, max_tokens: int | None = None, prompt_tokens_requested: int | None = None,
+        reply: bool = False,
     ) -> RequestRecord:
         start = time.perf_counter_ns()
         if not self._alive:
@@ -385,7 +386,7 @@ class WorkerPool:
         w.in_flight += 1
         self.transport.send(w, {"op": "send", "id": request_id, "prompt": prompt, "level": level,
                                 "level_index": level_index, "warmup": warmup, "max_tokens": max_tokens,
-                                "ptr": prompt_tokens_requested})
+                                "ptr": prompt_tokens_requested, "reply": reply})
         try:
             return await asyncio.shield(fut)  # a cancel leaves fut to the worker's own record of it
         except asyncio.CancelledError:

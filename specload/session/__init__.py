@@ -152,9 +152,10 @@ class Session:
         on synthetic prompts, with ignore_eos or without the chat template; dataset prompts sent again."""
         out = list(self.fan.workload_warnings)
         p = self._prompts
-        if p is not None and p.dataset is not None and p.sent > len(p.dataset.conversations):
-            out.append(f"the run sent {p.sent:,} requests from {len(p.dataset.conversations):,} dataset rows: "
-                       "prompts were sent again, and a prefix cache served the repeats from their first time")
+        if p is not None and p.dataset is not None and p.sent > p.rows:
+            what = "conversations" if p.multi_turn else "requests"
+            out.append(f"the run sent {p.sent:,} {what} from {p.rows:,} dataset rows: prompts were sent again, "
+                       "and a prefix cache served the repeats from their first time")
         return out
 
     def marker(self, note: str = "") -> None:
@@ -273,7 +274,8 @@ class Session:
             trace=r.trace, trace_block_tokens=r.trace_block_tokens,
             prompt_tokens=Lengths.parse(r.prompt_tokens),
             output_lengths=Lengths.parse(r.max_tokens_dist) if r.max_tokens_dist else None, output_len=r.output_len,
-            ignore_eos=r.ignore_eos, max_tokens=r.max_tokens, shared_prefix_tokens=r.shared_prefix_tokens, seed=cfg.seed)
+            ignore_eos=r.ignore_eos, max_tokens=r.max_tokens, shared_prefix_tokens=r.shared_prefix_tokens, seed=cfg.seed,
+            multi_turn=r.multi_turn, think_time=r.think_time)
         if prompts.synthetic:
             await self._calibrate_prompts(prompts, url, headers)
         if not prompts.synthetic or prompts.trace is not None:

@@ -6,7 +6,9 @@ ran before it. Modelled the vLLM way: the prompt's token ids in blocks of ``bloc
 block keyed by a hash of every id up to its end (a block matches only when the whole prefix before
 it matches too), a hit counting only whole blocks from the start, least-recently-used blocks evicted
 beyond ``capacity_tokens``. A prompt's blocks are stored when it arrives (real servers store them once
-prefilled; the difference shows only for identical prompts arriving together).
+prefilled; the difference shows only for identical prompts arriving together), and with its answer's
+once it is complete (``store``), so a conversation's next turn, whose history holds that answer,
+finds both.
 
 With synthetic prompts that start differently the cache never hits; with ``--shared-prefix-tokens``
 every request after the first finds the shared blocks. That is what the tests and the prompt-length
@@ -34,6 +36,14 @@ class PrefixCache:
             h = hash((h, tuple(ids[end - b : end])))
             keys.append(h)
         return keys
+
+    def store(self, ids: list[int]) -> None:
+        """Keep the blocks of ``ids`` (a finished sequence: its prompt and what it generated)."""
+        for k in self._keys(ids):
+            self._blocks[k] = None
+            self._blocks.move_to_end(k)
+        while len(self._blocks) > self.capacity_blocks:
+            self._blocks.popitem(last=False)
 
     def lookup(self, ids: list[int]) -> int:
         """Tokens of ``ids`` already cached (whole blocks from the start), and store the rest."""

@@ -103,6 +103,7 @@ class Sequence:
         "accept_rate",
         "accept_mean",
         "eos_prob",
+        "generated",
     )
 
     def __init__(
@@ -140,6 +141,7 @@ class Sequence:
         # the request's category's mean acceptance and EOS chance (model.request_profile; None: the config's)
         self.accept_mean: float | None = None
         self.eos_prob: float | None = None
+        self.generated: list[str] | None = None  # the answer's text, kept for a prefix cache (else None)
 
     @property
     def finished(self) -> bool:
@@ -171,6 +173,8 @@ class Sequence:
             self.accepted += d.accepted
         self.last_token_at = now
         self.completion_tokens += d.tokens
+        if self.generated is not None:
+            self.generated.append(d.text)
         if d.finish_reason is not None:
             self.finish_reason = d.finish_reason
         counters.count(d, first, cfg.spec_tokens)

@@ -344,9 +344,12 @@ class SimServer:
             time.perf_counter(),
         )
         seq.accept_mean, seq.eos_prob = accept_mean, eos_prob
+        ids: list[int] | None = None
         if self._prefix is not None:
-            seq.cached_tokens = self._prefix.lookup(_prompt_ids(kind, body))
+            ids = _prompt_ids(kind, body)
+            seq.cached_tokens = self._prefix.lookup(ids)
             req.cached_tokens = seq.cached_tokens
+            seq.generated = []
         sched = self._scheduler
         assert sched is not None
         self._live.add(seq)
@@ -376,6 +379,9 @@ class SimServer:
             if not fmt.accounted and not self._is_crashed:
                 self._account(seq, fmt, 200, outcome, time.perf_counter())
             self._wire.released(seq)
+            if self._prefix is not None and ids is not None and seq.generated and seq.finish_reason is not None:
+                # the finished sequence's blocks, its answer's too: a conversation's next turn holds it
+                self._prefix.store(ids + tokenizer.text_ids("".join(seq.generated)))
 
     def _account(self, seq: Sequence, fmt: Chunks, status: int, outcome: str, now: float) -> None:
         fmt.accounted = True

@@ -801,6 +801,14 @@ class LevelBook:
         self._version += 1
         return self._release()
 
+    def done(self, level_index: int) -> list[LevelSummary]:
+        """Something counted in flight with ``started`` that is not a request (a conversation, which
+        holds its level open between its turns) has ended."""
+        if level_index in self._in_flight:
+            self._in_flight[level_index] -= 1
+        self._version += 1
+        return self._release()
+
     def close(self, level_index: int) -> list[LevelSummary]:
         self._closed.add(level_index)
         self._version += 1

@@ -90,3 +90,59 @@ def test_llamacpp_timings_give_acceptance_per_request_and_synthetic_prompts_are_
     assert len(warned) == 2 and "synthetic prompts" in warned[0] and "ignore_eos" in warned[1]
     assert lines(rec)[-1]["workload_warnings"] == warned
     assert sum("WARNING speculative decoding" in line for line in p.stderr.splitlines()) == 2
+
+
+def test_conversations_are_sent_turn_by_turn_with_the_replies_and_the_cache_shows_in_ttft(tmp_path: Path) -> None:
+    """--multi-turn: each conversation's user turns in order in one session, the server's replies in
+    the history (each turn's prompt holds the last answer), --think-time between turns, -c counting
+    sessions, and per-turn figures in which the simulator's prefix cache shows in TTFT."""
+    from specload.engine.prompts import PromptSource
+    from specload.sim.tokenizer import count_text
+
+    sim = "--step-ms 3 --prefill-per-token-ms 0.5 --spec-tokens 3 --quiet --seed 2"
+    runs = {}
+    # the cached run's requests go through two worker processes: the replies come back over their pipes
+    for name, cache, workers in (("cached", "--prefix-cache", "2"), ("uncached", "", "1")):
+        rec = tmp_path / f"{name}.jsonl"
+        p = specload("run", "-c", "4", "-n", "36", "--dataset", "builtin", "--multi-turn", "--think-time", "0.1",
+                     "--max-tokens", "48", "--workers", workers, "--record", str(rec), "--sim-args", f"{sim} {cache}")
+        assert p.returncode == 0, p.stderr
+        assert "conversations of 2-5 user turns sent turn by turn" in p.stderr
+        runs[name] = lines(rec)
+    data = runs["cached"]
+    assert data[0]["prompts"]["multi_turn"] == {"conversations": 40, "think_time": "0.1"}
+    reqs = [x for x in data if x["type"] == "request"]
+    assert all(r["ok"] for r in reqs)
+    convs: dict[int, list[dict]] = {}
+    for r in reqs:
+        convs.setdefault(r["conversation"], []).append(r)
+    src = PromptSource.from_options(dataset="builtin", multi_turn=True)
+    rows = {n: src.next_conversation() for n in range(1, len(convs) + 1)}
+    for number, turns in convs.items():
+        turns.sort(key=lambda r: r["turn"])
+        row = rows[number]
+        assert [r["turn"] for r in turns] == list(range(1, len(row.turns) + 1))  # every turn, in order
+        assert {r["category"] for r in turns} == {row.category}
+        for prev, nxt in zip(turns, turns[1:], strict=False):
+            assert nxt["start_s"] >= prev["end_s"] + 0.1 - 0.002  # after the last answer and the think time
+            # the history holds the previous prompt, the server's answer to it and the new user turn
+            # (plus the two messages' template tokens): without the answer this would be below zero
+            added = nxt["prompt_tokens"] - prev["prompt_tokens"] - count_text(row.turns[nxt["turn"] - 1]) - 8
+            assert added >= prev["output_tokens"], (number, prev, nxt)
+    # -c 4 counts sessions: never more than 4 conversations at once, and 4 at some moment
+    spans = sorted((min(r["start_s"] for r in t), max(r["end_s"] for r in t)) for t in convs.values())
+    events = sorted([(a, 1) for a, _ in spans] + [(b, -1) for _, b in spans], key=lambda e: (e[0], e[1]))
+    open_now = peak = 0
+    for _, d in events:
+        open_now += d
+        peak = max(peak, open_now)
+    assert peak == 4
+    # per turn: the cache serves the history, and later turns start sooner than without it
+    (cached,) = [x for x in data if x["type"] == "level"]
+    (uncached,) = [x for x in runs["uncached"] if x["type"] == "level"]
+    assert cached["turns"]["1"]["prompt_tokens_cached_avg"] == 0
+    assert cached["turns"]["2"]["prompt_tokens_cached_avg"] > 0.6 * cached["turns"]["2"]["prompt_tokens_avg"]
+    assert cached["turns"]["2"]["ttft_ms_p50"] < uncached["turns"]["2"]["ttft_ms_p50"]
+    assert cached["turns"]["3"]["ttft_ms_p50"] < uncached["turns"]["3"]["ttft_ms_p50"]
+    p = specload("report", str(tmp_path / "cached.jsonl"), "--by", "turn")
+    assert p.returncode == 0 and "by turn" in p.stdout

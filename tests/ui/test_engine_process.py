@@ -353,6 +353,26 @@ async def test_a_live_baseline_of_another_max_tokens_reads_unsound_in_the_engine
     assert level["judged"]["verdict"] == "unsound"
 
 
+async def test_conversations_run_turn_by_turn_in_the_engine_process(sim, tmp_path) -> None:
+    # --multi-turn as `specload tui` ships it: sessions in the engine process, each turn a request line
+    # with its conversation and turn, the level's figures per turn
+    server = await sim(ttft_ms=5, itl_ms=2, spec_tokens=0)
+    record = tmp_path / "run.jsonl"
+    app = live_app(server.url, "-c", "2", "-n", "8", "--max-tokens", "8", "--dataset", "builtin", "--multi-turn",
+                   "--record", str(record))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for(pilot, lambda: (rs := app.source.frame().runner) is not None and rs.plan_done
+                       and rs.in_flight == 0, "the conversations to end", timeout=60)
+        assert app.source.frame().runner.started >= 8  # type: ignore[union-attr]
+        await pilot.press("q")
+        await wait_for(pilot, lambda: app.return_code is not None, "the app to exit after q", timeout=30)
+    data = read_record(str(record))
+    turns = [(r["conversation"], r["turn"]) for r in data.requests]
+    assert len(turns) >= 8 and (1, 2) in turns and all(t >= 1 for _, t in turns)
+    (level,) = data.levels
+    assert set(level["turns"]) >= {"1", "2"} and level["turns"]["1"]["requests"] >= 2
+
+
 def test_a_dead_engine_is_explained_by_its_traceback_not_by_what_it_printed_after() -> None:
     # issue 22: the user read aiohttp's "Unclosed client session" (printed as the dead engine's
     # interpreter exited) instead of the ValueError that ended it

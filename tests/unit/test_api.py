@@ -198,3 +198,32 @@ def test_error_messages_are_bounded_in_depth_and_length() -> None:
     deep = orjson.loads(b'{"error":' * 900 + b'"x"' + b"}" * 900)
     assert len(error_message(deep)) < 600
     assert len(error_message({"message": "m" * 10_000})) <= 500
+
+
+def test_a_conversation_is_sent_as_messages_or_as_a_transcript() -> None:
+    from specload.config import RequestConfig
+    from specload.engine.api import build_body
+
+    history = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"},
+               {"role": "assistant", "content": "Hello!"}, {"role": "user", "content": "Bye"}]
+    assert build_body(CHAT, history, RequestConfig(), "m")["messages"] == history
+    text = "System: Be brief.\n\nUser: Hi\n\nAssistant: Hello!\n\nUser: Bye\n\nAssistant:"
+    assert build_body(COMPLETIONS, history, RequestConfig(), "m")["prompt"] == text
+    assert build_body(GENERATE, history, RequestConfig(), None)["text"] == text
+
+
+def test_the_reply_text_of_a_stream_or_a_whole_answer() -> None:
+    from specload.engine.api import reply_text
+
+    chat = (b'data: {"choices":[{"delta":{"role":"assistant","content":""}}]}\n\n'
+            b'data: {"choices":[{"delta":{"content":"Hel"},"finish_reason":null}]}\r\n\r\n'
+            b'data: {"choices":[{"delta":{"reasoning_content":"hmm"}}]}\n\n'
+            b'data: {"choices":[{"delta":{"content":"lo"}}]}\n\ndata: {"choices":[],"usage":{}}\n\ndata: [DONE]\n\n')
+    assert reply_text(CHAT, chat) == "Hello"  # the reasoning is not the reply
+    comp = b'data: {"choices":[{"text":" a"}]}\n\ndata: {"choices":[{"text":" b","finish_reason":"length"}]}\n\n'
+    assert reply_text(COMPLETIONS, comp) == " a b"
+    gen = b'data: {"text":"ab","meta_info":{}}\n\ndata: {"text":"abcd","meta_info":{}}\n\ndata: [DONE]\n\n'
+    assert reply_text(GENERATE, gen) == "abcd"  # cumulative: the last
+    whole = b'{"choices":[{"message":{"role":"assistant","content":"Whole answer"}}]}'
+    assert reply_text(CHAT, whole) == "Whole answer"
+    assert reply_text(CHAT, b'data: not json\n\ndata: [5]\n\ndata: {"choices":"x"}\n\n') == ""

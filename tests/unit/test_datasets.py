@@ -218,3 +218,61 @@ def test_a_file_read_once_is_not_read_again_unless_it_changed(tmp_path) -> None:
     f.write_text('{"prompt": "two"}\n{"prompt": "three"}\n')
     b = load_dataset(str(f))
     assert [c.turns[0] for c in b.conversations] == ["two", "three"] and b.digest != a.digest
+
+
+def test_system_messages_are_kept_and_sent_first(tmp_path) -> None:
+    f = tmp_path / "sys.jsonl"
+    rows = [{"messages": [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "q1"}]},
+            {"conversations": [{"from": "system", "value": "Be kind."}, {"from": "human", "value": "hi"},
+                               {"from": "gpt", "value": "hello"}, {"from": "human", "value": "bye"}]},
+            {"prompt": "plain"}]
+    f.write_bytes(b"\n".join(orjson.dumps(r) for r in rows))
+    ds = load_dataset(str(f))
+    assert [c.system for c in ds.conversations] == ["You are terse.", "Be kind.", None]
+    src = PromptSource.from_options(dataset=str(f))
+    assert src.next().body() == [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "q1"}]
+    assert src.next().body()[0] == {"role": "system", "content": "Be kind."}
+    assert src.next().body() == "plain"  # no system message: the text, as before
+
+
+def test_multi_turn_sends_the_conversations_and_says_so(tmp_path) -> None:
+    src = PromptSource.from_options(dataset="builtin", multi_turn=True, think_time="2:1", seed=3)
+    info = src.describe()
+    assert info["multi_turn"] == {"conversations": 40, "think_time": "2:1"} and src.rows == 40
+    assert "40 conversations of 2-5 user turns sent turn by turn" in src.summary()
+    assert "2:1 s between turns (--multi-turn)" in src.summary()
+    convs = [src.next_conversation() for _ in range(41)]
+    assert [c.number for c in convs[:3]] == [1, 2, 3] and all(len(c.turns) >= 2 for c in convs)
+    assert convs[40].turns == convs[0].turns  # the 41st is the first again
+    assert {c.category for c in convs} == set(builtin_categories())
+    pauses = [src.think_s() for _ in range(200)]
+    assert 1.0 <= min(pauses) < 1.3 and 2.7 < max(pauses) <= 3.0
+    again = PromptSource.from_options(dataset="builtin", multi_turn=True, think_time="2:1", seed=3)
+    assert [again.think_s() for _ in range(200)] == pauses  # drawn from the seed
+    single = tmp_path / "single.jsonl"
+    single.write_text('{"prompt": "a"}\n')
+    with pytest.raises(PromptError, match="no row of two or more user turns"):
+        PromptSource.from_options(dataset=str(single), multi_turn=True)
+    with pytest.raises(ConfigError, match="--multi-turn needs --dataset"):
+        RequestConfig(multi_turn=True)
+    with pytest.raises(ConfigError, match="--think-time applies to --multi-turn"):
+        RequestConfig(dataset="builtin", think_time="2")
+
+
+@pytest.mark.parametrize(("spec", "kind", "values"), [
+    ("0", "fixed", (0.0,)), ("1.5", "fixed", (1.5,)), ("2:1", "uniform", (2.0, 1.0)), ("exp:3", "exp", (3.0,)),
+    ("0.5,1,2", "choice", (0.5, 1.0, 2.0)),
+])
+def test_think_time_specs(spec: str, kind: str, values: tuple) -> None:
+    from specload.plan import ThinkTime
+
+    t = ThinkTime.parse(spec)
+    assert (t.kind, t.values) == (kind, values) and ThinkTime.parse(t.spec) == t
+
+
+@pytest.mark.parametrize("spec", ["-1", "2:3", "exp:1:1", "x", "1,,2", "100000", "1,-2", ""])
+def test_bad_think_time_specs_say_what_is_expected(spec: str) -> None:
+    from specload.plan import ThinkTime
+
+    with pytest.raises(ValueError, match="expected seconds S, MEAN:SPREAD"):
+        ThinkTime.parse(spec)
