@@ -34,12 +34,15 @@ async def test_pinned_timing_is_measured_from_the_request_to_its_text_chunks(sim
     ttft_ms = statistics.median(r.ttft_ns / 1e6 for r in recs)
     tpot_ms = statistics.median(r.tpot_ns / 1e6 for r in recs)
     assert 59.0 <= ttft_ms <= 60 + 500, ttft_ms
-    assert 11.8 <= tpot_ms <= 12 * 2, tpot_ms
+    # token deadlines are absolute: a first chunk read late shortens the rest's mean, so TPOT alone
+    # is loose below; TTFT + 29 TPOT is the whole request (the divisor), and that is tight below
+    assert 12 * 0.5 <= tpot_ms <= 12 * 2, tpot_ms
     for r in recs:
         assert r.output_tokens == 30 and not r.tokens_estimated
         assert r.chunks == 30  # no speculation: one token per chunk
         e2e_expected_ms = 60 + 29 * 12
         assert e2e_expected_ms * 0.99 <= r.e2e_ns / 1e6 <= e2e_expected_ms + 1000
+        assert r.ttft_ns + 29 * r.tpot_ns == pytest.approx(r.e2e_ns, rel=1e-9)
 
 
 async def test_multi_token_chunks_count_from_usage_and_itl_is_per_token(sim) -> None:

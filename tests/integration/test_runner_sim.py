@@ -262,7 +262,10 @@ async def test_level_figures_follow_the_pinned_server(sim) -> None:
     assert lv.tpot_ms_p50 == pytest.approx(statistics.median(r.tpot_ns / 1e6 for r in recs), abs=0.001)
     # never faster than the server was told to be; a busy machine may make it slower
     assert 40 * 0.99 <= lv.ttft_ms_p50 <= 40 + 500
-    assert 10 * 0.99 <= lv.tpot_ms_p50 <= 10 * 2
+    # the sim's token deadlines are absolute, so a first chunk read late shortens the rest: TPOT
+    # may dip below 10 ms on a busy machine, but TTFT + 29 TPOT is the whole request, every time
+    assert 10 * 0.5 <= lv.tpot_ms_p50 <= 10 * 2
+    assert all(r.ttft_ns + 29 * r.tpot_ns == pytest.approx(r.e2e_ns, rel=1e-9) for r in recs)
     assert all(0.330 * 0.99 <= e <= 0.330 + 1.0 for e in e2e_s)
     assert lv.itl_ms_p50 is not None and 10 * 0.5 <= lv.itl_ms_p50 <= 10 * 2
 
