@@ -1,6 +1,6 @@
 """A max-speed OpenAI-compatible streaming server for the client ceiling benchmark, and nothing else.
 
-    python benchmarks/bench_server.py [--port 0] [--procs 1] [--burst 32]
+    python benchmarks/bench_server.py [--port 0] [--procs 1] [--burst 32] [--itl-ms 100:200 --ttft-ms 0]
 
 Why not the built-in simulator: ``specload sim --max-speed`` is a real aiohttp application with a
 scheduler, per-token JSON splicing and a request log; at the ceiling it used a whole core for the
@@ -11,6 +11,11 @@ events, and a request is served by writing those pre-rendered chunks, one per ev
 that concurrent streams interleave as they do on a real server. The HTTP layer is a bare
 ``asyncio.Protocol`` (uvloop) that understands exactly what the two clients send: one request at a
 time per connection (keep-alive or ``Connection: close``), ``Content-Length`` bodies.
+
+``--itl-ms A:B`` paces the streams as a real server does: after ``--ttft-ms``, one chunk every A to
+B ms (drawn once per request, uniform), so many slow streams (C=10000 at 100-200 ms per token) can
+be held open; all of them share one timer heap (one callback per tick, not one timer per stream),
+so the server's cost per token stays a write.
 
 ``--procs N`` runs N processes on one port with SO_REUSEPORT (the kernel spreads connections),
 should one process not be enough; ``benchmarks/ceiling.py`` measures each one's CPU share.
@@ -24,7 +29,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import heapq
 import os
+import random
 import signal
 import socket
 import sys
@@ -99,9 +106,55 @@ def _plain(status: bytes, body: bytes, ctype: bytes = b"application/json", close
             % (status, ctype, len(body), b"Connection: close\r\n" if close else b"", body))
 
 
+class Pacer:
+    """Paced streams: every stream's next write on one heap of due times, served by one timer."""
+
+    TICK_S = 0.001  # writes due within a tick go out together
+
+    def __init__(self, itl_s: tuple[float, float], ttft_s: float) -> None:
+        self.itl_s, self.ttft_s = itl_s, ttft_s
+        self.heap: list[tuple[float, int, BenchProtocol, list[bytes], int, float, bool]] = []
+        self.seq = 0
+        self.timer: asyncio.TimerHandle | None = None
+        self.rng = random.Random(0)
+
+    def add(self, proto: BenchProtocol, parts: list[bytes], close: bool) -> None:
+        loop = asyncio.get_running_loop()
+        itl = self.rng.uniform(*self.itl_s)
+        self._push(loop.time() + self.ttft_s, proto, parts, 0, itl, close)
+
+    def _push(self, due: float, proto: BenchProtocol, parts: list[bytes], i: int, itl: float, close: bool) -> None:
+        self.seq += 1
+        heapq.heappush(self.heap, (due, self.seq, proto, parts, i, itl, close))
+        if self.timer is None or due < self.timer.when():
+            if self.timer is not None:
+                self.timer.cancel()
+            self.timer = asyncio.get_running_loop().call_at(due, self._tick)
+
+    def _tick(self) -> None:
+        loop = asyncio.get_running_loop()
+        self.timer = None
+        heap = self.heap
+        now = loop.time() + self.TICK_S
+        while heap and heap[0][0] <= now:
+            due, _, proto, parts, i, itl, close = heapq.heappop(heap)
+            t = proto.transport
+            if t is None:
+                continue
+            t.write(parts[i])
+            if i + 1 < len(parts):
+                self.seq += 1
+                heapq.heappush(heap, (due + itl, self.seq, proto, parts, i + 1, itl, close))
+            else:
+                proto.done(close)
+        if heap:
+            self.timer = loop.call_at(heap[0][0], self._tick)
+
+
 class BenchProtocol(asyncio.Protocol):
-    def __init__(self, responses: Responses) -> None:
+    def __init__(self, responses: Responses, pacer: Pacer | None = None) -> None:
         self.responses = responses
+        self.pacer = pacer
         self.transport: asyncio.Transport | None = None
         self.buf = b""
         self.busy = False  # one request at a time per connection
@@ -163,6 +216,9 @@ class BenchProtocol(asyncio.Protocol):
             parts = self.responses.stream(
                 "chat" if "chat" in path else "completions", int(req.get("max_tokens") or 16),
                 bool(so.get("include_usage")), bool(so.get("continuous_usage_stats")), close)
+            if self.pacer is not None:
+                self.pacer.add(self, parts, close)
+                return
             can_write = self.can_write
             assert can_write is not None
             for p in parts:
@@ -179,6 +235,10 @@ class BenchProtocol(asyncio.Protocol):
             t.write(_plain(b"200 OK", b"", close=close))
         else:
             t.write(_plain(b"404 Not Found", b'{"error":"not found"}', close=close))
+        self.done(close)
+
+    def done(self, close: bool) -> None:
+        """The response is written: the connection closes or serves its next request."""
         if self.transport is None:
             return
         if close:
@@ -189,10 +249,11 @@ class BenchProtocol(asyncio.Protocol):
             self._next()
 
 
-async def serve(sock: socket.socket, burst: int) -> None:
+async def serve(sock: socket.socket, burst: int, itl_s: tuple[float, float] | None = None, ttft_s: float = 0.0) -> None:
     loop = asyncio.get_running_loop()
     responses = Responses(burst)
-    server = await loop.create_server(lambda: BenchProtocol(responses), sock=sock)
+    pacer = Pacer(itl_s, ttft_s) if itl_s is not None else None
+    server = await loop.create_server(lambda: BenchProtocol(responses, pacer), sock=sock)
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
@@ -200,12 +261,12 @@ async def serve(sock: socket.socket, burst: int) -> None:
         await stop.wait()
 
 
-def _socket(port: int) -> socket.socket:
+def _socket(port: int, backlog: int = 1024) -> socket.socket:
     s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     s.bind(("127.0.0.1", port))
-    s.listen(1024)
+    s.listen(backlog)
     s.setblocking(False)
     return s
 
@@ -215,29 +276,38 @@ def main() -> None:
     ap.add_argument("--port", type=int, default=0)
     ap.add_argument("--procs", type=int, default=1, help="server processes sharing the port (SO_REUSEPORT)")
     ap.add_argument("--burst", type=int, default=32, help="SSE events per HTTP chunk (one write each)")
+    ap.add_argument("--itl-ms", default=None, metavar="A[:B]",
+                    help="pace the streams: one chunk every A to B ms (drawn per request)")
+    ap.add_argument("--ttft-ms", type=float, default=0.0, help="with --itl-ms: before the first chunk")
+    ap.add_argument("--backlog", type=int, default=1024, help="the listening socket's backlog")
     a = ap.parse_args()
+    itl = None
+    if a.itl_ms is not None:
+        lo, _, hi = a.itl_ms.partition(":")
+        itl = (float(lo) / 1e3, float(hi or lo) / 1e3)
+    ttft = a.ttft_ms / 1e3
     try:
         import uvloop
 
         uvloop.install()
     except ImportError:
         pass
-    first = _socket(a.port)
+    first = _socket(a.port, a.backlog)
     port = first.getsockname()[1]
     children: list[int] = []
     for _ in range(a.procs - 1):
         pid = os.fork()
         if pid == 0:
-            sock = _socket(port)
+            sock = _socket(port, a.backlog)
             first.close()
-            asyncio.run(serve(sock, a.burst))
+            asyncio.run(serve(sock, a.burst, itl, ttft))
             os._exit(0)
         children.append(pid)
     # one line the benchmark reads: the URL and the pids of every serving process
     print(f"listening on http://127.0.0.1:{port} pids {' '.join(str(p) for p in [os.getpid(), *children])}",
           flush=True)
     try:
-        asyncio.run(serve(first, a.burst))
+        asyncio.run(serve(first, a.burst, itl, ttft))
     finally:
         for pid in children:
             try:

@@ -2,6 +2,7 @@
 
     python benchmarks/ceiling.py [--requests 2000] [--max-tokens 500] [--concurrency 64] [--rounds 3]
                                  [--server bench|sim] [--server-procs 1] [--burst 16] [--extra '--workers 2']
+    python benchmarks/ceiling.py --steady 1000,3000 [--burst 1] [--code before=PATH]
 
 The server is ``benchmarks/bench_server.py`` (pre-rendered responses written in bursts of
 ``--burst`` events; ``--server-procs`` processes on one port with SO_REUSEPORT), so that the clients,
@@ -17,16 +18,28 @@ than ``--server-limit`` (80 %) of a core during a run, that run is marked and no
 It also prints the ratio of tokens per CPU-second (steady state), which swings less than the
 throughput ratio when the machine is shared. Targets (issue #17): <= 2 us CPU per token, >= 60 % of
 the reference's throughput.
+
+``--steady SMALL,LARGE`` measures what the machine's load cannot blur much: each client's CPU
+seconds (user + system, from ``getrusage``) of a LARGE-request run minus those of a SMALL-request
+run, per token of the difference, so start-up, shutdown and imports cancel out and what is left is
+the steady cost per streamed token. The runs are interleaved (every round runs each client at both
+sizes, the order rotated), and the ratio reference / specload is reported per round and as the
+median. ``--burst 1`` is a server that sends one token per event and one event per write, as a
+real server without speculation does; the default (16 events per write) is the pre-rendered
+ceiling. ``--code NAME=PATH`` adds another specload checkout (its ``.venv`` or this interpreter)
+to the same rounds, as a baseline.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -37,10 +50,12 @@ HERE = Path(__file__).parent
 
 
 @contextmanager
-def bench_server(procs: int, burst: int):
-    """benchmarks/bench_server.py on a free loopback port; yields (url, [pids])."""
+def bench_server(procs: int, burst: int, *more: str):
+    """benchmarks/bench_server.py on a free loopback port (``more``: its other options, e.g. pacing);
+    yields (url, [pids])."""
     proc = subprocess.Popen(
-        [sys.executable, str(HERE / "bench_server.py"), "--port", "0", "--procs", str(procs), "--burst", str(burst)],
+        [sys.executable, str(HERE / "bench_server.py"), "--port", "0", "--procs", str(procs), "--burst", str(burst),
+         *more],
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
         assert proc.stdout is not None
@@ -90,6 +105,61 @@ def _fmt_shares(shares: list[float]) -> str:
     return "+".join(f"{s:.0%}" for s in shares)
 
 
+def reference_cmd(url: str, conc: int, n: int, max_tokens: int) -> list[str]:
+    return [sys.executable, str(HERE / "reference_client.py"), url, "--concurrency", str(conc),
+            "--requests", str(n), "--max-tokens", str(max_tokens)]
+
+
+def steady(url: str, pids: list[int], a: argparse.Namespace, extra: list[str]) -> None:
+    """``--steady``: CPU per token of the LARGE run minus the SMALL run, every client, interleaved."""
+    small, large = (int(x) for x in a.steady.split(","))
+    clients: dict[str, Callable[[int], list[str]]] = {
+        "reference": lambda n: reference_cmd(url, a.concurrency, n, a.max_tokens),
+        "specload": lambda n: specload_cmd(url, a.concurrency, n, a.max_tokens, extra),
+    }
+    for spec in a.code:
+        name, _, path = spec.partition("=")
+        root = Path(path).resolve()
+        py = root / ".venv" / "bin" / "python"
+        py_s = str(py) if py.exists() else sys.executable
+        clients[name] = (lambda n, py_s=py_s, root=root: [
+            "env", f"PYTHONPATH={root}", *[py_s, *specload_cmd(url, a.concurrency, n, a.max_tokens, extra)[1:]]])
+    names = list(clients)
+    per: dict[str, list[float]] = {k: [] for k in names}
+    shares: list[float] = []
+    for r in range(a.rounds):
+        order = names[r % len(names):] + names[:r % len(names)]
+        cpu: dict[tuple[str, int], float] = {}
+        for n in ((small, large) if r % 2 == 0 else (large, small)):
+            for name in order:
+                srv = ServerCPU(pids)
+                res, wall, c = run_child(clients[name](n), timeout=1800)
+                if res.returncode != 0:
+                    raise SystemExit(f"{name} failed: {res.stderr[-800:]}")
+                cpu[name, n] = c
+                shares.append(max(srv.shares(wall)))
+        tokens = (large - small) * a.max_tokens
+        for name in names:
+            per[name].append((cpu[name, large] - cpu[name, small]) / tokens * 1e6)
+        print(f"round {r + 1} (load average {os.getloadavg()[0]:.1f}): " + ", ".join(
+            f"{name} {per[name][-1]:.3f} us/token" for name in names)
+            + " | reference/specload " + f"{per['reference'][-1] / per['specload'][-1]:.2f}", flush=True)
+    med = statistics.median
+    print(f"\nsetup: C={a.concurrency}, {small} and {large} requests x {a.max_tokens} tokens, bench server "
+          f"x{a.server_procs}, burst {a.burst} events per write{f', paced {a.itl_ms} ms' if a.itl_ms else ''}, {a.rounds} rounds, medians; "
+          f"specload options: {' '.join(extra) or '(none)'}; server's busiest share of a core over a run "
+          f"(its wall time, start-up included): at most {max(shares):.0%}")
+    for name in names:
+        print(f"{name:>10}: {med(per[name]):.3f} us CPU per token in the steady state "
+              f"(rounds {', '.join(f'{x:.3f}' for x in per[name])})")
+    ratios = [ref / spl for ref, spl in zip(per["reference"], per["specload"], strict=True)]
+    print(f"reference / specload CPU per token: median {med(ratios):.2f} (rounds "
+          f"{', '.join(f'{x:.2f}' for x in ratios)}; target >= 0.85)")
+    for name in names[2:]:
+        rs = [ref / other for ref, other in zip(per["reference"], per[name], strict=True)]
+        print(f"reference / {name}: median {med(rs):.2f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--requests", type=int, default=2000)
@@ -102,10 +172,20 @@ def main() -> None:
     ap.add_argument("--server-limit", type=float, default=0.8,
                     help="a serving process above this share of a core makes the run's ratio invalid")
     ap.add_argument("--extra", default="", help="extra specload options, e.g. '--workers 2'")
+    ap.add_argument("--itl-ms", default=None, metavar="A[:B]",
+                    help="bench server: pace every stream at one write per A to B ms (a real server's pace)")
+    ap.add_argument("--steady", default=None, metavar="SMALL,LARGE",
+                    help="CPU per token of a LARGE-request run minus a SMALL one, per client, interleaved")
+    ap.add_argument("--code", action="append", default=[], metavar="NAME=PATH",
+                    help="with --steady: another specload checkout in the same rounds (a baseline)")
     a = ap.parse_args()
     extra = a.extra.split()
-    server = bench_server(a.server_procs, a.burst) if a.server == "bench" else sim_server()
+    paced = ("--itl-ms", a.itl_ms) if a.itl_ms else ()
+    server = bench_server(a.server_procs, a.burst, *paced) if a.server == "bench" else sim_server()
     with server as (url, pids):
+        if a.steady:
+            steady(url, pids, a, extra)
+            return
         # start-up cost of specload itself: a 1-request, 1-token run
         res, wall, startup_cpu = run_child(specload_cmd(url, 1, 1, 1, extra))
         if res.returncode != 0:
@@ -113,9 +193,7 @@ def main() -> None:
         ref, spl = [], []
         for r in range(a.rounds):
             srv = ServerCPU(pids)
-            res, wall, cpu = run_child([
-                sys.executable, str(HERE / "reference_client.py"), url, "--concurrency", str(a.concurrency),
-                "--requests", str(a.requests), "--max-tokens", str(a.max_tokens)])
+            res, wall, cpu = run_child(reference_cmd(url, a.concurrency, a.requests, a.max_tokens))
             out = json.loads(res.stdout)
             # the reference counts every `data:` event (the finish chunk and [DONE] too): tokens are
             # what was asked for, the same count specload reads from the usage chunk
