@@ -6,11 +6,17 @@
 or restarting, so it marks the server down at once; a timeout or an error status can be a loaded
 server being slow, so those need ``down_after`` consecutive failures. The engine, which sees
 refused connections first, can short-cut the wait with ``mark_down``.
+
+The checks run on a thread of their own, with its own event loop: a client whose loop the load
+saturates (10,000 streams can make each of its turns last seconds) must not time its own backlog
+as the server's answer and declare a healthy server down. Only the verdicts cross to the caller's
+loop, where the state lives (``observe`` and ``mark_down`` run there and nowhere else).
 """
 
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -21,6 +27,9 @@ from specload.datatypes import HealthChanged, RunEvent
 from specload.neterrors import connect_reason, is_client_side
 
 HealthFn = Callable[[RunEvent, str], None]
+# a check every second, each given 2 s (read when a monitor is made: a test may shorten them)
+INTERVAL_S = 1.0
+TIMEOUT_S = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,16 +50,16 @@ class HealthMonitor:
     def __init__(
         self,
         url: str,
-        interval: float = 1.0,
-        timeout: float = 2.0,
+        interval: float | None = None,
+        timeout: float | None = None,
         *,
         clock: Clock = SYSTEM_CLOCK,
         on_change: HealthFn | None = None,
         down_after: int = 2,
     ) -> None:
         self.url = url
-        self.interval = interval
-        self.timeout = timeout
+        self.interval = INTERVAL_S if interval is None else interval
+        self.timeout = TIMEOUT_S if timeout is None else timeout
         self.down_after = max(1, down_after)
         self.state: str | None = None  # None (not yet known), "up", "down"
         self.detail: str = ""
@@ -59,7 +68,8 @@ class HealthMonitor:
         self._clock = clock
         self._on_change = on_change
         self._failures = 0
-        self._stop = asyncio.Event()
+        self._stop = threading.Event()
+        self._wake: Callable[[], None] = lambda: None  # the checking thread's stop, once it runs
 
     def _set(self, state: str, detail: str) -> None:
         self.detail = detail
@@ -117,22 +127,64 @@ class HealthMonitor:
 
     async def stop(self) -> None:
         self._stop.set()
+        self._wake()
 
     async def run(self) -> None:
-        """Poll until ``stop()``; never raises for anything the server does."""
+        """Poll until ``stop()`` or cancelled; never raises for anything the server does."""
         loop = asyncio.get_running_loop()
+        done = loop.create_future()
+
+        def deliver(check: HealthCheck) -> None:
+            if not self._stop.is_set():
+                self.checks += 1
+                self.observe(check)
+
+        def finished() -> None:
+            if not done.done():
+                done.set_result(None)
+
+        def thread() -> None:
+            try:
+                asyncio.run(self._poll(lambda c: loop.call_soon_threadsafe(deliver, c)))
+            except RuntimeError:
+                pass  # the caller's loop closed while a verdict was on its way: nobody is listening
+            finally:
+                try:
+                    loop.call_soon_threadsafe(finished)
+                except RuntimeError:
+                    pass
+
+        worker = threading.Thread(target=thread, name="specload-health", daemon=True)
+        worker.start()
+        try:
+            await done
+        finally:
+            self._stop.set()
+            self._wake()
+
+    async def _poll(self, deliver: Callable[[HealthCheck], object]) -> None:
+        """The checking thread's loop: a check every ``interval`` seconds, each verdict delivered."""
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        assert task is not None
+
+        def wake() -> None:
+            try:
+                loop.call_soon_threadsafe(task.cancel)
+            except RuntimeError:
+                pass  # the thread's loop has ended already
+
+        self._wake = wake
+        if self._stop.is_set():
+            return
         # New connection per check: with keep-alive, a restarted server shows up as a stale
         # pooled connection ("server disconnected") instead of the telling "connection refused".
         connector = aiohttp.TCPConnector(force_close=True)
-        async with aiohttp.ClientSession(connector=connector) as session:
-            while not self._stop.is_set():
-                t0 = loop.time()
-                check = await self.check_once(session)
-                self.checks += 1
-                self.observe(check)
-                wait = max(0.0, self.interval - (loop.time() - t0))
-                try:
-                    async with asyncio.timeout(wait):
-                        await self._stop.wait()
-                except TimeoutError:
-                    pass
+        try:
+            async with aiohttp.ClientSession(connector=connector) as session:
+                while not self._stop.is_set():
+                    t0 = loop.time()
+                    deliver(await self.check_once(session))
+                    await asyncio.sleep(max(0.0, self.interval - (loop.time() - t0)))
+        except (asyncio.CancelledError, RuntimeError):
+            pass  # stopped (RuntimeError: the caller's loop closed under a delivery)

@@ -12,6 +12,7 @@ import time
 
 import pytest
 
+from specload.datatypes import HealthChanged, LoadControl
 from specload.record.reader import read_record
 from specload.session import Session
 from specload.stats.client_load import ClientLoad, ClientLoadMonitor
@@ -176,3 +177,61 @@ def test_a_process_that_gets_no_cpu_is_starved_not_saturated(tmp_path) -> None:
     s = starved[0]
     assert not s["saturated"] and s["loop_lag_ms"] >= 50 and s["cpu_pct"] < 50
     assert s["lag_cpu_wait_ms"] >= s["loop_lag_ms"] / 2
+
+
+@pytest.mark.slow
+async def test_a_saturated_client_never_declares_a_healthy_server_down(tmp_path, monkeypatch) -> None:
+    """The client's loop is saturated (every turn of it takes a second, as with 10,000 streams) while
+    the server, in its own process, is fine: the health checks, timed on their own thread, keep
+    finding it up, so the load is never paused and no request is lost. On the load's loop each check
+    would have timed its backlog (several turns) against the 0.8 s timeout and declared it down.
+    Bounded: the hog runs 6 turns of 1 s."""
+    from specload.watch import health
+
+    monkeypatch.setattr(health, "INTERVAL_S", 0.1)
+    monkeypatch.setattr(health, "TIMEOUT_S", 0.8)
+    sim = subprocess.Popen(
+        [sys.executable, "-m", "specload.sim", "--port", "0", "--ttft-ms", "5", "--itl-ms", "10", "--spec-tokens", "0",
+         "--quiet"], stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        assert sim.stdout is not None
+        url = sim.stdout.readline().split("listening on ")[1].strip()
+        rec = tmp_path / "saturated.jsonl"
+        cfg = make_config(url, concurrency=(4,), duration_per_level_s=7, max_tokens=20, metrics_url="off",
+                          gpu_metrics="off", path=str(rec))
+        heard = Heard()
+        session = Session(cfg, listener=heard)
+        task = asyncio.ensure_future(session.run())
+        await until(lambda: session.runner is not None and session.runner.started >= 4
+                    and session.watch is not None and session.watch.health is not None
+                    and session.watch.health.state == "up", 30)
+        assert session.watch is not None and session.watch.health is not None
+        checks_before = session.watch.health.checks
+        loop = asyncio.get_running_loop()
+        turns = [6]
+
+        def hog() -> None:  # one second of the loop per turn, then the other callbacks get theirs
+            spin(1.0)
+            turns[0] -= 1
+            if turns[0]:
+                loop.call_soon(hog)
+
+        loop.call_soon(hog)
+        await until(lambda: turns[0] == 0, 60)
+        checks_during = session.watch.health.checks - checks_before
+        result = await asyncio.wait_for(task, 60)
+    finally:
+        sim.kill()
+        sim.wait(10)
+    assert result.reason == "completed"
+    assert checks_during >= 2  # the checks went on while the loop was saturated
+    events = heard.of("run_event")
+    assert [e.state for e in events if isinstance(e, HealthChanged)] == ["up"], events
+    assert not [e for e in events if isinstance(e, LoadControl) and e.action == "pause"], events
+    assert not [n for n in heard.of("notice") if "server down" in str(n)]
+    data = read_record(str(rec))
+    assert any(c["saturated"] or c.get("starved") for c in data.clients)  # it was saturated
+    reqs = [r for r in data.requests if not r["warmup"]]
+    assert reqs and all(r["ok"] for r in reqs)
+    assert data.end is not None and data.end["requests"] == len(data.requests)
