@@ -253,6 +253,9 @@ class LoadConfig:
                                 help="Open loop: requests per second (concurrency is then a cap).")
     burstiness: float = option(1.0, "--burstiness", check=positive,
                                help="Gamma shape of open-loop arrivals (1 = Poisson).")
+    ramp_up_s: float = option(0.0, "--ramp-up", check=not_negative, metavar="S",
+                              help="Open a level's new connections over S seconds, not all at once (its "
+                                   "concurrency rises linearly), so the server sees no thundering herd.")
     max_requests: int | None = option(None, "--max-requests", check=at_least(1),
                                       help="Stop after this many requests in all.")
     max_duration_s: float | None = option(None, "--max-duration", check=positive,
@@ -272,6 +275,7 @@ class LoadConfig:
             burstiness=self.burstiness,
             max_requests=self.max_requests,
             max_duration_s=self.max_duration_s,
+            ramp_up_s=self.ramp_up_s,
         )
 
 

@@ -40,6 +40,7 @@ class LoadPlan:
     burstiness: float = 1.0  # gamma shape of inter-arrival times; <1 burstier, >1 smoother
     max_requests: int | None = None  # safety bound over the whole run
     max_duration_s: float | None = None
+    ramp_up_s: float = 0.0  # a level's concurrency rises from what is in flight to its own over this
 
 
 class PlanError(ConfigError):
@@ -79,6 +80,7 @@ def build_plan(
     burstiness: float = 1.0,
     max_requests: int | None = None,
     max_duration_s: float | None = None,
+    ramp_up_s: float = 0.0,
 ) -> LoadPlan:
     """The plan of these levels; the values are checked by ``config.LoadConfig`` (the one place)."""
     auto_count = requests_per_level is None and duration_per_level is None
@@ -95,6 +97,7 @@ def build_plan(
         burstiness=burstiness,
         max_requests=max_requests,
         max_duration_s=max_duration_s,
+        ramp_up_s=ramp_up_s,
     )
 
 

@@ -12,6 +12,10 @@ asked before each start. In drain mode the dispatcher waits for the level's requ
 A concurrency change made by the user starts a new, held "manual" level, so every level in the
 table has one concurrency; releasing the hold resumes the plan with its next level.
 
+``--ramp-up S``: when a level asks for more than are in flight, its concurrency rises linearly from
+what is in flight to its own over S seconds, so a level of 10,000 opens its connections over S
+rather than in one burst that the server's accept queue (and the client's loop) would take at once.
+
 A ``LevelSource`` (the capacity search) decides levels while the run goes: while one is set, its
 levels come before the plan's remaining ones, and when a level has started its requests the source
 may ask for more in the same level (a probe whose verdict is not yet decided). Setting a source ends
@@ -178,6 +182,7 @@ class Runner:
         self._level: Level | None = None  # the level running, or the last one
         self._level_open = False  # it runs (False before the first and while a run that stays open waits)
         self._level_ends: tuple[EndRule, ...] = ()  # the end rules that apply to it
+        self._ramp: tuple[int, int] | None = None  # --ramp-up in progress: (its start ns, in flight then)
         self._next_id = 0
         self._time_bound = MaxDuration(plan.max_duration_s, clock, self._end_by_max_duration)
         # what ends a level, asked in this order before each start: the first with a say wins
@@ -417,6 +422,9 @@ class Runner:
             if self.paused or self.in_flight >= self.target:
                 await self._sleep_until_woken(self._due_in_s(level))
                 continue
+            if (ramp_wait := self._ramp_wait_s()) is not None:
+                await self._sleep_until_woken(self._due_in_s(level, ramp_wait))
+                continue
             if arrivals is not None and (wait := arrivals.wait_s(self.clock.now_ns())) > 0:
                 await self._sleep_until_woken(self._due_in_s(level, wait))
                 continue
@@ -444,6 +452,8 @@ class Runner:
         if not self.paused:
             level.start_clock()
         self._skip = False
+        base = min(self.in_flight, spec.concurrency)
+        self._ramp = (self.clock.now_ns(), base) if self.plan.ramp_up_s > 0 and spec.concurrency > base else None
         if spec.concurrency != self.target:
             self.target = spec.concurrency
             self._on_event(ConcurrencyChanged(self.clock.now_ns(), self.target))
@@ -460,6 +470,23 @@ class Runner:
         self._arrivals.rate = rate
         self._arrivals.restart()
         return self._arrivals
+
+    def _ramp_wait_s(self) -> float | None:
+        """While ``--ramp-up`` paces the level: how long until one more request may be in flight
+        (None: one may start now). The cap rises from the in-flight count at the level's start
+        to the target in equal steps over the ramp; the first step is at once."""
+        if self._ramp is None:
+            return None
+        t0, base = self._ramp
+        span_s, steps = self.plan.ramp_up_s, self.target - base
+        elapsed = (self.clock.now_ns() - t0) / 1e9
+        if elapsed >= span_s or steps <= 0:
+            self._ramp = None
+            return None
+        allowed = base + 1 + int(steps * elapsed / span_s)  # requests allowed in flight now
+        if self.in_flight < allowed:
+            return None
+        return span_s * (allowed - base) / steps - elapsed
 
     async def _end_step(self, level: Level) -> Step:
         for rule in self._level_ends:

@@ -338,3 +338,52 @@ async def test_setting_a_source_ends_the_current_level(sim) -> None:
         await runner.client.close()
     assert [s.concurrency for s in sink.levels][:2] == [2, 3]
     assert sink.levels[1].requests == 6
+
+
+async def test_ramp_up_spreads_the_connections_the_server_sees(sim, tmp_path) -> None:
+    """``--ramp-up 1`` at C=10: the runner starts the k-th request no sooner than (k-1)/10 s into the
+    level (exactly, from the record), and the server (behind a proxy that notes each accepted
+    connection) sees the ten opens spread over most of the second, not in one burst. Each request
+    outlasts the ramp, so every start is a new connection."""
+    from specload.record.reader import read_record
+    from specload.session import Session
+    from tests.conftest import make_config
+
+    server = await sim(ttft_ms=5, itl_ms=20, spec_tokens=0)
+    opens: list[float] = []
+    port = int(server.url.rsplit(":", 1)[1])
+
+    async def pipe(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        try:
+            while data := await r.read(65536):
+                w.write(data)
+                await w.drain()
+        except (ConnectionError, OSError):
+            pass
+        finally:
+            w.close()
+
+    async def accepted(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        opens.append(time.monotonic())
+        ur, uw = await asyncio.open_connection("127.0.0.1", port)
+        await asyncio.gather(pipe(r, uw), pipe(ur, w))
+
+    proxy = await asyncio.start_server(accepted, "127.0.0.1", 0)
+    try:
+        rec = tmp_path / "ramp.jsonl"
+        cfg = make_config(f"http://127.0.0.1:{proxy.sockets[0].getsockname()[1]}", concurrency=(10,),
+                          requests_per_level=10, ramp_up_s=1.0, max_tokens=100, health=False, metrics_url="off",
+                          gpu_metrics="off", path=str(rec))
+        result = await asyncio.wait_for(Session(cfg).run(), 60)
+    finally:
+        proxy.close()
+    assert result.reason == "completed"
+    data = read_record(str(rec))
+    level_t = next(e["t_s"] for e in data.events if e["kind"] == "level")
+    starts = sorted(r["start_s"] for r in data.requests)
+    assert len(starts) == 10 and all(r["ok"] for r in data.requests)
+    for k, t in enumerate(starts):
+        assert t - level_t >= 0.1 * k - 1e-3, (k, t - level_t)
+    load = opens[-10:]  # the opens before them measured the prompt lengths
+    assert len(opens) >= 10
+    assert load[-1] - load[0] >= 0.5  # 0.9 s apart unless the first open was itself held up
