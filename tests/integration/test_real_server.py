@@ -523,3 +523,54 @@ def test_max_tokens_out_of_range_is_an_http_error_with_the_server_message(tmp_pa
         assert err is not None and err["kind"] == "http" and err["status"] == 400, r
         assert "max_tokens" in err["detail"] and "-5" in err["detail"], err
     assert run.summary is not None and run.summary["errors"] == {"http": 2}
+
+
+# --------------------------------------------------------------------------------------------------
+# the built-in prompt set on the real server, acceptance per category from its timings
+
+
+def test_builtin_categories_with_ngram_speculation_record_acceptance_per_category(tmp_path: Path) -> None:
+    """``--dataset builtin`` (the first 8 prompts of each category, passages of thousands of tokens
+    in this model's tokenizer among them: 8 slots of 8192) with ngram-mod speculation: each request's drafts from its
+    ``timings`` (draft_n, draft_n_accepted), pooled per category in the level line, and the sums
+    equal to the server's own /metrics counters; a workload of text people send, sent with the chat
+    template and natural stops, draws no workload warning."""
+    with OwnServer(tmp_path / "server.log", *SPEC, ctx=65536) as srv:
+        before = srv.metrics()
+        run = run_specload(
+            srv.url, "--api", "chat", "-c", "4", "-n", "64", "--dataset", "builtin", "--max-tokens", "64",
+            workdir=tmp_path, timeout=120,
+        )  # fmt: skip
+        after = srv.metrics()
+    assert run.returncode == 0, run.describe()
+    reqs = record_requests(run)
+    assert len(reqs) == 64 and all(r["ok"] for r in reqs), Counter(str(r["error"]) for r in reqs if not r["ok"])
+    assert run.record.run["ignore_eos"] is False
+    drafted = [r for r in reqs if r["server_timings"].get("draft_n")]
+    assert drafted, "ngram-mod drafted nothing on the built-in prompts"
+    for r in reqs:
+        t = r["server_timings"]
+        assert r.get("spec_drafted") == t.get("draft_n") and r.get("spec_accepted") == t.get("draft_n_accepted"), r
+        assert r["prompt_tokens"] == t["prompt_n"] + t.get("cache_n", 0)
+    # the requests' own counts are the server's, whole-run
+    total = {k: after[f"llamacpp:spec_decode_num_{k}_tokens_total"] - before[f"llamacpp:spec_decode_num_{k}_tokens_total"]
+             for k in ("draft", "accepted")}  # fmt: skip
+    assert sum(r["spec_drafted"] for r in drafted) == total["draft"]
+    assert sum(r["spec_accepted"] for r in drafted) == total["accepted"]
+    (level,) = run.record.levels
+    cats = level["categories"]
+    assert set(cats) == {"chat", "coding", "math", "summarise", "extract", "translate", "rewrite", "creative"}
+    report = []
+    for name, c in sorted(cats.items()):
+        mine = [r for r in reqs if r["category"] == name]
+        assert c["requests"] == len(mine) == 8
+        d = sum(r.get("spec_drafted") or 0 for r in mine)
+        a = sum(r.get("spec_accepted") or 0 for r in mine)
+        if d:
+            assert c["accept_rate"] == pytest.approx(a / d, abs=1e-4), (name, c)
+        else:
+            assert c["accept_rate"] is None, (name, c)
+        tokens = sorted(r["prompt_tokens"] for r in mine)
+        report.append(f"{name} prompt {tokens[0]}-{tokens[-1]} accept {c['accept_rate']} ({a}/{d})")
+    assert run.summary is not None and run.summary["workload_warnings"] == []
+    print("; ".join(report))

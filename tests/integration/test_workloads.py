@@ -146,3 +146,104 @@ def test_conversations_are_sent_turn_by_turn_with_the_replies_and_the_cache_show
     assert cached["turns"]["3"]["ttft_ms_p50"] < uncached["turns"]["3"]["ttft_ms_p50"]
     p = specload("report", str(tmp_path / "cached.jsonl"), "--by", "turn")
     assert p.returncode == 0 and "by turn" in p.stdout
+
+
+def _client_lines(src: Path, dst: Path, *, starved: bool) -> None:
+    """``src`` rewritten as the recorder would have written it on a quiet machine (``starved``
+    False: no second of the client starved) or on a loaded one (every second starved)."""
+    out = []
+    for line in src.read_bytes().splitlines():
+        x = orjson.loads(line)
+        if x["type"] == "client":
+            x["starved"] = starved
+        out.append(orjson.dumps(x))
+    dst.write_bytes(b"\n".join(out) + b"\n")
+
+
+def test_a_configuration_may_win_on_code_and_lose_on_creative_writing(tmp_path: Path) -> None:
+    """Comparisons judge each category: speculation whose verify step is dear (draft cost 0.4 a
+    token) pays on code, whose drafts are accepted, and costs on creative writing, whose are not;
+    the HTML report shows acceptance by category; a level whose client starved reads unsound, not
+    better; a live --baseline whose max_tokens differs (256 vs 128) says so and gives no verdict."""
+    sim = "--step-ms 4 --prefill-per-token-ms 0.001 --quiet --seed 1"
+    runs = {"base": f"{sim} --spec-tokens 0", "spec": f"{sim} --spec-tokens 3 --accept-rate 0.7 --draft-cost 0.4"}
+    for name, args in runs.items():
+        p = specload("run", "-c", "4", "-n", "128", "--dataset", "builtin", "--max-tokens", "128",
+                     "--record", str(tmp_path / f"{name}.jsonl"), "--sim-args", args)
+        assert p.returncode == 0, p.stderr
+    # as on a quiet machine (the figures are the server's): judged per category, both ways
+    quiet = {n: tmp_path / f"{n}-quiet.jsonl" for n in runs}
+    for n, f in quiet.items():
+        _client_lines(tmp_path / f"{n}.jsonl", f, starved=False)
+    p = specload("report", str(quiet["base"]), str(quiet["spec"]), "--json")
+    assert p.returncode == 0, p.stderr
+    (lv,) = orjson.loads(p.stdout)["levels"]
+    cats = {c: side["spec-quiet"]["per_request_tok_s"] for c, side in lv["categories"].items()}
+    assert cats["coding"]["ratio"] > 1.2 and cats["coding"]["verdict"] == "better", cats["coding"]
+    assert cats["extract"]["ratio"] > 1.1 and cats["extract"]["verdict"] == "better", cats["extract"]
+    assert cats["creative"]["ratio"] < 0.85 and cats["creative"]["verdict"] == "worse", cats["creative"]
+    assert lv["headline"]["spec-quiet"] != "unsound"  # the whole level: its mix of both may not decide
+    p = specload("report", str(quiet["base"]), str(quiet["spec"]))
+    assert p.returncode == 0 and "by category: spec-quiet / base-quiet" in p.stdout
+    # the same pair with the spec side's client starved: the same figures, no verdict
+    starved = tmp_path / "spec-starved.jsonl"
+    _client_lines(tmp_path / "spec.jsonl", starved, starved=True)
+    p = specload("report", str(quiet["base"]), str(starved), "--json")
+    (lv,) = orjson.loads(p.stdout)["levels"]
+    assert lv["headline"] == {"spec-starved": "unsound"}
+    assert any(f["kind"] == "client_starved" for f in lv["flags"])
+    coding = lv["categories"]["coding"]["spec-starved"]["per_request_tok_s"]
+    assert coding["verdict"] == "unsound" and coding["ratio"] == cats["coding"]["ratio"]
+    # HTML: the acceptance of each category, as the level line has it
+    spec_level = next(x for x in lines(tmp_path / "spec.jsonl") if x["type"] == "level")
+    html = tmp_path / "r.html"
+    p = specload("report", str(tmp_path / "spec.jsonl"), "--html", str(html))
+    assert p.returncode == 0, p.stderr
+    text = html.read_text()
+    section = text[text.index("<h2>Acceptance by category"):text.index("<h2>Timelines")]
+    for name, c in spec_level["categories"].items():
+        assert f'<td class="text">{name}</td><td>{c["accept_rate"] * 100:.0f}%' in section, name
+    # live --baseline, max_tokens 256 against the baseline's 128: said at the start, no verdict
+    rec = tmp_path / "live.jsonl"
+    p = specload("run", "-c", "4", "-n", "16", "--dataset", "builtin", "--max-tokens", "256", "--baseline",
+                 str(tmp_path / "spec.jsonl"), "--json", "--record", str(rec), "--sim-args", runs["spec"])
+    assert p.returncode == 0, p.stderr
+    assert "--baseline: unsound, no verdicts: the workloads differ: max_tokens 128 vs 256" in p.stderr
+    assert orjson.loads(p.stdout)["levels"][0]["judged"]["verdict"] == "unsound"
+    assert next(x for x in lines(rec) if x["type"] == "level")["judged"]["verdict"] == "unsound"
+
+
+def test_dataset_files_of_other_tools_from_the_command_line(tmp_path: Path) -> None:
+    """A ShareGPT file (a JSON array, as ShareGPT_V3_unfiltered) is detected and sent with its rows'
+    categories; --dataset-format names a shape, and a file of another shape, or of none, gets one
+    line saying what was expected, exit 2, before anything starts."""
+    rows = [{"id": "x1", "category": "coding", "conversations": [
+                {"from": "human", "value": "Write a Python function that reverses a list"},
+                {"from": "gpt", "value": "def rev(xs): return xs[::-1]"}]},
+            {"id": "x2", "conversations": []},
+            {"id": "x3", "category": "chat", "conversations": [{"from": "human", "value": "How are you today?"}]}]
+    sharegpt = tmp_path / "sg.json"
+    sharegpt.write_bytes(orjson.dumps(rows))
+    rec = tmp_path / "run.jsonl"
+    p = specload("run", "-c", "1", "-n", "4", "--dataset", str(sharegpt), "--max-tokens", "16",
+                 "--record", str(rec), "--sim-args", FAST_SIM)
+    assert p.returncode == 0, p.stderr
+    data = lines(rec)
+    ds = data[0]["prompts"]["dataset"]
+    assert (ds["format"], ds["rows"]) == ("sharegpt", 2), ds
+    assert [r["category"] for r in data if r["type"] == "request"] == ["coding", "chat", "coding", "chat"]
+    assert data[0]["ignore_eos"] is False
+    p = specload("run", "-c", "1", "-n", "2", "--dataset", str(sharegpt), "--dataset-format", "sharegpt",
+                 "--max-tokens", "8", "--sim-args", FAST_SIM)
+    assert p.returncode == 0, p.stderr
+    mt_bench = tmp_path / "question.jsonl"  # MT-Bench's own shape: none of the three
+    mt_bench.write_text('{"question_id": 81, "category": "writing", "turns": ["Compose a blog post", "Rewrite it"]}\n')
+    for args, needles in (
+        (["--dataset", str(sharegpt), "--dataset-format", "openai"], ['expected an object with "messages"']),
+        (["--dataset", str(mt_bench)], ["(plain)", "(sharegpt)", "(openai)", "found an object with keys question_id"]),
+        (["--dataset", str(mt_bench), "--dataset-format", "csv"], ["--dataset-format"]),
+    ):
+        p = specload("run", "http://127.0.0.1:9", "-c", "1", "-n", "1", *args, timeout=30)
+        assert p.returncode == 2, (args, p.stderr)
+        assert p.stderr.startswith("specload: error: ") and p.stderr.count("\n") == 1, p.stderr
+        assert all(n in p.stderr for n in needles), (args, p.stderr)
