@@ -15,6 +15,7 @@ import os
 import shutil
 import sys
 from collections.abc import Set as AbstractSet
+from typing import TYPE_CHECKING
 
 from specload.config import RunConfig
 from specload.datatypes import CrashEvent, RunEvent, SearchProgress, ServerExited
@@ -24,6 +25,9 @@ from specload.session import Session, SessionResult
 from specload.stats.client_load import ClientLoad
 from specload.stats.levels import LevelSummary
 from specload.warmup import install_loop
+
+if TYPE_CHECKING:
+    from specload.report.compare import Comparison
 
 STATUS_INTERVAL_S = 1.0
 _CLEAR = "\r\x1b[K"
@@ -248,6 +252,12 @@ def print_summary(
         }
         if result.search is not None:
             extra["search"] = result.search.as_record()
+        by_category = _baseline_by_category(session, levels)
+        if by_category is not None:
+            from specload.report.compare import to_json
+
+            extra["baseline_categories"] = {lv["key"]: lv["categories"] for lv in to_json(by_category)["levels"]
+                                            if lv.get("categories")}
         sys.stdout.write(orjson.dumps(summary_json(levels, extra), option=orjson.OPT_INDENT_2).decode() + "\n")
         return
     from rich.markup import escape
@@ -264,6 +274,11 @@ def print_summary(
     for c in snap.crashes:
         # the server's text is never markup: a log line holding "[/]" must not end the run in a traceback
         console.print(f"[red]crash[/] {escape(c.exception_type)}: {escape(c.message)} (x{c.count})", highlight=False)
+    by_category = _baseline_by_category(session, levels)
+    if by_category is not None:
+        from specload.report.compare import render_categories
+
+        render_categories(by_category, console)
     if result.search is not None:
         from specload.report.report import search_lines
 
@@ -271,3 +286,21 @@ def print_summary(
             console.print(line, highlight=False)
     if session.cfg.record.path:
         console.print(f"record: {session.cfg.record.path}", highlight=False)
+
+
+def _baseline_by_category(session: Session, levels: list[LevelSummary]) -> Comparison | None:
+    """With --baseline, --record and a dataset's categories: the record against the baseline as
+    ``report BASE RUN`` judges them, for its per-category verdicts (the live judge gives the
+    level's); None when there is nothing to judge or a file cannot be read."""
+    from specload.record.runs import RunReadError, load_run
+    from specload.report.compare import Side, compare
+
+    cfg = session.cfg
+    base, path = cfg.compare.baseline, cfg.record.path
+    if not base or not path or not any(s.categories for s in levels):
+        return None
+    try:
+        sides = [Side("baseline", (load_run(base),)), Side(cfg.label or "this run", (load_run(path),))]
+        return compare(sides, primary=cfg.compare.primary)
+    except (RunReadError, ValueError):
+        return None

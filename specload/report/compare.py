@@ -717,7 +717,7 @@ def render(c: Comparison, console: Console) -> None:
             st.add_row(METRICS[m].label, *cells)
         out.print(st)
 
-    _render_categories(c, out)
+    render_categories(c, out)
     notes = []
     for lc in c.levels:
         for f in lc.flags:
@@ -751,7 +751,7 @@ def render(c: Comparison, console: Console) -> None:
         out.print(f"[dim]{EXPLAIN_THROUGHPUT}[/]")
 
 
-def _render_categories(c: Comparison, out: Console) -> None:
+def render_categories(c: Comparison, out: Console) -> None:
     """Per other side, each category's per-request tok/s and acceptance (the requests' own) against the
     baseline's, level by level."""
     from rich.table import Table

@@ -164,13 +164,25 @@ def test_a_configuration_may_win_on_code_and_lose_on_creative_writing(tmp_path: 
     """Comparisons judge each category: speculation whose verify step is dear (draft cost 0.4 a
     token) pays on code, whose drafts are accepted, and costs on creative writing, whose are not;
     the HTML report shows acceptance by category; a level whose client starved reads unsound, not
-    better; a live --baseline whose max_tokens differs (256 vs 128) says so and gives no verdict."""
+    better; a live --baseline judges each category at its end, and one whose max_tokens differs
+    (256 vs 128) says so and gives no verdict."""
     sim = "--step-ms 4 --prefill-per-token-ms 0.001 --quiet --seed 1"
     runs = {"base": f"{sim} --spec-tokens 0", "spec": f"{sim} --spec-tokens 3 --accept-rate 0.7 --draft-cost 0.4"}
     for name, args in runs.items():
+        live = ["--baseline", str(tmp_path / "base.jsonl"), "--json"] if name == "spec" else []
         p = specload("run", "-c", "4", "-n", "128", "--dataset", "builtin", "--max-tokens", "128",
-                     "--record", str(tmp_path / f"{name}.jsonl"), "--sim-args", args)
+                     "--record", str(tmp_path / f"{name}.jsonl"), "--sim-args", args, *live)
         assert p.returncode == 0, p.stderr
+    # the live --baseline's end: each category judged as report BASE RUN judges it
+    live_cats = orjson.loads(p.stdout)["baseline_categories"]["C=4"]
+    p = specload("report", str(tmp_path / "base.jsonl"), str(tmp_path / "spec.jsonl"), "--json")
+    (lv,) = orjson.loads(p.stdout)["levels"]
+    def figures(cats: dict, base: str, other: str) -> dict:  # the intervals' bootstrap is seeded by the labels
+        return {(c, m): (side[base][m]["value"], side[other][m]["value"], side[other][m]["ratio"])
+                for c, side in cats.items() for m in side[other]}
+
+    assert figures(live_cats, "baseline", "this run") == figures(lv["categories"], "base", "spec")
+    assert live_cats["coding"]["this run"]["per_request_tok_s"]["ratio"] > 1.2
     # as on a quiet machine (the figures are the server's): judged per category, both ways
     quiet = {n: tmp_path / f"{n}-quiet.jsonl" for n in runs}
     for n, f in quiet.items():
