@@ -8,7 +8,6 @@ engine process (``engine_process.py``) runs the same two on its own loop.
 
 from __future__ import annotations
 
-import itertools
 from typing import TYPE_CHECKING
 
 from specload.session.listener import NullListener, SessionListener, forwarding_listener
@@ -74,8 +73,6 @@ class SessionControl:
 
 def session_frame(session: Session, info: RunInfo) -> Frame:
     """The frame of a session in this process."""
-    lines = session.log_lines
-    n = len(lines)
     cap = session.capacity
     return Frame(
         info=info,
@@ -85,7 +82,7 @@ def session_frame(session: Session, info: RunInfo) -> Frame:
         url=session.url,
         model=session.model,
         api=session.api,
-        log=tuple(itertools.islice(lines, max(0, n - LOG_TAIL), n)),
+        log=session.log_lines.tail(LOG_TAIL),
         search=session.search_view(),
         searching=cap is not None and cap.searching,
         live=session.live_view(),

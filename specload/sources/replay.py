@@ -15,8 +15,6 @@ the concurrency keys do nothing (a record cannot be steered).
 
 from __future__ import annotations
 
-import itertools
-from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -43,6 +41,7 @@ from specload.session.listener import SessionListener
 from specload.sources.frame import LOG_TAIL, Frame, RunInfo
 from specload.stats.levels import LevelSummary
 from specload.stats.live import LiveStats, StatsSnapshot
+from specload.watch.logwatch import LogTail
 
 NS = 1_000_000_000
 SLICE_S = 0.25  # token feed granularity, in record time (LiveStats buckets by the second)
@@ -125,7 +124,7 @@ class ReplaySource:
         self.paused = False
         self.position_s = 0.0
         self.concurrency = 0
-        self.log_lines: deque[tuple[int, str]] = deque(maxlen=2000)
+        self.log_lines = LogTail()
         self.runner = ReplayControls(self)
         self.control = self.runner  # the RunControl the dashboard's keys use
         self._clock = clock
@@ -200,12 +199,10 @@ class ReplaySource:
 
     def frame(self) -> Frame:
         """What the dashboard shows (``RunSource``): the record as of the playback position."""
-        lines = self.log_lines
-        n = len(lines)
         return Frame(
             info=RunInfo(t0_ns=self.t0_ns, on_crash="continue", slo=None, open_loop=False),
             stats=self.snapshot(), runner=self.runner_state(), state=self.state_label(), url=self.url,
-            model=self.model, api=self.api, log=tuple(itertools.islice(lines, max(0, n - LOG_TAIL), n)),
+            model=self.model, api=self.api, log=self.log_lines.tail(LOG_TAIL),
             search=None, searching=False,
         )
 

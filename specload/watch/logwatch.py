@@ -4,7 +4,8 @@
 server's output), one reader task per source and the crash detector's 0.2 s poll (a traceback's end
 is known only when the next line or a pause comes). Every line is masked for secrets (a server may
 log its own arguments, API key included: vLLM does), kept in a bounded tail for the screen
-(``lines``, numbered so a reader can ask for what is new), fed to ``--expect-log``, to the line
+(``lines``, numbered so a reader can ask for what is new; bounded in lines and in characters:
+2,000 lines of up to 1 MiB each would be 2 GB), fed to ``--expect-log``, to the line
 observers (the supervisor looks for the simulator's URL), to the crash detector and to the
 server-stats parser, whose samples of the server's periodic stats lines are taken at most once per
 ``--metrics-interval`` for each kind of stats line (a log flood of stats lines does not write a record
@@ -18,8 +19,9 @@ printed at the very end) before ``stop`` cancels the readers, and ``finish`` flu
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from specload.clock import Clock
 from specload.config import WatchConfig
@@ -28,8 +30,39 @@ from specload.secrets import Scrubber
 from specload.watch.tail import LogSource
 
 TAIL_LINES = 2000  # lines kept for the screen's log panel
+TAIL_CHARS = 8 << 20  # and at most this much text: a server printing 1 MiB lines keeps 8 of them
+FRAME_LINE_CHARS = 4096  # a line as a frame carries it (the panel shows a screen's width of it)
 POLL_S = 0.2  # the crash detector's clock: a report is complete when no line followed for a while
 DRAIN_S, QUIET_S = 1.0, 0.2  # at the end: read until quiet for QUIET_S, at most DRAIN_S
+
+
+class LogTail:
+    """The newest lines of a log, numbered ``(seq, line)``, bounded by count and by characters (the
+    newest line is always kept, however long)."""
+
+    def __init__(self, max_lines: int = TAIL_LINES, max_chars: int = TAIL_CHARS) -> None:
+        self._lines: deque[tuple[int, str]] = deque()
+        self.max_lines, self.max_chars = max_lines, max_chars
+        self.chars = 0
+
+    def append(self, item: tuple[int, str]) -> None:
+        lines = self._lines
+        lines.append(item)
+        self.chars += len(item[1])
+        while len(lines) > self.max_lines or (self.chars > self.max_chars and len(lines) > 1):
+            self.chars -= len(lines.popleft()[1])
+
+    def __len__(self) -> int:
+        return len(self._lines)
+
+    def __iter__(self) -> Iterator[tuple[int, str]]:
+        return iter(self._lines)
+
+    def tail(self, n: int) -> tuple[tuple[int, str], ...]:
+        """The newest ``n`` lines as a frame carries them: each cut to ``FRAME_LINE_CHARS``."""
+        cut = FRAME_LINE_CHARS
+        newest = itertools.islice(reversed(self._lines), n)
+        return tuple(reversed([(seq, line if len(line) <= cut else line[:cut] + "…") for seq, line in newest]))
 
 
 class LogWatch:
@@ -50,7 +83,7 @@ class LogWatch:
         self.cfg = cfg
         self.clock = clock
         self.scrub = scrub
-        self.lines: deque[tuple[int, str]] = deque(maxlen=TAIL_LINES)
+        self.lines = LogTail()
         self.seq = 0
         self.observers: list[Callable[[str], None]] = []
         self.expect = ExpectLog(cfg.expect_log, clock=clock) if cfg.expect_log else None
