@@ -60,6 +60,9 @@ def raise_fd_limit(needed: int) -> int | None:
         return fd_limit()
 
 
+REFUSED = "connection refused (nothing listens on that port)"
+
+
 def connect_reason(e: BaseException) -> str:
     """One line on why a connection could not be made (or was refused at once)."""
     if isinstance(e, aiohttp.ClientConnectorCertificateError):
@@ -74,7 +77,7 @@ def connect_reason(e: BaseException) -> str:
         where = f" (ulimit -n {limit})" if limit is not None and err.errno == errno.EMFILE else ""
         return f"specload is out of file descriptors{where}: not a server failure ({err.strerror})"
     if err is not None and err.errno == errno.ECONNREFUSED:
-        return "connection refused (nothing listens on that port)"
+        return REFUSED
     if isinstance(e, TimeoutError | asyncio.TimeoutError):
         return "no answer (timeout)"
     if err is not None:

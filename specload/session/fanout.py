@@ -28,6 +28,7 @@ from specload.datatypes import (
     ServerSample,
 )
 from specload.engine.capacity import CapacityPart
+from specload.neterrors import REFUSED
 from specload.record.sink import RecordSink
 from specload.secrets import Scrubber, redact_command
 from specload.session.listener import SessionListener
@@ -91,8 +92,11 @@ class Fanout:
             self.judge.add(rec)
         self.record.request(rec)
         interrupted = self.policy is not None and self.policy.interrupted
-        if rec.error_kind is ErrorKind.CONNECT and self.watch is not None and not interrupted:
-            self.watch.mark_down(rec.error_detail or "connection refused")  # faster than the next poll
+        if rec.error_kind is ErrorKind.CONNECT and rec.error_detail == REFUSED and self.watch is not None \
+                and not interrupted:
+            # refused: nothing listens, down now (faster than the next poll). A connect timeout is left
+            # to the health checks: a saturated client times out its own backlog of connections.
+            self.watch.mark_down(rec.error_detail)
 
     def event(self, ev: RunEvent) -> None:
         if isinstance(ev, LevelStarted):

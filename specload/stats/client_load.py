@@ -64,7 +64,7 @@ class ClientLoad:
         )
 
 
-class _RunQueueWait:
+class RunQueueWait:
     """The calling thread's total run-queue wait (ns) from the kernel, or None where unavailable."""
 
     def __init__(self) -> None:
@@ -128,13 +128,13 @@ class ClientLoadMonitor:
         return ClientLoad(t_ns, cpu_pct, lag_ms, saturated, starved, lag_cpu_wait_ms)
 
     async def run(self) -> None:
-        rq = _RunQueueWait()
+        rq = RunQueueWait()
         try:
             await self._run(rq)
         finally:
             rq.close()
 
-    async def _run(self, rq: _RunQueueWait) -> None:
+    async def _run(self, rq: RunQueueWait) -> None:
         # the loop's own clock, which is what asyncio.sleep waits on: real time in a real run, and in
         # a virtual-time run (specload.sim.virtual_time) a clock under which nothing is ever late
         clock = asyncio.get_running_loop().time

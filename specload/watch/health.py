@@ -10,7 +10,9 @@ refused connections first, can short-cut the wait with ``mark_down``.
 The checks run on a thread of their own, with its own event loop: a client whose loop the load
 saturates (10,000 streams can make each of its turns last seconds) must not time its own backlog
 as the server's answer and declare a healthy server down. Only the verdicts cross to the caller's
-loop, where the state lives (``observe`` and ``mark_down`` run there and nowhere else).
+loop, where the state lives (``observe`` and ``mark_down`` run there and nowhere else). A thread can
+be starved too, by other processes on a busy machine: a check that timed out while its own thread
+spent half the timeout waiting for a CPU (the kernel's run-queue wait) gives no verdict.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import aiohttp
 from specload.clock import SYSTEM_CLOCK, Clock
 from specload.datatypes import HealthChanged, RunEvent
 from specload.neterrors import connect_reason, is_client_side
+from specload.stats.client_load import RunQueueWait
 
 HealthFn = Callable[[RunEvent, str], None]
 # a check every second, each given 2 s (read when a monitor is made: a test may shorten them)
@@ -38,6 +41,15 @@ class HealthCheck:
     detail: str
     refused: bool = False  # the port is closed: down at once, no second chance
     client_side: bool = False  # the check failed in specload itself (no file descriptor): no verdict
+
+
+def starved_check(check: HealthCheck, cpu_wait_s: float | None, timeout_s: float) -> HealthCheck:
+    """A timed-out check whose thread waited for a CPU for half the timeout or more is no verdict:
+    the server had too little of the time to answer in."""
+    if check.ok or cpu_wait_s is None or not check.detail.startswith("timeout") or cpu_wait_s < timeout_s / 2:
+        return check
+    return HealthCheck(False, f"{check.detail}, {cpu_wait_s:.1f} s of it waiting for a CPU here: no verdict",
+                       client_side=True)
 
 
 class HealthMonitor:
@@ -180,11 +192,17 @@ class HealthMonitor:
         # New connection per check: with keep-alive, a restarted server shows up as a stale
         # pooled connection ("server disconnected") instead of the telling "connection refused".
         connector = aiohttp.TCPConnector(force_close=True)
+        rq = RunQueueWait()  # this thread's
         try:
             async with aiohttp.ClientSession(connector=connector) as session:
                 while not self._stop.is_set():
-                    t0 = loop.time()
-                    deliver(await self.check_once(session))
+                    t0, w0 = loop.time(), rq.read()
+                    check = await self.check_once(session)
+                    w1 = rq.read()
+                    deliver(starved_check(check, None if w0 is None or w1 is None else (w1 - w0) / 1e9,
+                                          self.timeout))
                     await asyncio.sleep(max(0.0, self.interval - (loop.time() - t0)))
         except (asyncio.CancelledError, RuntimeError):
             pass  # stopped (RuntimeError: the caller's loop closed under a delivery)
+        finally:
+            rq.close()

@@ -13,7 +13,7 @@ from aiohttp import web
 
 from specload.clock import FakeClock
 from specload.datatypes import HealthChanged, RunEvent
-from specload.watch.health import HealthCheck, HealthMonitor
+from specload.watch.health import HealthCheck, HealthMonitor, starved_check
 
 DEADLINE = 5.0
 
@@ -156,3 +156,16 @@ def test_transition_rules_without_a_server() -> None:
     assert len(rec.events) == 5
     mon.observe(HealthCheck(True, "HTTP 200 in 1 ms"))
     assert mon.state == "up"
+
+
+def test_a_timeout_while_the_checking_thread_waited_for_a_cpu_is_no_verdict() -> None:
+    rec = Recorder()
+    mon = HealthMonitor("http://127.0.0.1:1/health", timeout=2.0, on_change=rec, down_after=1)
+    mon.observe(HealthCheck(True, "HTTP 200 in 1 ms"))
+    timeout = HealthCheck(False, "timeout after 2 s")
+    mon.observe(starved_check(timeout, 1.2, 2.0))  # the server had 0.8 s of the 2: no verdict
+    assert rec.values == ["up"] and "waiting for a CPU here" in mon.detail
+    assert starved_check(HealthCheck(False, "HTTP 503"), 1.9, 2.0).client_side is False  # an answer is one
+    assert starved_check(timeout, None, 2.0) is timeout  # not known (not Linux): the timeout stands
+    mon.observe(starved_check(timeout, 0.3, 2.0))  # the server had most of the time: down
+    assert rec.values == ["up", "down"]
