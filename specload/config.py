@@ -291,6 +291,10 @@ class RequestConfig:
                                       help="Length of synthetic prompts in the server's own tokens (measured "
                                            "before the load): N, MEAN:SPREAD (uniform) or a list A,B,C "
                                            "(drawn per request with --seed).")
+    tokens_per_word: float | None = option(
+        None, "--tokens-per-word", check=positive, metavar="R",
+        help="The server counts R tokens a word of the synthetic prompts (the calibration's figure in an "
+             "earlier record): sized with it, no calibration requests before the load.")
     shared_prefix_tokens: int = option(0, "--shared-prefix-tokens", check=not_negative,
                                        help="Synthetic prompts all start with the same N tokens (to measure "
                                             "prefix caching); by default every prompt starts differently.")

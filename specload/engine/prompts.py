@@ -59,7 +59,7 @@ class TokenModel:
     T + overhead. ``opening``: the count of the opening word.
     """
 
-    method: str = "guess"  # "tokenize" (tokenizer endpoint), "usage" (fitted), "guess"
+    method: str = "guess"  # "tokenize" (tokenizer endpoint), "usage" (fitted), "guess", "given" (by the user)
     per_word: float = TOKENS_PER_WORD
     overhead: float = 0.0
     opening: float = TOKENS_PER_WORD

@@ -319,15 +319,19 @@ class Session:
 
     async def _calibrate_prompts(self, prompts: PromptSource, url: str, headers: dict[str, str]) -> None:
         """Size synthetic prompts in the server's own tokens (engine/calibrate.py); the requests this
-        sends reach the server's counters, so they are recorded, as the API probe's are."""
+        sends reach the server's counters, so they are recorded, as the API probe's are. With
+        ``--tokens-per-word`` the user's figure is taken and nothing is sent."""
         from specload.engine.calibrate import calibrate
+        from specload.engine.prompts import TokenModel
 
         assert self.api is not None
         sent: list[dict] = []
-        model = await calibrate(url, self.api, self.model, headers=headers, sent=sent, seed=self.cfg.seed)
+        given = self.cfg.request.tokens_per_word
+        model = (TokenModel("given", given, 0.0, given, detail="--tokens-per-word: not calibrated") if given
+                 else await calibrate(url, self.api, self.model, headers=headers, sent=sent, seed=self.cfg.seed))
         prompts.set_model(model)
         self.fan.event(Noted(self.clock.now_ns(), "calibration", {"prompts": model.describe(), "requests": sent}))
-        if model.method == "guess":
+        if model.method in ("guess", "given"):
             self.fan.notice(f"prompt lengths: {model.detail}")
         else:
             self.fan.notice(f"prompt lengths in the server's tokens: {model.per_word:.2f} tokens a word, "

@@ -92,6 +92,25 @@ async def test_without_a_tokenizer_endpoint_usage_calibrates_within_a_few_percen
     assert not any("WARNING prompts" in n for n in heard.notices)
 
 
+async def test_tokens_per_word_given_sends_no_calibration_and_sizes_by_it(sim, tmp_path) -> None:
+    """``--tokens-per-word``: the figure an earlier calibration recorded is used as given; the server
+    gets the load's requests and nothing before them."""
+    server = await sim(ttft_ms=2, itl_ms=1, spec_tokens=0, tokenize_endpoint=False)
+    _, first = await _run(_cfg(server.url, tmp_path / "a.jsonl", prompt_tokens="256", n=4))
+    per_word = _calibration(first)["prompts"]["tokens_per_word"]
+    before = server.stats.requests
+    heard, data = await _run(make_config(
+        server.url, api="chat", concurrency=(2,), requests_per_level=16, max_tokens=4, prompt_tokens="256",
+        tokens_per_word=per_word, health=False, metrics_url="off", path=str(tmp_path / "b.jsonl")))
+    assert server.stats.requests - before == 16  # the load's, no calibration request
+    cal = _calibration(data)
+    assert cal["prompts"]["method"] == "given" and cal["requests"] == []
+    assert cal["prompts"]["tokens_per_word"] == pytest.approx(per_word, abs=1e-4)
+    assert any("--tokens-per-word: not calibrated" in n for n in heard.notices)
+    (level,) = data.levels  # sized by the given figure: within a few percent, as calibrated ones are
+    assert abs(level["prompt_tokens_avg"] / 256 - 1) <= 0.05
+
+
 def test_the_guess_is_far_off_on_the_simulators_tokenizer() -> None:
     # what specload sent before calibration: 1.3 tokens a word. The simulator's tokenizer (like
     # real small-vocabulary ones) counts far more, so the tests above show calibration at work.
