@@ -49,6 +49,7 @@ from specload.engine.api import (
 from specload.engine.sse import DONE, MAX_EVENT_BYTES, EventTemplate, SSEDecoder, SSEEventTooLarge
 from specload.neterrors import connect_reason, is_client_side
 from specload.secrets import Scrubber
+from specload.stats.client_load import loop_late_s
 
 # Stale pooled connections (a server that closes after each stream, as llama-server does) fail
 # before any response byte; such a request never reached the server's handler and is sent again.
@@ -125,6 +126,7 @@ class StreamingClient:
             sock_read=target.stall_timeout_s or None,
         )
         self.stall_timeout_s = target.stall_timeout_s
+        self.connect_timeout_s = target.connect_timeout_s
         self.request_timeout_s = target.request_timeout_s
         self._keepalive = target.keepalive
         self._session: aiohttp.ClientSession | None = None
@@ -485,6 +487,12 @@ class StreamingClient:
             return (ErrorKind.DISCONNECT, f"connection reset before any response byte (a new connection, "
                                           f"not retried): {_oneline(e.cause)}")
         if isinstance(e, aiohttp.ConnectionTimeoutError):
+            late = loop_late_s()
+            if late >= self.connect_timeout_s / 4:
+                # the loop that should have seen the connection made was seconds late: specload's
+                # own backlog (too many streams for its CPU), not the server's
+                return (ErrorKind.CLIENT, f"connect timeout while specload's own event loop was {late:.1f} s "
+                                          "late: specload was the limit, not the server")
             return (ErrorKind.CONNECT, f"connect timeout: {e}")
         if isinstance(e, aiohttp.SocketTimeoutError):
             return (ErrorKind.STALL, f"{'no response' if p.status is None else 'no data'} for "

@@ -64,6 +64,33 @@ class ClientLoad:
         )
 
 
+class _Lateness:
+    """How late this process's event loop is now: the monitor's newest figures (one engine loop per
+    process: the engine process's, a worker's, headless the only one), read where a timeout fired
+    and must say whose it was (a connect timed out on a loop late by seconds is specload's)."""
+
+    def __init__(self) -> None:
+        self.worst_prev_s = self.worst_now_s = 0.0  # the last interval's worst, the current one's
+        self.last_wake = 0.0  # the loop clock of the monitor's latest wake-up (0: no monitor)
+        self.tick_s = 0.0
+
+    def late_s(self, now: float) -> float:
+        behind = now - self.last_wake - self.tick_s if self.last_wake else 0.0  # inside a long turn
+        return max(self.worst_prev_s, self.worst_now_s, behind)
+
+
+LATENESS = _Lateness()
+
+
+def loop_late_s() -> float:
+    """How late this process's event loop has been lately (s): 0 when no monitor runs."""
+    try:
+        now = asyncio.get_running_loop().time()
+    except RuntimeError:
+        return 0.0
+    return LATENESS.late_s(now)
+
+
 class RunQueueWait:
     """The calling thread's total run-queue wait (ns) from the kernel, or None where unavailable."""
 
@@ -144,13 +171,16 @@ class ClientLoadMonitor:
         worst_wait: float | None = None
         next_report = wall0 + self.interval_s
         tick = self.tick_s
+        late = LATENESS
+        late.tick_s = tick
         while not self._stop.is_set():
             w0 = rq.read()
-            before = clock()
+            before = late.last_wake = clock()
             await asyncio.sleep(tick)
             now = clock()
             lag = now - before - tick
             if lag > worst_lag:
+                late.worst_now_s = lag
                 w1 = rq.read()
                 worst_lag = lag
                 worst_wait = None if w0 is None or w1 is None else (w1 - w0) / 1e9
@@ -163,4 +193,5 @@ class ClientLoadMonitor:
                 self.last = s
                 self.on_sample(s)
                 wall0, cpu0, worst_lag, worst_wait = now, cpu, 0.0, None
+                late.worst_prev_s, late.worst_now_s = late.worst_now_s, 0.0
                 next_report = now + self.interval_s

@@ -235,3 +235,40 @@ async def test_a_saturated_client_never_declares_a_healthy_server_down(tmp_path,
     reqs = [r for r in data.requests if not r["warmup"]]
     assert reqs and all(r["ok"] for r in reqs)
     assert data.end is not None and data.end["requests"] == len(data.requests)
+
+
+async def test_a_connect_timeout_on_a_late_loop_is_the_clients_not_the_servers(sim) -> None:
+    """The server accepts at once, but the client's loop takes 0.3 s a turn (saturated), so a new
+    connection's set-up (several turns) outlasts the 0.4 s connect timeout: that failure is
+    specload's own (kind ``client``, saying how late its loop was), never a ``connect`` error that
+    would count against the server and mark it down."""
+    from specload.datatypes import ErrorKind
+    from tests.conftest import make_client
+
+    server = await sim(ttft_ms=1, itl_ms=1, spec_tokens=0)
+    client = make_client(server.url, max_tokens=2, connect_timeout_s=0.4, keepalive=False)
+    mon = ClientLoadMonitor(interval_s=0.5)
+    watch = asyncio.ensure_future(mon.run())
+    await client.start()
+    loop = asyncio.get_running_loop()
+    turns = [8]
+
+    def hog() -> None:
+        spin(0.3)
+        turns[0] -= 1
+        if turns[0]:
+            loop.call_soon(hog)
+
+    try:
+        await asyncio.sleep(0.05)  # the monitor has ticked
+        loop.call_soon(hog)
+        recs = await asyncio.wait_for(asyncio.gather(*(client.send("hi", request_id=i) for i in range(20))), 60)
+    finally:
+        turns[0] = 1
+        mon.stop()
+        await asyncio.wait_for(watch, 5)
+        await client.close()
+    failed = [r for r in recs if not r.ok]
+    assert failed, "no connect timed out: the hog did not delay the connections"
+    assert all(r.error_kind is ErrorKind.CLIENT for r in failed), [(r.error_kind, r.error_detail) for r in failed]
+    assert all("specload's own event loop was" in (r.error_detail or "") for r in failed)
