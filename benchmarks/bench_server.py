@@ -116,6 +116,7 @@ class Pacer:
         self.heap: list[tuple[float, int, BenchProtocol, list[bytes], int, float, bool]] = []
         self.seq = 0
         self.timer: asyncio.TimerHandle | None = None
+        self.timer_due = 0.0  # when it fires (uvloop's handles have no when())
         self.rng = random.Random(0)
 
     def add(self, proto: BenchProtocol, parts: list[bytes], close: bool) -> None:
@@ -126,10 +127,10 @@ class Pacer:
     def _push(self, due: float, proto: BenchProtocol, parts: list[bytes], i: int, itl: float, close: bool) -> None:
         self.seq += 1
         heapq.heappush(self.heap, (due, self.seq, proto, parts, i, itl, close))
-        if self.timer is None or due < self.timer.when():
+        if self.timer is None or due < self.timer_due:
             if self.timer is not None:
                 self.timer.cancel()
-            self.timer = asyncio.get_running_loop().call_at(due, self._tick)
+            self.timer, self.timer_due = asyncio.get_running_loop().call_at(due, self._tick), due
 
     def _tick(self) -> None:
         loop = asyncio.get_running_loop()
@@ -148,7 +149,7 @@ class Pacer:
             else:
                 proto.done(close)
         if heap:
-            self.timer = loop.call_at(heap[0][0], self._tick)
+            self.timer, self.timer_due = loop.call_at(heap[0][0], self._tick), heap[0][0]
 
 
 class BenchProtocol(asyncio.Protocol):
