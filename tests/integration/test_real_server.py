@@ -373,7 +373,7 @@ def test_connection_close_after_stream_is_retried_not_double_counted(tmp_path: P
 
     # A new connection per request (the workaround REPORT.md names): nothing fails, nothing retries.
     reqs = record_requests(fresh)
-    assert len(reqs) == 64 and all(r["ok"] for r in reqs), Counter(str(r["error"]) for r in reqs)
+    assert len(reqs) == 32 and all(r["ok"] for r in reqs), Counter(str(r["error"]) for r in reqs)
     assert all(r["retries"] == 0 for r in reqs)
     assert log_all.count("launch_slot_") - served == 64
     assert m2["llamacpp:tokens_predicted_total"] - m1["llamacpp:tokens_predicted_total"] == 64 * 32
@@ -529,8 +529,9 @@ def test_max_tokens_out_of_range_is_an_http_error_with_the_server_message(tmp_pa
 # the built-in prompt set on the real server, acceptance per category from its timings
 
 
+@pytest.mark.timeout(300)  # thousands of prompt tokens a request: minutes when the two cores are shared
 def test_builtin_categories_with_ngram_speculation_record_acceptance_per_category(tmp_path: Path) -> None:
-    """``--dataset builtin`` (the first 8 prompts of each category, passages of thousands of tokens
+    """``--dataset builtin`` (the first 4 prompts of each category, passages of thousands of tokens
     in this model's tokenizer among them: 8 slots of 8192) with ngram-mod speculation: each request's drafts from its
     ``timings`` (draft_n, draft_n_accepted), pooled per category in the level line, and the sums
     equal to the server's own /metrics counters; a workload of text people send, sent with the chat
@@ -538,13 +539,14 @@ def test_builtin_categories_with_ngram_speculation_record_acceptance_per_categor
     with OwnServer(tmp_path / "server.log", *SPEC, ctx=65536) as srv:
         before = srv.metrics()
         run = run_specload(
-            srv.url, "--api", "chat", "-c", "4", "-n", "64", "--dataset", "builtin", "--max-tokens", "64",
-            workdir=tmp_path, timeout=120,
+            # 64 tokens: the tiny model's answer repeats itself after a few dozen, and ngram-mod drafts from that
+            srv.url, "--api", "chat", "-c", "4", "-n", "32", "--dataset", "builtin", "--max-tokens", "64",
+            workdir=tmp_path, timeout=240,
         )  # fmt: skip
         after = srv.metrics()
     assert run.returncode == 0, run.describe()
     reqs = record_requests(run)
-    assert len(reqs) == 64 and all(r["ok"] for r in reqs), Counter(str(r["error"]) for r in reqs if not r["ok"])
+    assert len(reqs) == 32 and all(r["ok"] for r in reqs), Counter(str(r["error"]) for r in reqs if not r["ok"])
     assert run.record.run["ignore_eos"] is False
     drafted = [r for r in reqs if r["server_timings"].get("draft_n")]
     assert drafted, "ngram-mod drafted nothing on the built-in prompts"
@@ -563,7 +565,7 @@ def test_builtin_categories_with_ngram_speculation_record_acceptance_per_categor
     report = []
     for name, c in sorted(cats.items()):
         mine = [r for r in reqs if r["category"] == name]
-        assert c["requests"] == len(mine) == 8
+        assert c["requests"] == len(mine) == 4
         d = sum(r.get("spec_drafted") or 0 for r in mine)
         a = sum(r.get("spec_accepted") or 0 for r in mine)
         if d:
