@@ -131,6 +131,22 @@ def _prob(name: str):
     "(prompts differ in how well the draft guesses them); 0: every request the same.",
 )
 @click.option(
+    "--spec-bug-rate",
+    type=click.FloatRange(0.0, 1.0),
+    default=0.0,
+    show_default=True,
+    help="Share of speculative steps (that accepted drafts) emitting a wrong token: a speculation bug "
+    "that --check-outputs must catch (temperature-0 text is otherwise the same with and without it).",
+)
+@click.option(
+    "--near-tie-rate",
+    type=click.FloatRange(0.0, 1.0),
+    default=0.0,
+    show_default=True,
+    help="Share of temperature-0 positions whose two best tokens are a near-tie (margin < 0.032 nats) "
+    "whose order flips with the batch's shape: numerics, not a bug.",
+)
+@click.option(
     "--eos-prob",
     type=click.FloatRange(0.0, 1.0),
     default=0.002,

@@ -57,6 +57,12 @@ class SimConfig:
     # prompts differ in how well the draft guesses them: each request draws its own acceptance
     # probability from a Beta distribution with mean accept_rate and this standard deviation (0: all equal)
     accept_spread: float = 0.1
+    # a share of the speculative steps that accepted drafts emit a wrong token (a broken draft path):
+    # the faster configuration is then not lossless (greedy.py)
+    spec_bug_rate: float = 0.0
+    # a share of the positions of a greedy text whose two best tokens are a near-tie, so that their
+    # order flips with the batch's shape: numerics, not a bug (greedy.py)
+    near_tie_rate: float = 0.0
 
     # --- output length --------------------------------------------------------------------------
     eos_prob: float = 0.002  # per generated token, ignored when the request sets ignore_eos
@@ -163,7 +169,8 @@ def _problems(c: SimConfig):
             yield f"{name.replace('_', '-')} must be a finite number >= 0, got {v}"
     if c.spec_tokens < 0 or c.spec_tokens > 64:
         yield f"spec tokens must be in 0..64, got {c.spec_tokens}"
-    for name in ("accept_rate", "eos_prob", "fail_rate", "disconnect_rate", "stall_rate"):
+    for name in ("accept_rate", "eos_prob", "fail_rate", "disconnect_rate", "stall_rate", "spec_bug_rate",
+                 "near_tie_rate"):
         v = getattr(c, name)
         if not _finite(v) or not (0.0 <= v <= 1.0):
             yield f"{name.replace('_', '-')} must be a probability in [0, 1], got {v}"

@@ -18,8 +18,18 @@ from aiohttp import web
 
 from specload.sim import tokenizer
 from specload.sim.config import SimConfig
-from specload.sim.model import StepDraw, estimate_chat_tokens, estimate_prompt_tokens
-from specload.sim.openai import DONE, BadRequest, Req, Serve, json_response, read_object, sse
+from specload.sim.model import VOCAB, StepDraw, estimate_chat_tokens, estimate_prompt_tokens
+from specload.sim.openai import (
+    DONE,
+    BadRequest,
+    Req,
+    Serve,
+    content_entries,
+    json_response,
+    read_object,
+    sampling,
+    sse,
+)
 from specload.sim.scheduler import Counters, Scheduler, Sequence
 from specload.sim.serverlog import LlamaLog, ServerLog, llama_crash_lines
 
@@ -90,12 +100,13 @@ class LlamaFormatter:
     ``created``), so the streaming loop, fault injection and accounting need no flavour branches.
     """
 
-    __slots__ = ("kind", "rid", "model", "seq", "spec_tokens", "include_usage", "created", "sent",
-                 "flushed", "accounted", "_pre", "_post")
+    __slots__ = ("kind", "rid", "model", "seq", "spec_tokens", "include_usage", "top_logprobs", "created",
+                 "sent", "flushed", "accounted", "_pre", "_post")
 
     def __init__(self, kind: str, rid: str, model: str, seq: Sequence, spec_tokens: int,
-                 include_usage: bool) -> None:
+                 include_usage: bool, top_logprobs: int | None = None) -> None:
         self.kind = kind  # "chat" | "completions"
+        self.top_logprobs = top_logprobs
         self.rid = rid
         self.model = model
         self.seq = seq
@@ -137,10 +148,13 @@ class LlamaFormatter:
         out.update(tail)
         return out
 
-    def _content(self, text: str) -> dict[str, Any]:
+    def _content(self, text: str, logprobs: dict | None = None) -> dict[str, Any]:
         if self.kind == "chat":
-            return self._chat([{"finish_reason": None, "index": 0, "delta": {"content": text}}])
-        return self._text([{"text": text, "index": 0, "logprobs": None, "finish_reason": None}])
+            choice: dict[str, Any] = {"finish_reason": None, "index": 0, "delta": {"content": text}}
+            if logprobs is not None:
+                choice["logprobs"] = logprobs
+            return self._chat([choice])
+        return self._text([{"text": text, "index": 0, "logprobs": logprobs, "finish_reason": None}])
 
     def head(self) -> bytes:
         if self.kind != "chat":
@@ -150,6 +164,10 @@ class LlamaFormatter:
 
     def step(self, d: StepDraw, seq: Sequence) -> bytes:
         self.sent += d.tokens
+        if self.top_logprobs is not None and d.toks is not None:  # a chunk per token, each its logprobs
+            top = self.top_logprobs
+            return b"".join(sse(self._content(VOCAB[t[0]], {"content": content_entries([t], top, with_id=True)}))
+                            for t in d.toks)
         pre, post = self._pre, self._post
         if d.tokens == 1:
             return b"".join((pre, b'"', d.text.encode(), b'"', post))
@@ -319,10 +337,26 @@ class LlamaWire:
             app.router.add_post("/apply-template", self._apply_template)
         app.router.add_get("/v1/models", self._models)
         app.router.add_get("/metrics", self._metrics)
+        app.router.add_get("/slots", self._slots)
+        app.router.add_post("/slots/{id}", self._slot_action)
 
     def bind(self, scheduler: Scheduler) -> None:
         self.scheduler = scheduler
         scheduler.on_admit = self.admitted
+
+    async def _slots(self, request: web.Request) -> web.Response:
+        busy = {s.slot for s in self.live}
+        return json_response([{"id": i, "n_ctx": self.config.slot_context, "speculative": self.config.spec_tokens > 0,
+                               "is_processing": i in busy} for i in range(self.config.max_batch)])
+
+    async def _slot_action(self, request: web.Request) -> web.Response:
+        """``POST /slots/ID?action=erase``: the slot's prompt cache forgotten (the real server needs
+        ``--slot-save-path`` for it; the simulated one keeps no prompt cache, so nothing is erased)."""
+        raw = request.match_info["id"]
+        if request.query.get("action") != "erase" or not raw.isdigit() or int(raw) >= self.config.max_batch:
+            return web.Response(body=error_body(400, "Invalid slot id or action", "invalid_request_error"),
+                                status=400, content_type="application/json")
+        return json_response({"id_slot": int(raw), "n_erased": 0})
 
     def parse(self, kind: str, body: Any) -> Req:
         """llama-server's request rules: ``max_tokens`` from -1 (no limit) to 2^31-1, anything too long
@@ -368,6 +402,7 @@ class LlamaWire:
         so = body.get("stream_options") or {}
         if not isinstance(so, dict):
             raise BadRequest("stream_options must be an object")
+        greedy, top = sampling(kind, body)
         return Req(
             kind,
             new_id(self._id_rng),
@@ -377,6 +412,8 @@ class LlamaWire:
             bool(body.get("stream", False)),
             bool(so.get("include_usage", False)),
             False,  # no continuous usage stats in llama-server
+            greedy=greedy,
+            top_logprobs=top,
         )
 
     def bad_json(self, e: Exception) -> tuple[int, str, str]:
@@ -387,7 +424,8 @@ class LlamaWire:
         self.metrics.prompt_tokens_cached += seq.cached_tokens
         seq.task = next(self._tasks)
         cfg = self.config
-        return LlamaFormatter(req.kind, req.rid, cfg.model_name, seq, cfg.spec_tokens, req.include_usage)
+        return LlamaFormatter(req.kind, req.rid, cfg.model_name, seq, cfg.spec_tokens, req.include_usage,
+                              req.top_logprobs)
 
     def admitted(self, seq: Sequence) -> None:
         """The request leaves the queue for a slot (the least recently used)."""

@@ -19,6 +19,8 @@ Kept apart from the scheduler and the HTTP layer so the numbers can be unit-test
   the built-in set's turns, which the package ships; other text keeps the defaults), shifts the
   acceptance's log-odds around ``accept_rate`` and sets the EOS chance from the category's natural
   answer length.
+- A temperature-0 request's tokens come from ``greedy.py`` instead (the prompt's own text, whatever
+  was accepted), with their logprobs; so do a sampled request's logprobs when it asks for them.
 - ``jitter``: the seeded noise of a step or prefill pass (lognormal, mean 1), so that runs with
   different seeds vary as real runs do and the comparison's statistics can be checked against it.
   ``accepted = emitted - 1`` always, so for a finished request
@@ -34,6 +36,7 @@ from dataclasses import dataclass
 from specload.data import builtin_rows
 from specload.sim import tokenizer
 from specload.sim.config import SimConfig
+from specload.sim.greedy import Greedy, Token
 
 # Word-ish pieces with a leading space, so every token (and every chunk) is visible, non-empty text.
 VOCAB: tuple[str, ...] = tuple(
@@ -153,6 +156,9 @@ class StepDraw:
     text: str
     accepted: int  # accepted draft tokens actually emitted (tokens - 1); 0 without speculation
     finish_reason: str | None  # "stop" (EOS), "length" (max_tokens) or None
+    # each token with its logprob and the runner-up's (greedy.Token), when the request is greedy or
+    # asked for logprobs; None otherwise
+    toks: list[Token] | None = None
 
 
 _N_VOCAB = len(VOCAB)
@@ -175,10 +181,16 @@ def draw_step(
     first: bool,
     accept_rate: float | None = None,
     eos_prob: float | None = None,
+    greedy: Greedy | None = None,
+    shape: int = 1,
+    logprobs: bool = False,
 ) -> StepDraw:
     """One step's output for one sequence. ``first``: the prefill token (never speculative);
     ``accept_rate``: the request's own acceptance probability (default: the configured mean);
-    ``eos_prob``: its chance of EOS per token (default: the configured one)."""
+    ``eos_prob``: its chance of EOS per token (default: the configured one). ``greedy``: a
+    temperature-0 request's text (``greedy.py``), the same whatever the acceptance, its EOS its own;
+    ``shape``: the tokens this step's forward pass computes (near-ties flip with it); ``logprobs``: a
+    sampled request asked for them."""
     if first or cfg.spec_tokens == 0:
         n = 1
     else:
@@ -192,6 +204,11 @@ def draw_step(
     if n >= remaining:
         n = remaining
         finish = "length"
+    if greedy is not None:
+        bug = n > 1 and cfg.spec_bug_rate > 0.0 and rng.random() < cfg.spec_bug_rate
+        toks, stop = greedy.step(n, shape, bug=bug, eos=not ignore_eos)
+        k = len(toks)
+        return StepDraw(k, "".join([VOCAB[t[0]] for t in toks]), k - 1, "stop" if stop else finish, toks)
     eos = cfg.eos_prob if eos_prob is None else eos_prob
     if not ignore_eos and eos > 0.0:
         # each emitted token may be EOS; the EOS token ends the sequence and counts as output
@@ -200,4 +217,8 @@ def draw_step(
                 n = i + 1
                 finish = "stop"
                 break
+    if logprobs:  # sampled: the drawn word, a plausible logprob and another word just below it
+        idx = [int(rng.random() * _N_VOCAB) for _ in range(n)]
+        toks = [(i, -1.0, (i + 1) % _N_VOCAB, -1.6) for i in idx]
+        return StepDraw(n, "".join([VOCAB[i] for i in idx]), n - 1, finish, toks)
     return StepDraw(tokens=n, text=draw_tokens(rng, n), accepted=n - 1, finish_reason=finish)

@@ -24,7 +24,14 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from specload.sim import tokenizer
 from specload.sim.config import SimConfig
-from specload.sim.model import StepDraw, estimate_chat_tokens, estimate_prompt_tokens, estimate_text_tokens
+from specload.sim.greedy import Token
+from specload.sim.model import (
+    VOCAB,
+    StepDraw,
+    estimate_chat_tokens,
+    estimate_prompt_tokens,
+    estimate_text_tokens,
+)
 from specload.sim.prefix_cache import PrefixCache
 from specload.sim.scheduler import Counters, Scheduler, Sequence
 from specload.sim.serverlog import ServerLog, crash_lines, decode_batch_line, finish_line
@@ -82,6 +89,29 @@ class Req:
     include_usage: bool
     continuous_usage: bool
     cached_tokens: int | None = None  # prefix cache on: the prompt's tokens it served
+    greedy: bool = False  # temperature 0: the text is the prompt's own (greedy.py)
+    top_logprobs: int | None = None  # logprobs asked for, with this many alternatives (None: not asked)
+
+
+def sampling(kind: str, body: dict) -> tuple[bool, int | None]:
+    """(temperature 0, the alternatives asked for with logprobs or None) of a request body, as each
+    API asks: chat ``logprobs: true`` + ``top_logprobs: K``, completions ``logprobs: K``, SGLang's
+    ``/generate`` ``return_logprob`` + ``top_logprobs_num`` (its temperature in sampling_params)."""
+    if kind == "generate":
+        sp = body.get("sampling_params") or {}
+        temperature = sp.get("temperature") if isinstance(sp, dict) else None
+        top: Any = body.get("top_logprobs_num", 0) if body.get("return_logprob") else None
+    else:
+        temperature = body.get("temperature")
+        lp = body.get("logprobs")
+        if kind == "chat":
+            top = body.get("top_logprobs") or 0 if lp is True else None
+        else:
+            top = None if lp is None or lp is False else lp
+    if top is not None and (isinstance(top, bool) or not isinstance(top, int) or not 0 <= top <= 20):
+        raise BadRequest(f"top logprobs must be an integer from 0 to 20, got {top!r}", param="logprobs")
+    greedy = isinstance(temperature, (int, float)) and not isinstance(temperature, bool) and temperature == 0
+    return greedy, top
 
 
 def _int_param(value: Any, name: str) -> int:
@@ -124,6 +154,29 @@ def last_chunk_timings(seq: Sequence) -> dict | None:
     }
 
 
+def _ranked(t: Token) -> list[tuple[int, float]]:
+    """A token's candidates, the most likely first: the chosen one and the runner-up."""
+    pair = [(t[0], t[1]), (t[2], t[3])]
+    return pair if t[1] >= t[3] else pair[::-1]
+
+
+def content_entries(toks: list[Token], top: int, *, with_id: bool) -> list[dict[str, Any]]:
+    """Tokens as OpenAI chat logprobs (``logprobs.content``): each with its logprob and ``top``
+    alternatives; llama-server adds each token's ``id``."""
+    def one(i: int, lp: float) -> dict[str, Any]:
+        word = VOCAB[i]
+        d: dict[str, Any] = {"id": i} if with_id else {}
+        d.update(token=word, bytes=list(word.encode()), logprob=lp)
+        return d
+
+    out = []
+    for t in toks:
+        e = one(t[0], t[1])
+        e["top_logprobs"] = [one(i, lp) for i, lp in _ranked(t)[:top]]
+        out.append(e)
+    return out
+
+
 class Formatter:
     """Builds the SSE events of one streamed response. One instance per request."""
 
@@ -137,6 +190,9 @@ class Formatter:
         "sent",
         "flushed",
         "text_so_far",
+        "text_len",
+        "lp_so_far",
+        "top_so_far",
         "accounted",
         "_pre",
         "_post",
@@ -153,6 +209,9 @@ class Formatter:
         self.flushed = 0  # of those, tokens handed to the transport
         self.accounted = False  # the request's log line is written
         self.text_so_far = ""  # SGLang sends the cumulative text
+        self.text_len = 0  # completions' logprobs: the text_offset of the next token
+        self.lp_so_far: list = []  # SGLang's logprobs: cumulative too
+        self.top_so_far: list = []
         # Plain content chunks differ only in their text: serialise one with a marker text once and
         # splice later texts in. Vocabulary words need no JSON escaping; this is the max-speed hot path.
         self._pre = self._post = b""
@@ -178,17 +237,34 @@ class Formatter:
             u["prompt_tokens_details"] = {"cached_tokens": self.req.cached_tokens}
         return u
 
-    def _choice(self, text: str | None, finish: str | None) -> dict[str, Any]:
+    def _choice(self, text: str | None, finish: str | None, logprobs: dict | None = None) -> dict[str, Any]:
         if self.req.kind == "chat":
             delta: dict[str, Any] = {} if text is None else {"content": text}
-            return {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+            return {"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish}
         return {
             "index": 0,
             "text": text or "",
-            "logprobs": None,
+            "logprobs": logprobs,
             "finish_reason": finish,
             "stop_reason": None,
         }
+
+    def _logprobs(self, d: StepDraw) -> dict | None:
+        """A step's tokens as vLLM sends them: chat ``content`` entries, completions' four lists."""
+        top, toks = self.req.top_logprobs, d.toks
+        if top is None or toks is None:
+            return None
+        if self.req.kind == "chat":
+            return {"content": content_entries(toks, top, with_id=False)}
+        offsets, tokens, lps, tops = [], [], [], []
+        for t in toks:
+            word = VOCAB[t[0]]
+            offsets.append(self.text_len)
+            self.text_len += len(word)
+            tokens.append(word)
+            lps.append(t[1])
+            tops.append({VOCAB[i]: lp for i, lp in _ranked(t)[:top]})
+        return {"text_offset": offsets, "token_logprobs": lps, "tokens": tokens, "top_logprobs": tops}
 
     def head(self) -> bytes:
         if self.req.kind != "chat":
@@ -212,19 +288,29 @@ class Formatter:
         last = d.finish_reason is not None
         if self.req.kind == "generate":
             self.text_so_far += d.text
-            return sse({"text": self.text_so_far, "meta_info": self.meta_info(seq, d.finish_reason)})
+            meta = self.meta_info(seq, d.finish_reason)
+            if self.req.top_logprobs is not None and d.toks is not None:
+                # SGLang: the logprobs so far, as (logprob, id, text) triples
+                top = self.req.top_logprobs
+                self.lp_so_far += [[t[1], t[0], VOCAB[t[0]]] for t in d.toks]
+                self.top_so_far += [[[lp, i, VOCAB[i]] for i, lp in _ranked(t)[:top]] for t in d.toks]
+                meta["output_token_logprobs"] = self.lp_so_far
+                meta["output_top_logprobs"] = self.top_so_far
+            return sse({"text": self.text_so_far, "meta_info": meta})
+        lp = self._logprobs(d)
         if last and self.usage_last:
-            ev = self._base([self._choice(d.text, d.finish_reason)])
+            ev = self._base([self._choice(d.text, d.finish_reason, lp)])
             ev["usage"] = self.usage()
             timings = last_chunk_timings(seq)
             if timings is not None:
                 ev["timings"] = timings
             self.add_spec_metrics(ev)
             return sse(ev)
-        if self._pre:
+        if self._pre and lp is None:
             return b"".join((self._pre, b'"', d.text.encode(), b'"', self._post))
-        ev = self._base([self._choice(d.text, None)])
-        ev["usage"] = self.usage()  # continuous usage stats
+        ev = self._base([self._choice(d.text, None, lp)])
+        if self.req.continuous_usage:
+            ev["usage"] = self.usage()
         return sse(ev)
 
     def tail(self, finish: str) -> bytes:
@@ -293,6 +379,16 @@ class OpenAIWire:
             app.router.add_post("/v1/tokenize", self._tokenize)  # SGLang's second path
         app.router.add_get("/v1/models", self._models)
         app.router.add_get("/metrics", self._metrics)
+        # the cache resets a client asks for before measuring: vLLM's and SGLang's
+        app.router.add_post("/reset_prefix_cache", self._reset_cache)
+        app.router.add_route("*", "/flush_cache", self._reset_cache)
+
+    async def _reset_cache(self, request: web.Request) -> web.Response:
+        if self.prefix is not None:
+            self.prefix.clear()
+        if request.path == "/flush_cache":  # SGLang answers in words
+            return web.Response(text="Cache flushed.\nPlease check backend logs for more details. ")
+        return web.Response()
 
     def bind(self, scheduler: Scheduler) -> None:
         self.scheduler = scheduler
@@ -352,7 +448,9 @@ class OpenAIWire:
             raise BadRequest("stream_options must be an object", param="stream_options")
         continuous = bool(so.get("continuous_usage_stats", False))
         include_usage = bool(so.get("include_usage", False)) or continuous
-        return Req(kind, rid, prompt_tokens, max_tokens, ignore_eos, stream, include_usage, continuous)
+        greedy, top = sampling(kind, body)
+        return Req(kind, rid, prompt_tokens, max_tokens, ignore_eos, stream, include_usage, continuous,
+                   greedy=greedy, top_logprobs=top)
 
     def bad_json(self, e: Exception) -> tuple[int, str, str]:
         return 400, f"malformed JSON body: {e}", "BadRequestError"

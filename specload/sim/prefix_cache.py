@@ -12,7 +12,8 @@ finds both.
 
 With synthetic prompts that start differently the cache never hits; with ``--shared-prefix-tokens``
 every request after the first finds the shared blocks. That is what the tests and the prompt-length
-work of issue 15 need from it.
+work of issue 15 need from it. ``clear`` is the reset a client asks for before measuring
+(``/reset_prefix_cache``, ``/flush_cache``).
 """
 
 from __future__ import annotations
@@ -64,3 +65,9 @@ class PrefixCache:
         self.queries += len(ids)
         self.hits += cached
         return cached
+
+    def clear(self) -> int:
+        """Forget every block (a cache reset); the blocks there were."""
+        n = len(self._blocks)
+        self._blocks.clear()
+        return n

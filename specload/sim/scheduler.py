@@ -18,6 +18,7 @@ from collections import deque
 from collections.abc import Callable
 
 from specload.sim.config import SimConfig
+from specload.sim.greedy import Greedy
 from specload.sim.model import StepDraw, decode_step_s, draw_step, jitter, prefill_s, request_accept_rate
 
 # The batch model's step clock runs on its own schedule (the simulated GPU does not slow down because
@@ -104,6 +105,8 @@ class Sequence:
         "accept_mean",
         "eos_prob",
         "generated",
+        "greedy",
+        "logprobs",
     )
 
     def __init__(
@@ -142,13 +145,16 @@ class Sequence:
         self.accept_mean: float | None = None
         self.eos_prob: float | None = None
         self.generated: list[str] | None = None  # the answer's text, kept for a prefix cache (else None)
+        self.greedy: Greedy | None = None  # temperature 0: the text is the prompt's (greedy.py)
+        self.logprobs = False  # a sampled request that asked for logprobs
 
     @property
     def finished(self) -> bool:
         return self.finish_reason is not None
 
-    def advance(self, cfg: SimConfig, now: float, counters: Counters) -> StepDraw:
-        """Draw and record this sequence's next step (the scheduler and max-speed mode both use it)."""
+    def advance(self, cfg: SimConfig, now: float, counters: Counters, batch: int = 1) -> StepDraw:
+        """Draw and record this sequence's next step (the scheduler and max-speed mode both use it);
+        ``batch``: the sequences its forward pass serves (a greedy text's near-ties flip with it)."""
         first = self.completion_tokens == 0
         if first and cfg.spec_tokens and cfg.accept_spread > 0.0:
             self.accept_rate = request_accept_rate(self.rng, cfg, self.accept_mean)
@@ -162,6 +168,9 @@ class Sequence:
             first=first,
             accept_rate=self.accept_rate,
             eos_prob=self.eos_prob,
+            greedy=self.greedy,
+            shape=batch if first else batch * (1 + cfg.spec_tokens),
+            logprobs=self.logprobs,
         )
         if first:
             self.first_token_at = now
@@ -309,12 +318,13 @@ class Scheduler:
         decoding, admitted = step
         cfg, counters = self.cfg, self.counters
         counters.decode_calls += 1
+        batch = len(decoding) + len(admitted)
         for group in (decoding, admitted):
             for s in group:
                 if s.cancelled:
                     continue
                 counters.busy_slot_steps += 1
-                self._deliver(s, s.advance(cfg, now, counters))
+                self._deliver(s, s.advance(cfg, now, counters, batch))
                 if s.finish_reason is not None:
                     self._running.pop(id(s), None)
         self._start_step(self._step_due)
@@ -370,7 +380,7 @@ class Scheduler:
             if s.cancelled:
                 continue
             advanced += 1
-            self._deliver(s, s.advance(cfg, now, counters))
+            self._deliver(s, s.advance(cfg, now, counters, len(self._running)))
             if s.finish_reason is not None:
                 self._running.pop(id(s), None)
                 # the freed slot goes to the head of the queue at the instant it freed

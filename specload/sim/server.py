@@ -22,8 +22,9 @@ from aiohttp import web
 from specload.sim import tokenizer
 from specload.sim.config import SimConfig
 from specload.sim.gpus import SimGpus
+from specload.sim.greedy import Greedy, prompt_key
 from specload.sim.llamacpp import LlamaWire
-from specload.sim.model import StepDraw, request_profile
+from specload.sim.model import VOCAB, StepDraw, request_profile
 from specload.sim.openai import BadRequest, OpenAIWire, Req, Serve, json_response
 from specload.sim.prefix_cache import PrefixCache
 from specload.sim.scheduler import Counters, Scheduler, Sequence
@@ -345,11 +346,16 @@ class SimServer:
         )
         seq.accept_mean, seq.eos_prob = accept_mean, eos_prob
         ids: list[int] | None = None
-        if self._prefix is not None:
+        if self._prefix is not None or req.greedy:
             ids = _prompt_ids(kind, body)
-            seq.cached_tokens = self._prefix.lookup(ids)
-            req.cached_tokens = seq.cached_tokens
-            seq.generated = []
+            if self._prefix is not None:
+                seq.cached_tokens = self._prefix.lookup(ids)
+                req.cached_tokens = seq.cached_tokens
+                seq.generated = []
+            if req.greedy:  # temperature 0: the text is the prompt's own, whatever else runs
+                seq.greedy = Greedy(prompt_key(ids), len(VOCAB), near_tie_rate=cfg.near_tie_rate,
+                                    eos_prob=cfg.eos_prob if eos_prob is None else eos_prob)
+        seq.logprobs = req.top_logprobs is not None
         sched = self._scheduler
         assert sched is not None
         self._live.add(seq)
@@ -406,8 +412,9 @@ class SimServer:
         cfg, counters = self.config, self._counters
         now = time.perf_counter()
         out: list[StepDraw] = []
+        batch = self._scheduler.running if self._scheduler is not None else 1
         for _ in range(cfg.burst):
-            out.append(seq.advance(cfg, now, counters))
+            out.append(seq.advance(cfg, now, counters, batch))
             if seq.finish_reason is not None:
                 break
         counters.decode_calls += len(out)
