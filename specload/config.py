@@ -342,6 +342,17 @@ class RequestConfig:
                                        help="Sampling temperature.")
     extra_body: tuple[tuple[str, Any], ...] = option((), "--extra-body", parse=parse_json_object, metavar="JSON",
                                                      help="JSON object merged into every request body.")
+    check_outputs: bool = option(
+        False, "--check-outputs",
+        help="Record each request's output (capped) and its prompt's identity, at temperature 0 unless "
+             "--temperature is given; every level sends the same prompts in the same order (so does every "
+             "run with the same --seed), and the server's prefix cache is reset before each measured level "
+             "where it offers a reset. 'report A B' then says whether B's outputs are A's (README: Is it "
+             "lossless?); with --baseline, live.")
+    logprobs: bool | None = option(
+        None, "--logprobs/--no-logprobs",
+        help="With --check-outputs: ask for each token's logprob and the runner-up's, so that a near-tie "
+             "(numerics) is told from a bug [default: on where the server returns them].")
 
     def __post_init__(self) -> None:
         if isinstance(self.max_tokens, str):  # a distribution: requests draw it, the field holds its mean
@@ -375,6 +386,10 @@ class RequestConfig:
             if not self.dataset:
                 raise ConfigError("--output-len dataset needs --dataset (its rows' reference output lengths)")
             set_field(self, "ignore_eos", True)  # the reference length is the output length
+        if self.logprobs is not None and not self.check_outputs:
+            raise ConfigError(f"--{'' if self.logprobs else 'no-'}logprobs applies to --check-outputs")
+        if self.check_outputs and self.temperature is None:
+            set_field(self, "temperature", 0.0)  # greedy: the one setting whose outputs must match
 
 
 @dataclass(frozen=True, slots=True)
@@ -495,6 +510,10 @@ class CompareConfig:
     until_decided: bool = option(False, "--until-decided",
                                  help="With --baseline: end each level as soon as its verdict is decided "
                                       "(or at --max-requests-per-level).")
+    on_divergence: str = option("stop", "--on-divergence", choices=("stop", "continue"), tui_default="continue",
+                                help="With --baseline and --check-outputs: what an output that diverges from the "
+                                     "baseline's (not a near-tie) does: stop the run (exit status 7) or go on "
+                                     "(TUI default; headless still exits 7).")
     repeat: int = option(1, "--repeat", check=at_least(1),
                          help="Run each level N times in a row (repeats interleaved level by level): the "
                               "comparison then sees run-to-run variation from one record.")

@@ -32,6 +32,25 @@ class ErrorKind(StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
+class Output:
+    """What one request generated, kept for ``--check-outputs`` (engine/answers.py reads it from the
+    stream): its text and, with logprobs, its tokens (as text), each chosen token's logprob and its margin to the runner-up (nats; None where the server
+    named no other token). Bounded: the first ``MAX_OUTPUT_CHARS`` characters and ``MAX_OUTPUT_TOKENS``
+    tokens are kept; ``chars`` and ``token_count`` count all that were read."""
+
+    text: str
+    chars: int
+    tokens: tuple[str, ...] | None = None
+    logprobs: tuple[float | None, ...] | None = None
+    margins: tuple[float | None, ...] | None = None
+    token_count: int = 0
+    capped: bool = False  # less was kept than came (the text, the tokens or the stream read)
+    # pieces of text that came without logprobs (each kept as one token, its logprob None) or whose
+    # tokens do not spell them: the tokens are then not the server's, and answers compare by text
+    unscored: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class RequestRecord:
     """One request, finished or failed. Built once by the client, never mutated."""
 
@@ -77,6 +96,12 @@ class RequestRecord:
     turn: int | None = None  # ... and the turn in it, from 1
     # the answer's text, when the sender asked for it (a conversation's history needs it); never recorded
     reply: str | None = field(default=None, repr=False)
+    # --check-outputs: which prompt this was, the same in every run with the seed ("synthetic:s0:17",
+    # "builtin:42"), a short hash of its text (runs compared must have sent the same text), and what
+    # the server generated for it
+    prompt_id: str | None = None
+    prompt_sha: str | None = None
+    output: Output | None = None
 
     @property
     def ok(self) -> bool:
@@ -327,10 +352,28 @@ class WorkerDied(RunEvent):
 
 
 @dataclass(frozen=True, slots=True)
+class OutputDiverged(RunEvent):
+    """``--check-outputs`` against a baseline: an answer differs from the baseline's, not at a near-tie
+    (``finding``: the prompt, both outputs from the divergence on, the token position; stats/lossless.py)."""
+
+    finding: dict
+    KIND: ClassVar[str] = "divergence"
+
+    @property
+    def value(self) -> dict:
+        return self.finding
+
+    @classmethod
+    def read(cls, t_ns: int, kind: str, value: object) -> RunEvent | None:
+        return cls(t_ns, value) if isinstance(value, dict) else None
+
+
+@dataclass(frozen=True, slots=True)
 class Noted(RunEvent):
     """What only the record reads, as it is: the API probe's and the calibration's requests (probe,
     calibration), an expected log line (expect), prompts counted otherwise (prompt_length), a GPU
-    fault (gpu_fault), the switch to new connections (fresh_connections), the run's error (error);
+    fault (gpu_fault), the switch to new connections (fresh_connections), the run's error (error),
+    --check-outputs' settings, cache resets and per-level answers (check_outputs, cache_reset, outputs);
     and a record's line of a kind, or a shape, that no type here reads."""
 
     name: str
@@ -347,7 +390,7 @@ class Noted(RunEvent):
 
 _TYPED: dict[str, type[RunEvent]] = {
     cls.KIND: cls for cls in (LevelStarted, ConcurrencyChanged, HealthChanged, Marker, ServerExited, SearchProgress,
-                              WorkerDied)
+                              WorkerDied, OutputDiverged)
 } | dict.fromkeys(("pause", "resume", "hold", "next"), LoadControl)
 
 

@@ -1,7 +1,7 @@
 """The process exit status of every specload command, in one place.
 
 Scripts and CI branch on these numbers, so they are part of the interface: the README lists them and
-tests assert them. ``run``/``tui`` use the members up to ``WORKER_LOST`` and the signal members;
+tests assert them. ``run``/``tui`` use the members up to ``DIVERGED`` and the signal members;
 ``scan-log`` has members of its own (``SCAN_*``), which share numbers with the run's (a shell sees
 only the number), so they are aliases: ``ExitCode.SCAN_CRASH is ExitCode.ERROR``.
 """
@@ -26,6 +26,8 @@ class ExitCode(IntEnum):
     SERVER_DOWN = 4, "The server was down for --down-timeout and the run stopped."
     ALL_FAILED = 5, "The run completed, but not one request succeeded."
     WORKER_LOST = 6, "A --workers process died and the run stopped (all of them, or --on-worker-death stop)."
+    DIVERGED = 7, ("--check-outputs against a --baseline: an output diverged from the baseline's, not at a "
+                   "near-tie (--on-divergence stop ends the run there; continue runs it to its end).")
     HUNG_UP = 128 + signal.SIGHUP, "SIGHUP (the terminal went away): in-flight requests cancelled, record closed."
     INTERRUPTED = 128 + signal.SIGINT, "Ctrl-C: in-flight requests recorded as cancelled, the record closed."
     TERMINATED = 128 + signal.SIGTERM, "SIGTERM: as Ctrl-C."

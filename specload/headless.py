@@ -18,12 +18,13 @@ from collections.abc import Set as AbstractSet
 from typing import TYPE_CHECKING
 
 from specload.config import RunConfig
-from specload.datatypes import CrashEvent, RunEvent, SearchProgress, ServerExited
+from specload.datatypes import CrashEvent, OutputDiverged, RunEvent, SearchProgress, ServerExited
 from specload.exitcode import ExitCode
 from specload.formatting import level_line, verdict_text
 from specload.session import Session, SessionResult
 from specload.stats.client_load import ClientLoad
 from specload.stats.levels import LevelSummary
+from specload.stats.lossless import divergence_text
 from specload.warmup import install_loop
 
 if TYPE_CHECKING:
@@ -80,6 +81,11 @@ class HeadlessPrinter:
         match event:
             case ServerExited(description=how):
                 self.err(f"specload: server {how}")
+            case OutputDiverged(finding=finding):
+                where, *answers = divergence_text(finding).split("\n")
+                self.err(f"specload: OUTPUT DIVERGES from the baseline at {where}")
+                for text in answers:
+                    self.err(f"specload:   {text}")
             case SearchProgress(progress=progress):
                 from specload.report.report import search_progress_line
 
@@ -134,6 +140,9 @@ def status_text(session: Session) -> str | None:
             ci = f" [{r.ci_low:.2f}, {r.ci_high:.2f}]" if r.ci_low == r.ci_low else ""
             verdict = view.decision.verdict if view.decision is not None else None
             parts.append(f"vs baseline x{r.ratio:.2f}{ci} {verdict_text(verdict)}")
+    outputs = session.outputs_view()
+    if outputs is not None:
+        parts.append(outputs.text())
     return "specload: " + " · ".join(parts)
 
 

@@ -24,6 +24,15 @@ PATHS = {
 }
 
 
+TOP_LOGPROBS = 2  # the chosen token and the runner-up: what a margin needs (--check-outputs)
+# what a request adds to ask for each token's logprob and the runner-up's, per flavour
+LOGPROB_FIELDS: dict[str, dict[str, Any]] = {
+    CHAT: {"logprobs": True, "top_logprobs": TOP_LOGPROBS},
+    COMPLETIONS: {"logprobs": TOP_LOGPROBS},
+    GENERATE: {"return_logprob": True, "top_logprobs_num": TOP_LOGPROBS},
+}
+
+
 def build_body(flavour: str, prompt: str | list[dict], opts: RequestConfig, model: str | None) -> dict[str, Any]:
     """The JSON body of one request: the prompt (a text, or a chat's messages: a system message, a
     conversation's history), the run's request options and the model."""
@@ -52,6 +61,8 @@ def build_body(flavour: str, prompt: str | list[dict], opts: RequestConfig, mode
             body["ignore_eos"] = True
         if opts.temperature is not None:
             body["temperature"] = opts.temperature
+    if opts.check_outputs and opts.logprobs:
+        body.update(LOGPROB_FIELDS[flavour])
     for key, value in opts.extra_body:
         body[key] = value
     return body

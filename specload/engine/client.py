@@ -4,8 +4,9 @@ This is the hot path. Per socket read it takes one clock reading, and the SSE de
 runs of plain text chunks in it with a few C-level scans (``feed_runs``; the chunks' template is
 learnt from the first one, which is parsed); the other events (role, finish, usage, errors, and any
 stream whose chunks carry per-chunk usage) are classified one by one, by byte search or one JSON
-parse. Per read one list extend and one counter call. Everything else (percentiles, summaries,
-records) happens after the request ends, in the sinks.
+parse. Per read one list extend and one counter call; with ``--check-outputs`` the read is also kept
+(``engine/answers.py`` reads the answer from the reads once the request has ended). Everything else
+(percentiles, summaries, records) happens after the request ends, in the sinks.
 
 Errors are data: every failure (HTTP status, refused connection, stall, drop, malformed stream,
 cancellation) becomes a record with an ``ErrorKind``; only programming errors raise. A request
@@ -34,6 +35,7 @@ from aiohttp.http_exceptions import ContentEncodingError
 from specload.clock import SYSTEM_CLOCK, Clock
 from specload.config import RequestConfig, TargetConfig
 from specload.datatypes import ErrorKind, Noted, RequestRecord, RunEvent
+from specload.engine.answers import MAX_RAW_BYTES, read_output
 from specload.engine.api import (
     CHAT,
     COMPLETIONS,
@@ -256,7 +258,8 @@ class StreamingClient:
         payload = self._payload(prompt, max_tokens)
         p = _Progress(self.flavour, request_id, level, level_index, warmup, (prompt_tokens_requested, max_tokens),
                       self._clock.now_ns(), asyncio.current_task())
-        if reply:
+        p.reply = reply
+        if reply or self.request.check_outputs:
             p.raw = []
         key = id(p.state)
         self._inflight[key] = p.state
@@ -343,12 +346,12 @@ class StreamingClient:
         """A non-streamed answer, read whole (within bounds): one text chunk at the time it came."""
         body = await resp.content.read(MAX_EVENT_BYTES + 1)
         now = self._clock.now_ns()
-        if p.raw is not None:
-            p.raw.append(body)
         try:
             if len(body) > MAX_EVENT_BYTES:
                 raise SSEEventTooLarge(f"a non-streamed answer over {MAX_EVENT_BYTES >> 20} MiB")
             has_text, ct, pt, fr = read_full_response(self.flavour, orjson.loads(body))
+            if p.raw is not None:  # its answer is read as a stream of one event would be
+                p.raw.append(b"data: " + body.replace(b"\n", b" ") + b"\n\n")
         except orjson.JSONDecodeError:
             p.error = (ErrorKind.MALFORMED, f"non-SSE response is not JSON: {body[:200]!r}")
         except MalformedChunk as e:
@@ -370,6 +373,8 @@ class StreamingClient:
         clock_ns = self._clock.now_ns
         on_tokens = self.on_tokens
         start, state, offsets, ktoks, reader = p.start, p.state, p.offsets, p.ktoks, p.reader
+        raw = p.raw  # the reads kept for the answer (reply, --check-outputs), else None
+        raw_kept = 0
         per_chunk_known = True
         streamed = 0.0
         error: tuple[ErrorKind, str] | None = None
@@ -381,7 +386,6 @@ class StreamingClient:
         text_key, empty_text = (fast[0], fast[1]) if fast is not None else (None, b"")
         decoder = SSEDecoder(learn=self._learn if text_key is not None else None)
         feed = decoder.feed_runs
-        raw = p.raw
         read_event = reader.read
         loads = orjson.loads
         content = resp.content
@@ -390,8 +394,11 @@ class StreamingClient:
                 data = await content.readany()
                 now = clock_ns()
                 state[1] = now
-                if raw is not None and len(raw) < MAX_REPLY_READS:
+                if raw is not None:
                     raw.append(data)
+                    raw_kept += len(data)
+                    if raw_kept >= MAX_RAW_BYTES or len(raw) >= MAX_REPLY_READS:
+                        raw, p.raw_cut = None, True
                 try:
                     events = feed(data) if data else decoder.finish()
                 except SSEEventTooLarge as e:
@@ -541,6 +548,8 @@ class StreamingClient:
         e2e = offsets[-1] if kept else None
         if p.extra_chunks:  # the detail was capped: the last chunk's time is kept apart
             e2e = max(p.last_offset, e2e or 0)
+        output = (read_output(self.flavour, p.raw, capped=p.raw_cut)
+                  if self.request.check_outputs and p.raw is not None and error is None else None)
         return RequestRecord(
             request_id=p.request_id,
             level=p.level,
@@ -570,7 +579,8 @@ class StreamingClient:
             prompt_tokens_requested=p.asked[0],
             max_tokens=p.asked[1],
             prompt_tokens_cached=reader.cached_tokens,
-            reply=None if p.raw is None else reply_text(self.flavour, b"".join(p.raw)),
+            reply=reply_text(self.flavour, b"".join(p.raw)) if p.reply and p.raw is not None else None,
+            output=output,
         )
 
     def _stale_connection(self) -> None:
@@ -608,7 +618,7 @@ class _Progress:
 
     __slots__ = ("request_id", "level", "level_index", "warmup", "asked", "first", "start", "state", "offsets",
                  "ktoks", "per_chunk_known", "streamed", "reader", "retries", "status", "error", "got_done",
-                 "extra_chunks", "extra_tokens", "last_offset", "raw")
+                 "extra_chunks", "extra_tokens", "last_offset", "raw", "raw_cut", "reply")
 
     def __init__(self, flavour: str, request_id: int, level: int, level_index: int, warmup: bool,
                  asked: tuple[int | None, int | None], start: int, task: asyncio.Task | None) -> None:
@@ -629,7 +639,10 @@ class _Progress:
         self.extra_chunks = 0  # text chunks beyond MAX_CHUNK_DETAIL: counted, their times not kept
         self.extra_tokens = 0
         self.last_offset = 0  # the last chunk's time when the detail was capped
-        self.raw: list[bytes] | None = None  # the answer's bytes, when its text is wanted (reply=True)
+        # the stream's reads, for the answer's text (reply=True) or --check-outputs (engine/answers.py)
+        self.raw: list[bytes] | None = None
+        self.raw_cut = False  # they passed MAX_RAW_BYTES or MAX_REPLY_READS: the answer is the output's start
+        self.reply = False  # the record carries the answer's text
 
 
 _STALL = "stall: no data for the stall timeout"  # the cancel message of the stall watchdog

@@ -5,15 +5,21 @@ Synthetic prompts are built from a fixed vocabulary under a ``TokenModel`` that 
 the server's own tokenizer (``calibrate.py``), since prefill time and KV use follow the server's
 count, not a guess. Each prompt starts differently (an RNG keyed by the seed, a per-run nonce and the
 request's number) so no prefix cache serves one from another, unless ``--shared-prefix-tokens`` asks.
+``--check-outputs`` (``identify``) wants the same prompts in every run with the seed and at every
+level, so that answers compare prompt by prompt: the nonce is left out (the session resets the
+server's cache before each level instead), ``restart`` begins the sequence again for each level, and
+each prompt carries its identity (``Prompt.ident``: "synthetic:s0:17", a dataset's row "builtin:42")
+and a short hash of its text.
 """
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import os
 import random
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from specload.engine.datasets import (
@@ -129,6 +135,7 @@ class Prompt:
     max_tokens: int | None = None  # a drawn or reference output length (None: the run's --max-tokens)
     category: str | None = None  # a dataset row's category (the built-in set's: chat, coding, ...)
     system: str | None = None  # a dataset row's system message, sent before the text
+    ident: tuple[str, str] | None = None  # --check-outputs: (its identity, a hash of its text)
 
     def body(self) -> str | list[dict]:
         """What the client sends: the text, or with a system message the chat's messages."""
@@ -146,6 +153,10 @@ class ConversationPrompt:
     category: str | None = None
     system: str | None = None
     max_tokens: int | None = None  # a drawn output length, for each turn (None: --max-tokens)
+
+
+def prompt_hash(text: str) -> str:
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=6).hexdigest()
 
 
 def output_rule(ignore_eos: bool, max_tokens: int, output_len: str = "max-tokens", drawn: Lengths | None = None) -> str:
@@ -176,6 +187,7 @@ class PromptSource:
         nonce: str | None = None,
         multi_turn: bool = False,
         think_time: str = "0",
+        identify: bool = False,
     ) -> None:
         if prompts is not None and not prompts:
             raise PromptError("no prompts to send")
@@ -198,7 +210,9 @@ class PromptSource:
         self.shared_prefix_tokens = shared_prefix_tokens
         self.seed = seed
         # distinct prompts in every run: without it a rerun with the same seed hits a prefix cache
-        self.nonce = nonce if nonce is not None else os.urandom(4).hex()
+        # (--check-outputs wants the same ones, and resets the cache)
+        self.identify = identify
+        self.nonce = nonce if nonce is not None else "" if identify else os.urandom(4).hex()
         if trace is not None:
             self._blocks.nonce = self.nonce
         self._rng = random.Random(seed)  # lengths
@@ -214,6 +228,8 @@ class PromptSource:
             if not convs:
                 raise PromptError("--multi-turn: the dataset has no row of two or more user turns")
         self.rows = len(convs) if convs else 0
+        self._convs = convs
+        self._last = 0  # the serial of the prompt last given
         self._cycle: Iterator[Conversation] | None = itertools.cycle(convs) if convs else None
         self.model = TokenModel()
         self._prefix = ""
@@ -239,9 +255,28 @@ class PromptSource:
         rng = random.Random(f"{self.seed}:{self.nonce}:{serial}")
         return synthetic_text(n_tokens, self.model, rng, self._prefix, self._prefix_tokens)
 
+    def restart(self) -> None:
+        """Begin the sequence again (``--check-outputs``: each level sends the same prompts)."""
+        self._rng = random.Random(self.seed)
+        self._serial = itertools.count()
+        self._cycle = itertools.cycle(self._convs) if self._convs else None
+
     def next(self) -> Prompt:
-        n = next(self._serial)
-        self.sent = n + 1
+        prompt = self._next()
+        return replace(prompt, ident=(self._ident(), prompt_hash(prompt.text))) if self.identify else prompt
+
+    def _ident(self) -> str:
+        n = self._last
+        if self._convs:
+            name = self.dataset.name if self.dataset is not None else "text"
+            return f"{name}:{n % len(self._convs)}"
+        if self.trace is not None:
+            return f"trace:{n % len(self.trace.rows)}"
+        return f"synthetic:s{self.seed}:{n}"
+
+    def _next(self) -> Prompt:
+        n = self._last = next(self._serial)
+        self.sent = max(self.sent, n + 1)  # per level, when each level begins again (--check-outputs)
         max_tokens = self.output_lengths.draw(self._rng) if self.output_lengths is not None else None
         if self._cycle is not None:
             conv = next(self._cycle)
@@ -293,6 +328,8 @@ class PromptSource:
 
     def describe(self) -> dict:
         d: dict = {"nonce": self.nonce}
+        if self.identify:
+            d["identified"] = "the same prompts at every level and in every run with the seed (--check-outputs)"
         if self.trace is not None:
             d["trace"] = self.trace.describe(block_tokens=self._blocks.block_tokens)
             d["model"] = self.model.describe()
@@ -330,8 +367,9 @@ class PromptSource:
         nonce: str | None = None,
         multi_turn: bool = False,
         think_time: str = "0",
+        identify: bool = False,
     ) -> PromptSource:
-        kw: dict = {"output_lengths": output_lengths, "seed": seed, "nonce": nonce}
+        kw: dict = {"output_lengths": output_lengths, "seed": seed, "nonce": nonce, "identify": identify}
         if prompt is not None:
             src = cls([prompt], **kw)
         elif prompt_file is not None:

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from typing import Protocol
 
@@ -143,8 +143,12 @@ class Runner:
         source: LevelSource | None = None,
         extend: Callable[[int, int], int] | None = None,
         arrivals: Arrivals | None = None,
+        before_level: Callable[[int], Awaitable[None]] | None = None,
     ) -> None:
         self.client = client
+        # awaited before each measured level starts (--check-outputs: the prompts begin again, the
+        # server's cache is reset)
+        self.before_level = before_level
         self.prompts = prompts
         self.plan = plan
         self.clock = clock
@@ -392,6 +396,8 @@ class Runner:
                     continue
                 else:
                     break
+                if self.before_level is not None:
+                    await self.before_level(index)
                 await self._run_level(Level(spec, index, self.clock, number=number, sourced=sourced is not None))
                 index += 1
             if self.end_reason is None:
@@ -582,6 +588,8 @@ class Runner:
         )
         if prompt.category is not None:  # the prompt's, not the client's: every client and worker kind alike
             rec = replace(rec, category=prompt.category)
+        if prompt.ident is not None:  # --check-outputs: which prompt it was
+            rec = replace(rec, prompt_id=prompt.ident[0], prompt_sha=prompt.ident[1])
         self._finished(rec)
 
     def _task_done(self, rid: int, task: asyncio.Task) -> None:

@@ -34,7 +34,7 @@ from typing import Any, Protocol
 import orjson
 
 from specload.config import RequestConfig, TargetConfig
-from specload.datatypes import ErrorKind, RequestRecord, RunEvent, event_from_record
+from specload.datatypes import ErrorKind, Output, RequestRecord, RunEvent, event_from_record
 from specload.engine.client import StreamingClient, local_timeline
 from specload.options import from_dict, to_dict
 from specload.secrets import Scrubber
@@ -60,6 +60,9 @@ def record_from_wire(d: dict) -> RequestRecord:
         kw["chunk_tokens"] = tuple(kw["chunk_tokens"])
     if kw["error_kind"] is not None:
         kw["error_kind"] = ErrorKind(kw["error_kind"])
+    if isinstance(out := kw["output"], dict):  # --check-outputs: the answer, a dataclass as JSON
+        fields: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in out.items()}
+        kw["output"] = Output(**fields)
     return RequestRecord(**kw)
 
 

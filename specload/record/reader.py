@@ -129,6 +129,8 @@ _SCHEMA: dict[str, dict] = {
         "chunks": (is_int, False), "finish_reason": (_ostr, False), "retries": (is_int, False), "error": (_error, False),
         "retry_ms": (is_num, False),
         "prompt_tokens_requested": (_oint, False), "prompt_tokens_cached": (_oint, False), "max_tokens": (_oint, False),
+        # --check-outputs (what an answer holds is checked where it is read: stats/lossless.py)
+        "prompt_id": (_ostr, False), "prompt_sha": (_ostr, False), "output": (_opt(lambda v: isinstance(v, dict)), False),
     },
     "level": {
         "level_index": (is_int, True), "concurrency": (is_int, True), "requests": (is_int, True), "ok": (is_int, True),

@@ -25,6 +25,7 @@ import numpy as np
 from specload.record.reader import RecordData, RecordReadError, read_record
 from specload.stats.level_metrics import LevelRequests
 from specload.stats.levels import LevelSummary
+from specload.stats.lossless import Answer
 
 
 class RunReadError(RecordReadError):
@@ -147,6 +148,8 @@ class Run:
     end: dict | None = None  # the end line (reason, elapsed_s, ...); None: cut short or the source has none
     truncated: bool = False
     notes: tuple[str, ...] = ()  # things a reader should know (levels recomputed, definitions that differ)
+    # --check-outputs: each request's answer to its identified prompt; None when none was recorded
+    answers: tuple[Answer, ...] | None = None
 
     def lacks(self, what: str) -> bool:
         """True when the source has no such data at all: ``events``, ``server``, ``crashes``, ``client``,
@@ -288,6 +291,7 @@ def run_from_record(data: RecordData, path: str, label: str | None = None) -> Ru
             continue
         by_level.setdefault(idx, []).append(r)
         conc.setdefault(idx, r.get("level", 0))
+    answers = tuple(a for r in data.requests if "output" in r and (a := Answer.from_line(r)) is not None)
     levels = []
     notes = []
     for idx in sorted(set(by_level) | {k for k in summaries if isinstance(k, int) and k >= 0}):
@@ -315,6 +319,7 @@ def run_from_record(data: RecordData, path: str, label: str | None = None) -> Ru
         end=data.end,
         truncated=data.truncated,
         notes=tuple(notes),
+        answers=answers or None,
     )
 
 

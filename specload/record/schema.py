@@ -9,7 +9,7 @@ keys; tests check that every line the engine writes has them. What is secret and
 
 from __future__ import annotations
 
-from specload.datatypes import CrashEvent, GpuSample, RequestRecord, RunEvent, ServerSample
+from specload.datatypes import CrashEvent, GpuSample, Output, RequestRecord, RunEvent, ServerSample
 
 SCHEMA_VERSION = 1
 
@@ -75,6 +75,11 @@ def request_line(rec: RequestRecord, t0_ns: int, *, with_chunks: bool = False) -
     if rec.turn is not None:
         d["conversation"] = rec.conversation
         d["turn"] = rec.turn
+    if rec.prompt_id is not None:
+        d["prompt_id"] = rec.prompt_id
+        d["prompt_sha"] = rec.prompt_sha
+    if rec.output is not None:
+        d["output"] = output_dict(rec.output)
     if rec.spec_verify_ct is not None:
         d["spec_verify_ct"] = rec.spec_verify_ct
     if rec.spec_drafted is not None:
@@ -89,6 +94,20 @@ def request_line(rec: RequestRecord, t0_ns: int, *, with_chunks: bool = False) -
         d["chunk_ms"] = [round(o / 1e6, 3) for o in rec.chunk_offsets_ns]
         if rec.chunk_tokens is not None:
             d["chunk_tokens"] = list(rec.chunk_tokens)
+    return d
+
+
+def output_dict(o: Output) -> dict:
+    """A request's answer (--check-outputs): its text and length; with logprobs its tokens (ids or
+    texts), their logprobs and margins to the runner-up, as flat lists (about 20 bytes a token)."""
+    d: dict = {"text": o.text, "chars": o.chars}
+    if o.tokens is not None:
+        d.update(tokens=list(o.tokens), logprobs=list(o.logprobs or ()), margins=list(o.margins or ()),
+                 token_count=o.token_count)
+    if o.unscored:
+        d["unscored"] = o.unscored
+    if o.capped:
+        d["capped"] = True
     return d
 
 

@@ -91,6 +91,7 @@ class ReportPage:
     title: str = "specload report"
     baseline: str | None = None  # the label the ratios and verdicts are against
     comparison_notes: list[str] = field(default_factory=list)  # method, threshold, unsound flags
+    comparison: dict | None = None  # the comparison's JSON (its outputs section: report/lossless.py)
     generated_at: str = field(
         default_factory=lambda: _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
     )
@@ -118,7 +119,8 @@ def page_from_runs(sides: Sequence[Any], comparison: dict | None = None, *, titl
         notes = _comparison_notes(comparison)
     if title is None:
         title = "specload report: " + " vs ".join(s.label for s in series)
-    return ReportPage(runs=runs, series=series, title=title, baseline=baseline, comparison_notes=notes)
+    return ReportPage(runs=runs, series=series, title=title, baseline=baseline, comparison_notes=notes,
+                      comparison=comparison)
 
 
 def _metric_cell(est: Any) -> dict:

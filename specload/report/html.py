@@ -22,6 +22,7 @@ from specload.report.figures import (
     ReportRun,
     ReportSeries,
 )
+from specload.report.lossless import html_section
 
 
 def _asset(name: str) -> str:
@@ -244,6 +245,7 @@ def render(page: ReportPage) -> str:
 <h2>Runs</h2><div class="runs">{cards}</div>
 <h2>Levels</h2><p class="sub">{baseline}Values with their 95% interval below them where there is one; – marks a figure the run does not have (hover it for why).</p>
 {comparison}{"".join(tables)}
+{html_section(page.comparison)}
 <h2>Against concurrency</h2><p class="sub">{bands} Hover a point for its values.</p>
 <div class="charts">{charts}</div>
 {by_category}

@@ -21,6 +21,7 @@ from specload.formatting import ASCII_DASH, accept_cell, level_cells, pct_interv
 from specload.record.reader import RecordData, RecordReadError, read_record
 from specload.stats.level_metrics import DEFAULT_PRIMARY, METRICS
 from specload.stats.levels import LevelColumns, LevelSummary
+from specload.stats.lossless import NEAR_TIE_NATS
 from specload.stats.server_levels import ServerLevels
 from specload.stats.slo import SloSpec
 
@@ -265,9 +266,12 @@ class _ReportCommand(click.Command):
               help='Also write the charts as a PNG or SVG (needs: pip install "specload[report]").')
 @click.option("--by", "by", type=click.Choice(["category", "turn"]),
               help="One record: each level's figures per dataset category (or conversation turn) too.")
+@click.option("--near-tie", type=click.FloatRange(0, 100), default=NEAR_TIE_NATS, show_default=True,
+              metavar="NATS", help="Runs recorded with --check-outputs: a divergence is a near-tie (numerics, "
+              "not a bug) when either run's margin between its token and the runner-up is below this.")
 def report_command(records: tuple[str, ...], vs: tuple[str, ...], baseline: str | None, primary: str,
                    min_effect: float, as_json: bool, as_csv: bool, slo: str | None, html: str | None,
-                   plot: str | None, wide: bool, by: str | None) -> None:
+                   plot: str | None, wide: bool, by: str | None, near_tie: float) -> None:
     """The level table of a recorded run, or a comparison of several.
 
     \b
@@ -313,20 +317,26 @@ def report_command(records: tuple[str, ...], vs: tuple[str, ...], baseline: str 
     if spec is not None:
         _usage("--slo judges one record; give one file")
     from specload.report.compare import compare, render, to_csv_rows, to_json
+    from specload.report.lossless import add_to_json
+    from specload.report.lossless import render as render_outputs
 
     sides = _sides(records, vs, baseline)
     if len(sides) < 2:
         _usage(f"all records are runs of '{sides[0].label}': nothing to compare them with "
                "(give the other side with --vs, or label runs with 'specload run --label')")
     c = compare(sides, primary=primary, min_effect=min_effect / 100.0)
+    checked = _outputs(sides, near_tie)
+    doc = to_json(c)
+    for oc in checked:
+        add_to_json(doc, oc)
     try:
-        write_outputs(sides, to_json(c) if (html or plot) else None, html=html, plot=plot)
+        write_outputs(sides, doc if (html or plot) else None, html=html, plot=plot)
     except OutputError as e:
         _usage(str(e))
     if as_json:
         import orjson
 
-        sys.stdout.write(orjson.dumps(to_json(c), option=orjson.OPT_INDENT_2).decode() + "\n")
+        sys.stdout.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n")
     elif as_csv:
         import csv
 
@@ -337,7 +347,22 @@ def report_command(records: tuple[str, ...], vs: tuple[str, ...], baseline: str 
         for row in to_csv_rows(c):
             w.writerow({k: "" if v is None else v for k, v in row.items()})
     else:
-        render(c, wide_console())
+        console = wide_console()
+        render(c, console)
+        for oc in checked:
+            render_outputs(oc, console)
+
+
+def _outputs(sides: list, near_tie: float) -> list:
+    """Each other side's answers against the baseline's (``--check-outputs``): the first run of each
+    side that recorded answers."""
+    from specload.report.lossless import compare_outputs
+
+    def first(side):
+        return next((r for r in side.runs if r.answers is not None), side.runs[0])
+
+    found = [compare_outputs(first(sides[0]), first(s), near_tie=near_tie) for s in sides[1:]]
+    return [oc for oc in found if oc is not None]
 
 
 def _usage(msg: str) -> None:

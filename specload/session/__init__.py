@@ -21,11 +21,13 @@ import dataclasses
 import signal
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from specload.clock import SYSTEM_CLOCK, Clock
 from specload.config import RunConfig
 from specload.datatypes import Marker, Noted
+from specload.engine import answers
+from specload.engine.answers import OutputCheck
 from specload.engine.capacity import SearchView
 from specload.engine.probe import TargetError, discover
 from specload.engine.prompts import PromptError, PromptSource
@@ -42,11 +44,15 @@ from specload.session.policy import RunPolicy
 from specload.stats.levels import LevelSummary
 from specload.stats.live import LiveStats, StatsSnapshot
 from specload.stats.live_judge import LiveJudge, LiveView
+from specload.stats.lossless import LiveOutputs, OutputsView
 from specload.warmup import after_load, settle_before_load
 from specload.watch.gpu import is_local
 from specload.watch.logwatch import LogWatch
 from specload.watch.serverwatch import ServerWatch
 from specload.watch.supervisor import ServerStartError, ServerSupervisor
+
+if TYPE_CHECKING:
+    from specload.record.runs import Run
 
 T = TypeVar("T")
 
@@ -54,7 +60,7 @@ __all__ = ["Session", "SessionError", "SessionListener", "SessionResult", "NullL
 
 # the run's end reason -> exit status (interrupted: by the signal, see _exit_code)
 _EXIT = {"completed": ExitCode.OK, "crashed": ExitCode.CRASHED, "server down": ExitCode.SERVER_DOWN,
-         "worker lost": ExitCode.WORKER_LOST}
+         "worker lost": ExitCode.WORKER_LOST, "diverged": ExitCode.DIVERGED}
 # the run's end reason -> the record's end line
 _END_LINE = {"server down": "stopped", "worker lost": "stopped"}
 
@@ -99,6 +105,7 @@ class Session:
             stay_open=stay_open, on_worker_death=cfg.on_worker_death, notice=fan.notice, event=fan.event,
             now_ns=clock.now_ns)
         self.policy.capacity = self.capacity
+        self.policy.on_divergence = cfg.compare.on_divergence
         self.supervisor = ServerSupervisor(cfg, on_notice=fan.notice, scrub=self.scrub)
         self.logs = LogWatch(w, clock=clock, scrub=self.scrub, on_crash=fan.crash, on_server=fan.server,
                              on_notice=fan.notice)
@@ -108,6 +115,7 @@ class Session:
         self._starting: asyncio.Future | None = None
         self._background: list[asyncio.Task] = []
         self._prompts: PromptSource | None = None  # the record's flush loop, the launched server's exit watch
+        self.outputs: LiveOutputs | None = None  # --check-outputs with --baseline
 
     # ------------------------------------------------------------------ what front ends read and do
 
@@ -275,12 +283,14 @@ class Session:
             prompt_tokens=Lengths.parse(r.prompt_tokens),
             output_lengths=Lengths.parse(r.max_tokens_dist) if r.max_tokens_dist else None, output_len=r.output_len,
             ignore_eos=r.ignore_eos, max_tokens=r.max_tokens, shared_prefix_tokens=r.shared_prefix_tokens, seed=cfg.seed,
-            multi_turn=r.multi_turn, think_time=r.think_time)
+            multi_turn=r.multi_turn, think_time=r.think_time, identify=r.check_outputs)
         if prompts.synthetic:
             await self._calibrate_prompts(prompts, url, headers)
         if not prompts.synthetic or prompts.trace is not None:
             fan.notice(prompts.summary())
         self._prompts = prompts
+        check = await self._check_outputs(url, headers, prompts) if r.check_outputs else None
+        cfg = self.cfg  # --check-outputs settled --logprobs
         self.client = client = _client(cfg, url, api, self.model, headers, self.clock, self.stats, self.scrub,
                                        self.policy.worker_lost)
         client.on_event, client.on_notice = fan.event, fan.notice  # the switch to new connections
@@ -296,13 +306,17 @@ class Session:
         from specload.record.runs import description_from_header
 
         fan.workload_shape = description_from_header(self._header()).request_shape()
-        self.judge = fan.judge = _judge(cfg, self.t0_ns, fan.workload_shape)
+        baseline = _baseline(cfg)
+        self.judge = fan.judge = _judge(cfg, self.t0_ns, fan.workload_shape, baseline)
         if self.judge is not None and self.judge.differences:
             fan.notice("--baseline: unsound, no verdicts: the workloads differ: " + ", ".join(self.judge.differences))
+        if check is not None and baseline is not None:
+            self.outputs = fan.outputs = _live_outputs(baseline, fan.notice)
         extend = self.judge.extend if self.judge is not None and self.judge.judging else None
         self.runner = self.policy.runner = Runner(
             client, prompts, plan, clock=self.clock, on_record=fan.request, on_event=fan.event,
-            on_level=fan.level, stay_open=self.stay_open, seed=cfg.seed, extend=extend, arrivals=arrivals)
+            on_level=fan.level, stay_open=self.stay_open, seed=cfg.seed, extend=extend, arrivals=arrivals,
+            before_level=check.before_level if check is not None else None)
         if self.capacity is not None and cfg.capacity.find_max:
             search.search_from_the_start(cfg, self.capacity, self.runner)
         fan.tg = tg
@@ -316,6 +330,37 @@ class Session:
             server_local=self.supervisor.command() is not None or is_local(url))
         await self.watch.start(tg)
         return self.runner
+
+    async def _check_outputs(self, url: str, headers: dict[str, str], prompts: PromptSource) -> OutputCheck:
+        """--check-outputs: ask the server once whether it returns logprobs and how its cache is reset
+        (engine/answers.py), settle --logprobs, and say what the run will do."""
+        from specload.engine.api import build_body
+
+        assert self.api is not None
+        r, sent = self.cfg.request, list[dict]()
+        support = await answers.probe(url, self.api, build_body(self.api, "Say hello.", r, self.model), headers,
+                                      timeout_s=min(30.0, self.cfg.target.request_timeout_s or 30.0), sent=sent)
+        logprobs = support.logprobs if r.logprobs is None else r.logprobs
+        self.cfg = dataclasses.replace(self.cfg, request=dataclasses.replace(r, logprobs=logprobs))
+        self.fan.event(Noted(self.clock.now_ns(), "check_outputs", {
+            "logprobs": logprobs, "logprobs_returned": support.logprobs, "reset": support.reset,
+            "reset_missing": support.detail or None, "requests": sent}))
+        said = [f"checking outputs at temperature {r.temperature:g}: the same prompts at every level"]
+        if logprobs and support.logprobs:
+            said.append("logprobs on (each divergence's margin tells a near-tie from a bug)")
+        elif logprobs:
+            said.append("the server returned no logprobs: a divergence cannot be told from a near-tie")
+        else:
+            said.append("no logprobs: answers compared by text, a divergence cannot be told from a near-tie")
+        said.append(f"the server's prefix cache is reset before each level ({answers.RESET_CALLS[support.reset]})"
+                    if support.reset else f"no cache reset ({support.detail})")
+        self.fan.notice("; ".join(said))
+        return answers.OutputCheck(url, headers, support, prompts, on_event=self.fan.event, on_notice=self.fan.notice,
+                                   now_ns=self.clock.now_ns)
+
+    def outputs_view(self) -> OutputsView | None:
+        """--check-outputs with --baseline: the answers compared so far."""
+        return self.outputs.view() if self.outputs is not None else None
 
     async def _calibrate_prompts(self, prompts: PromptSource, url: str, headers: dict[str, str]) -> None:
         """Size synthetic prompts in the server's own tokens (engine/calibrate.py); the requests this
@@ -377,7 +422,11 @@ class Session:
         return result
 
     def _exit_code(self, reason: str) -> int:
-        return ExitCode.for_signal(self.signal) if reason == "interrupted" else _EXIT.get(reason, ExitCode.OK)
+        if reason == "interrupted":
+            return ExitCode.for_signal(self.signal)
+        code = _EXIT.get(reason, ExitCode.OK)
+        # --on-divergence continue: the run went on to its end, and its answer is still no
+        return ExitCode.DIVERGED if code == ExitCode.OK and self.policy.diverged else code
 
     def _header(self) -> dict:
         header = self.cfg.describe()
@@ -403,18 +452,31 @@ class Session:
         self.policy.record_failed(error)
 
 
-def _judge(cfg: RunConfig, t0_ns: int, workload: dict) -> LiveJudge | None:
-    """The live judge when levels are compared or judged as they run; the baseline is read once here
-    (the config checked it is a readable run)."""
-    c = cfg.compare
-    if c.baseline is None and not c.judging:
+def _baseline(cfg: RunConfig) -> Run | None:
+    """--baseline's run, read once (the config checked it is a readable run)."""
+    if cfg.compare.baseline is None:
         return None
     from specload.record.runs import RunReadError, load_run
 
     try:
-        baseline = load_run(c.baseline) if c.baseline is not None else None
+        return load_run(cfg.compare.baseline)
     except RunReadError as e:
         raise SessionError(str(e)) from None
+
+
+def _live_outputs(baseline: Run, notice: Callable[[str], None]) -> LiveOutputs | None:
+    if baseline.answers is None:
+        notice(f"the baseline {baseline.label} has no recorded outputs (record it with --check-outputs): "
+               "outputs are not compared as the run goes")
+        return None
+    return LiveOutputs(baseline.answers)
+
+
+def _judge(cfg: RunConfig, t0_ns: int, workload: dict, baseline: Run | None) -> LiveJudge | None:
+    """The live judge when levels are compared or judged as they run."""
+    c = cfg.compare
+    if c.baseline is None and not c.judging:
+        return None
     return LiveJudge(t0_ns=t0_ns, primary=c.primary, baseline=baseline, min_effect=c.min_effect_pct / 100,
                      target_ci_pct=c.target_ci_pct, until_decided=c.until_decided,
                      max_requests_per_level=c.max_requests_per_level,

@@ -21,6 +21,7 @@ from specload.datatypes import (
     GpuSample,
     LevelStarted,
     Noted,
+    OutputDiverged,
     RequestRecord,
     RunEvent,
     SearchProgress,
@@ -39,6 +40,7 @@ from specload.stats.judgement import workload_warnings
 from specload.stats.levels import LevelSummary
 from specload.stats.live import LiveStats
 from specload.stats.live_judge import LiveJudge
+from specload.stats.lossless import Divergence, LiveOutputs, outputs_line
 from specload.stats.server_levels import ServerLevels
 from specload.watch.command import ProcessExit
 from specload.watch.serverwatch import ServerWatch
@@ -65,6 +67,7 @@ class Fanout:
         # measuring speculative decoding (said once each, kept for the end line and --json)
         self.workload_shape: dict | None = None
         self.workload_warnings: list[str] = []
+        self.outputs: LiveOutputs | None = None  # --check-outputs with --baseline
         # level summaries waiting for their goodput and the server's figures over their span, in order
         self.level_chain: asyncio.Task | None = None
         self.server_levels = ServerLevels()
@@ -91,6 +94,8 @@ class Fanout:
         if self.judge is not None:
             self.judge.add(rec)
         self.record.request(rec)
+        if self.outputs is not None and (found := self.outputs.add(rec)) is not None:
+            self.divergence(found)
         interrupted = self.policy is not None and self.policy.interrupted
         if rec.error_kind is ErrorKind.CONNECT and rec.error_detail == REFUSED and self.watch is not None \
                 and not interrupted:
@@ -98,10 +103,19 @@ class Fanout:
             # to the health checks: a saturated client times out its own backlog of connections.
             self.watch.mark_down(rec.error_detail)
 
+    def divergence(self, d: Divergence) -> None:
+        """An answer that is not the baseline's, not at a near-tie: an alert like a crash's (the
+        listener hears it as a ``divergence`` event), in the record, and the policy's to act on."""
+        self.event(OutputDiverged(self.now_ns(), d.as_dict()))
+        if self.policy is not None:
+            self.policy.divergence()
+
     def event(self, ev: RunEvent) -> None:
         if isinstance(ev, LevelStarted):
             if self.judge is not None:
                 self.judge.level_started(ev.index, ev.concurrency, repeat=ev.repeat)
+            if self.outputs is not None:
+                self.outputs.level_started(ev.index, ev.concurrency)
             if self.watch is not None:
                 # the counters as a level starts: its first scrape interval then begins with it
                 self.watch.level_boundary()
@@ -167,6 +181,9 @@ class Fanout:
         self.listener.level_done(summary)
         self._check_prompt_length(summary)
         self._check_workload(summary)
+        if self.outputs is not None and (lv := self.outputs.level(summary.level_index)) is not None:
+            self.event(Noted(self.now_ns(), "outputs", {"level_index": summary.level_index, **lv.as_dict()}))
+            self.notice(f"outputs at C={summary.concurrency} against the baseline: {outputs_line(lv)}")
 
     def _check_workload(self, s: LevelSummary) -> None:
         """Once a level shows speculative decoding (the server's figures or the requests' own counts):

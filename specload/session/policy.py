@@ -8,6 +8,8 @@
   down for ``--down-timeout`` ends a headless run (``server down``); the TUI stays (``stay_open``);
 * a ``--workers`` process dies: the run goes on with the others, or stops (``worker lost``) when
   none is left or ``--on-worker-death stop``;
+* an answer diverges from the baseline's (``--check-outputs``): ``--on-divergence stop`` ends the run
+  (``diverged``);
 * the record cannot be written: stop (a load nobody can read back is not worth running);
 * the user quits or a signal arrives: ``interrupt``.
 
@@ -46,6 +48,8 @@ class RunPolicy:
         self.end_reason: str | None = None
         self.interrupted = False
         self.server_down = False
+        self.diverged = False  # --check-outputs against a --baseline found an answer that is not its
+        self.on_divergence = "continue"
         self._paused_for_down = False
         self._down_timer: asyncio.TimerHandle | None = None
 
@@ -67,6 +71,13 @@ class RunPolicy:
         ``what`` completes "the server ..." in the search's message (crashed, went down, exited)."""
         if self.capacity is not None:
             self.capacity.server_failed(detail, what)
+
+    def divergence(self) -> None:
+        """An answer diverged from the baseline's, not at a near-tie: ``--on-divergence stop`` ends
+        the run (``diverged``, in-flight requests cancelled); either way the exit status says so."""
+        self.diverged = True
+        if self.on_divergence == "stop" and self.runner is not None:
+            self.stop("diverged", "diverged", "an output diverged from the baseline's")
 
     def crash(self, ev: CrashEvent) -> None:
         if not ev.new or self.runner is None:

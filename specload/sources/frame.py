@@ -19,6 +19,7 @@ from specload.session.listener import forwarder
 from specload.stats.levels import LevelSummary
 from specload.stats.live import StatsSnapshot
 from specload.stats.live_judge import LiveView
+from specload.stats.lossless import OutputsView
 from specload.stats.slo import SloSpec
 
 if TYPE_CHECKING:
@@ -53,6 +54,7 @@ class Frame:
     search: SearchView | None  # the capacity search, once one ran
     searching: bool  # a capacity search is running now
     live: LiveView | None = None  # --baseline / --target-ci: the running level against its goal
+    outputs: OutputsView | None = None  # --check-outputs with --baseline: the answers compared so far
     # while the load is cut (a crash, the server down, a pause): the levels it cut, as they stand; each
     # is replaced by its final summary in ``stats.levels`` once it ends
     cut_levels: tuple[LevelSummary, ...] = ()

@@ -86,6 +86,7 @@ def session_frame(session: Session, info: RunInfo) -> Frame:
         search=session.search_view(),
         searching=cap is not None and cap.searching,
         live=session.live_view(),
+        outputs=session.outputs_view(),
         cut_levels=session.runner.cut_levels() if session.runner is not None else (),
     )
 

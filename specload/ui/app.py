@@ -35,7 +35,7 @@ from textual.widgets import Footer
 from textual.worker import Worker
 
 from specload.config import RunConfig
-from specload.datatypes import Marker, SearchProgress, ServerExited
+from specload.datatypes import Marker, OutputDiverged, SearchProgress, ServerExited
 from specload.engine.capacity import SearchView
 from specload.engine.runner import MAX_CONCURRENCY, RunnerState, scaled
 from specload.exitcode import ExitCode
@@ -46,6 +46,7 @@ from specload.sources.local import SessionSource
 from specload.stats.levels import LevelSummary
 from specload.stats.live import StatsSnapshot
 from specload.stats.live_judge import LiveView
+from specload.stats.lossless import OutputsView, divergence_text
 from specload.ui.keys import open_modal, take_key
 from specload.ui.layout import Dashboard, DetailGrid, PanelTabs, TopRow
 from specload.ui.messages import (
@@ -121,6 +122,7 @@ class SpecloadApp(App[int]):
     snapshot: var[StatsSnapshot | None] = var(None)
     runner_state: var[RunnerState | None] = var(None)
     live: var[LiveView | None] = var(None)  # --baseline / --target-ci: the running level so far
+    outputs: var[OutputsView | None] = var(None)  # --check-outputs with --baseline: answers compared
     state_label: var[str] = var("starting")
     target_info: var[tuple[str, str, str]] = var(("", "", ""))
     pending_target: var[int | None] = var(None)  # a concurrency keyed in, applied once keys settle
@@ -192,7 +194,7 @@ class SpecloadApp(App[int]):
         with Dashboard():
             with TopRow():
                 yield LoadPanel(classes="top-panel").data_bind(App.runner_state, App.pending_target, App.search,
-                                                         App.live)
+                                                         App.live, App.outputs)
                 yield ThroughputPanel(classes="top-panel").data_bind(App.snapshot)
                 yield LatencyPanel(classes="top-panel").data_bind(App.snapshot)
             yield PanelTabs()
@@ -258,6 +260,9 @@ class SpecloadApp(App[int]):
         self.target_info = (f.url or "", f.model or "", f.api or "")
         self.search = f.search
         self.live = f.live
+        if f.outputs is not None and self.outputs is None:
+            self.query_one(TopRow).add_class("-outputs")
+        self.outputs = f.outputs
         self.cut_levels = f.cut_levels
         if self._ticks % LOG_EVERY == 0:
             self.log_tail = f.log
@@ -276,6 +281,11 @@ class SpecloadApp(App[int]):
                 self.notify(f"server {how}", title="server", severity="error", timeout=10)
             case SearchProgress(progress=progress):
                 self._search_event(progress)
+            case OutputDiverged(finding=finding):
+                self.sample()  # the count shows with the alert
+                self.notify(divergence_text(finding), title="✖ OUTPUT DIVERGES", severity="error", timeout=20,
+                            markup=False)
+                self.bell()
 
     def _search_event(self, v: dict) -> None:
         phase = v.get("phase")

@@ -14,7 +14,15 @@ from dataclasses import dataclass
 
 from textual.message import Message
 
-from specload.datatypes import CrashEvent, Marker, RunEvent, SearchProgress, ServerExited, WorkerDied
+from specload.datatypes import (
+    CrashEvent,
+    Marker,
+    OutputDiverged,
+    RunEvent,
+    SearchProgress,
+    ServerExited,
+    WorkerDied,
+)
 from specload.session import SessionResult
 from specload.stats.client_load import ClientLoad
 from specload.stats.levels import LevelSummary
@@ -52,7 +60,7 @@ class MessageListener:
     def __init__(self, post: Callable[[Message], object]) -> None:
         self.post = post
 
-    ANNOUNCED = (Marker, ServerExited, SearchProgress, WorkerDied)
+    ANNOUNCED = (Marker, ServerExited, SearchProgress, WorkerDied, OutputDiverged)
 
     def phase(self, phase: str) -> None:
         pass  # state: in the frame

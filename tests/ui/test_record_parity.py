@@ -18,7 +18,7 @@ from specload.session import Session
 from tests.ui.conftest import live_app, wait_for
 
 ARGS = ("-c", "2,3", "-n", "6", "--max-tokens", "8", "--ignore-eos", "--drain", "--seed", "3",
-        "--warmup-requests", "2", "--on-crash", "stop")
+        "--warmup-requests", "2", "--on-crash", "stop", "--on-divergence", "stop")
 
 
 def lines(path: Path) -> list[dict]:

@@ -19,6 +19,7 @@ from specload.engine.capacity import SearchView
 from specload.engine.runner import RunnerState
 from specload.formatting import verdict_text
 from specload.stats.live_judge import LiveView
+from specload.stats.lossless import OutputsView
 from specload.ui.widgets.value import ValueLabel
 
 
@@ -38,6 +39,8 @@ class LoadPanel(Widget):
     LoadPanel.-stacked > Horizontal.bar-row { layout: horizontal; }
     LoadPanel #load-live { width: auto; height: 1; display: none; padding-left: 1; }
     LoadPanel #load-live.-shown { display: block; }
+    LoadPanel #load-outputs { width: 1fr; height: 1; display: none; }
+    LoadPanel #load-outputs.-shown { display: block; }
     LoadPanel ProgressBar { width: 1fr; min-width: 10; }
     LoadPanel ProgressBar Bar { width: 1fr; }
     LoadPanel ProgressBar Bar > .bar--bar { color: $specload-throughput; }
@@ -49,6 +52,7 @@ class LoadPanel(Widget):
     pending_target: var[int | None] = var(None)  # keyed in, not yet applied
     search: var[SearchView | None] = var(None)  # a capacity search's probe is a level too
     live: var[LiveView | None] = var(None)  # --baseline / --target-ci: the running level judged so far
+    outputs: var[OutputsView | None] = var(None)  # --check-outputs with --baseline: the answers so far
 
     def compose(self) -> ComposeResult:
         with Horizontal():
@@ -58,9 +62,12 @@ class LoadPanel(Widget):
             yield ProgressBar(total=1, show_eta=False, id="load-progress")
             # --baseline / --target-ci only: the running level judged so far, the bar then shorter
             yield ValueLabel("", id="load-live")
+        # --check-outputs with --baseline, when the panel is too narrow for it beside the bar
+        yield ValueLabel("", id="load-outputs")
 
     def on_resize(self, event: events.Resize) -> None:
         self.set_class(event.size.width < 70, "-stacked")
+        self.watch_runner_state(self.runner_state)
 
     def watch_pending_target(self, _pending: int | None) -> None:
         self.watch_runner_state(self.runner_state)
@@ -69,6 +76,9 @@ class LoadPanel(Widget):
         self.watch_runner_state(self.runner_state)
 
     def watch_live(self, _live: LiveView | None) -> None:
+        self.watch_runner_state(self.runner_state)
+
+    def watch_outputs(self, _outputs: OutputsView | None) -> None:
         self.watch_runner_state(self.runner_state)
 
     def watch_runner_state(self, rs: RunnerState | None) -> None:
@@ -108,6 +118,13 @@ class LoadPanel(Widget):
         level.show(where)
         lv = self.live
         text = live_text(lv) if lv is not None and lv.index == rs.level_index else ""
+        answers = self.outputs.text(short=True) if self.outputs is not None else ""
+        own_line = bool(answers) and self.has_class("-stacked")
+        if answers and not own_line:
+            text = " · ".join(t for t in (text, answers) if t)
+        outputs = self.query_one("#load-outputs", ValueLabel)
+        outputs.set_class(own_line, "-shown")
+        outputs.show(answers if own_line else "")
         live = self.query_one("#load-live", ValueLabel)
         live.set_class(bool(text), "-shown")
         live.show(text)
