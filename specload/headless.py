@@ -119,6 +119,8 @@ def status_text(session: Session) -> str | None:
         return None
     snap = session.stats.snapshot()
     parts = [f"{session.state_label()} C={rs.target} in flight {rs.in_flight}"]
+    if (outputs := session.outputs_view()) is not None:
+        parts.append(outputs.text(short=True))  # whether the answers are right: early, not cut off
     if rs.level_index >= 0:
         level = f"level {rs.level_number}/{rs.level_count}" if rs.level_number else "manual level"
         if rs.level_total:
@@ -140,9 +142,6 @@ def status_text(session: Session) -> str | None:
             ci = f" [{r.ci_low:.2f}, {r.ci_high:.2f}]" if r.ci_low == r.ci_low else ""
             verdict = view.decision.verdict if view.decision is not None else None
             parts.append(f"vs baseline x{r.ratio:.2f}{ci} {verdict_text(verdict)}")
-    outputs = session.outputs_view()
-    if outputs is not None:
-        parts.append(outputs.text())
     return "specload: " + " · ".join(parts)
 
 

@@ -133,7 +133,8 @@ class _Answer:
 
     def output(self, capped: bool) -> Output:
         text = "".join(self.pieces)[:MAX_OUTPUT_CHARS]
-        has = bool(self.tokens) and not self.bad
+        # tokens where a logprob came (else they are the stream's chunks, nothing to compare by)
+        has = not self.bad and any(lp is not None for lp in self.logprobs)
         return Output(
             text=text,
             chars=self.chars,

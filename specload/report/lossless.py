@@ -151,7 +151,7 @@ def render(oc: OutputsComparison, console: Console) -> None:
     ref = oc.noise[0].reference if oc.noise else None
     t = Table(header_style="bold", show_edge=False, pad_edge=False)
     for col in ("level", "compared", "identical", "near-tie", "divergent", "first divergence p50 [min-max]",
-                f"{oc.a} itself vs C={ref}" if ref is not None else f"{oc.a} itself", "verdict"):
+                f"{oc.a} itself diverges vs C={ref}" if ref is not None else f"{oc.a} itself diverges", "verdict"):
         t.add_column(col, justify="left" if col in ("verdict",) else "right")
     def row(name: str, lv: OutputsLevel, floor: str) -> None:
         sh = lv.share
@@ -243,7 +243,7 @@ def _html_side(doc: dict, o: dict) -> str:
         f"{e(overall.get('identical', 0))}/{e(overall.get('compared', 0))} identical. 95% Wilson intervals.</p>"
         f"{notes}<div class=\"table-wrap\"><table class=\"levels\"><thead><tr><th>C</th><th>compared</th>"
         f"<th>identical</th><th>near-tie</th><th>divergent</th><th>first divergence p50 [min–max]</th>"
-        f"<th>{e(a)} itself vs its reference level</th><th>verdict</th></tr></thead><tbody>{''.join(rows)}</tbody>"
+        f"<th>{e(a)} itself diverges vs its reference level</th><th>verdict</th></tr></thead><tbody>{''.join(rows)}</tbody>"
         f"</table></div>{ex}"
     )
 

@@ -147,6 +147,12 @@ def _prob(name: str):
     "whose order flips with the batch's shape: numerics, not a bug.",
 )
 @click.option(
+    "--logprobs/--no-logprobs",
+    default=True,
+    show_default=True,
+    help="Return the logprobs a request asks for; --no-logprobs ignores them, as a server without them does.",
+)
+@click.option(
     "--eos-prob",
     type=click.FloatRange(0.0, 1.0),
     default=0.002,

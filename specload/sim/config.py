@@ -63,6 +63,7 @@ class SimConfig:
     # a share of the positions of a greedy text whose two best tokens are a near-tie, so that their
     # order flips with the batch's shape: numerics, not a bug (greedy.py)
     near_tie_rate: float = 0.0
+    logprobs: bool = True  # False: logprobs asked for are not returned (as by a server without them)
 
     # --- output length --------------------------------------------------------------------------
     eos_prob: float = 0.002  # per generated token, ignored when the request sets ignore_eos

@@ -413,7 +413,7 @@ class LlamaWire:
             bool(so.get("include_usage", False)),
             False,  # no continuous usage stats in llama-server
             greedy=greedy,
-            top_logprobs=top,
+            top_logprobs=top if self.config.logprobs else None,
         )
 
     def bad_json(self, e: Exception) -> tuple[int, str, str]:

@@ -450,7 +450,7 @@ class OpenAIWire:
         include_usage = bool(so.get("include_usage", False)) or continuous
         greedy, top = sampling(kind, body)
         return Req(kind, rid, prompt_tokens, max_tokens, ignore_eos, stream, include_usage, continuous,
-                   greedy=greedy, top_logprobs=top)
+                   greedy=greedy, top_logprobs=top if cfg.logprobs else None)
 
     def bad_json(self, e: Exception) -> tuple[int, str, str]:
         return 400, f"malformed JSON body: {e}", "BadRequestError"

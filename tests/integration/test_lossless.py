@@ -11,6 +11,7 @@ subprocess against the built-in simulator, and reads its stderr, exit status and
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -41,6 +42,7 @@ def records(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         "bug": {"spec_tokens": 3, "accept_rate": 0.8, "spec_bug_rate": 0.1},
         "base_ties": {"spec_tokens": 0, "near_tie_rate": 0.05},
         "spec_ties": {"spec_tokens": 3, "accept_rate": 0.8, "near_tie_rate": 0.05},
+        "no_logprobs": {"spec_tokens": 3, "accept_rate": 0.8, "logprobs": False},  # a server without them
     }
     return {name: virtual_record(tmp / f"{name}.jsonl", levels=LEVELS, n=N, seed=3, label=name,
                                  sim={"step_ms": 5, **sim}, fields=CHECK) for name, sim in runs.items()}
@@ -71,6 +73,18 @@ def test_the_record_holds_answers_to_identified_prompts(records: dict[str, Path]
     # bounded: every request line with its answer stays small (32 tokens here)
     sizes = [len(json.dumps(r)) for r in reqs]
     assert max(sizes) < 4000
+
+
+def test_logprobs_are_on_by_default_only_where_the_server_returns_them(records: dict[str, Path]) -> None:
+    """The probe before the load asks for logprobs once: the simulator returns them (on, see above);
+    a server that ignores the fields gets none asked for, and its answers compare by text."""
+    data = read_record(str(records["no_logprobs"]))
+    (check,) = [e["value"] for e in data.events if e["kind"] == "check_outputs"]
+    assert check["logprobs"] is False and check["logprobs_returned"] is False
+    reqs = [r for r in data.requests if not r.get("warmup")]
+    assert reqs and all(r["output"]["text"] and r["output"].get("tokens") is None for r in reqs)
+    oc = _compare(records, "base", "no_logprobs")
+    assert oc.by == "text" and [lv.verdict for lv in oc.levels] == ["lossless", "lossless"]
 
 
 def test_speculation_without_a_bug_is_lossless(records: dict[str, Path]) -> None:
@@ -159,3 +173,47 @@ def test_live_divergence_stops_a_headless_run(records: dict[str, Path], tmp_path
     assert data.end is not None and data.end["reason"] == "completed"
     (tally,) = [e["value"] for e in data.events if e["kind"] == "outputs"]
     assert tally["compared"] == 12 and tally["divergent"] >= 2 and tally["verdict"] == "diverges"
+
+
+def test_headless_status_line_shows_the_identical_share_as_answers_arrive(records: dict[str, Path]) -> None:
+    """``specload run --baseline B --check-outputs`` on a terminal (a real pty): the status line
+    rewritten during the level counts the answers compared so far, identical and divergent."""
+    import os
+    import pty
+    import select
+    import time
+
+    cmd = [sys.executable, "-m", "specload.cli", "run", "-c", "1", "-n", "16", "--api", "chat", "--ignore-eos",
+           "--max-tokens", "32", "--check-outputs", "--baseline", str(records["base"]), "--on-divergence", "continue",
+           "--max-duration", "60", "--sim-args", "--step-ms 20 --quiet --spec-tokens 3 --accept-rate 0.9 "
+           "--spec-bug-rate 0.2"]
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=slave, stdin=subprocess.DEVNULL)
+    os.close(slave)
+    seen = b""
+    deadline = time.monotonic() + 120
+    try:
+        while time.monotonic() < deadline:
+            if select.select([master], [], [], 0.5)[0]:
+                try:
+                    chunk = os.read(master, 65536)
+                except OSError:  # the child closed its end
+                    break
+                if not chunk:
+                    break
+                seen += chunk
+            elif proc.poll() is not None:
+                break
+    finally:
+        os.close(master)
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate(timeout=30)
+    text = seen.decode(errors="replace")
+    assert proc.returncode == ExitCode.DIVERGED, text
+    statuses = [p for p in text.split("\r\x1b[K") if p.startswith("specload: ramping C=1")]
+    counts = [(int(m[1]), int(m[2])) for s in statuses if (m := re.search(r" · out (\d+)/(\d+) same", s))]
+    assert counts, statuses  # the share while the level ran, not only at its end
+    assert all(0 <= same <= n < 16 for same, n in counts) and counts == sorted(counts, key=lambda c: c[1])
+    assert any("DIVERGE" in s for s in statuses) or counts[-1][0] == counts[-1][1], statuses
+    assert "outputs at C=1 against the baseline:" in text  # and the level's tally at its end

@@ -40,6 +40,9 @@ async def test_divergence_is_alerted_and_the_share_shown(sim, base: Path, tmp_pa
         live = app.query_one("#load-live", ValueLabel)
         await wait_for(pilot, lambda: "DIVERGE" in str(live.render()), "the share beside the bar", timeout=10)
         assert "same" in str(live.render())
+        await pilot.pause()
+        shown = str(live.render())  # all of it on screen: the label grew with its text
+        assert live.region.width >= len(shown) and live.region.right <= app.size.width, (live.region, shown)
         # the TUI's default is to go on: the level runs to its end, every answer compared
         await wait_for(pilot, lambda: app.outputs is not None and app.outputs.compared == 8, "8 answers compared",
                        timeout=60)

@@ -286,3 +286,48 @@ def test_text_without_logprobs_is_unscored_and_then_compared_by_text() -> None:
     d = first_divergence(a, b)
     assert d is not None and d.by == "text" and d.position == 3 and d.margin_a == 0.05 and d.near_tie
     assert first_divergence(a, Answer(0, 1, "p", "s", " a x", 4, (" a x",), (None,), 1, complete=False)) is None
+
+
+# ------------------------------------------------------------------------------ options a sweep carries
+
+
+def test_check_outputs_options_are_run_options_a_sweep_generates() -> None:
+    """A sweep offers every RunConfig option field (``option_fields``) and builds its base config with
+    ``build``: --check-outputs, --logprobs and --on-divergence come with it, and mean the same."""
+    from specload.config import ConfigError, RunConfig
+    from specload.options import build, option_fields
+
+    flags = {f.name: opt for f, opt, _ in option_fields(RunConfig)}
+    assert {"check_outputs", "logprobs", "on_divergence"} <= flags.keys()
+    cfg = build(RunConfig, {"url": "http://127.0.0.1:1", "check_outputs": True}, ui=False)
+    assert cfg.request.check_outputs and cfg.request.temperature == 0.0 and cfg.request.logprobs is None
+    cfg = build(RunConfig, {"url": "http://127.0.0.1:1", "check_outputs": True, "temperature": 0.7}, ui=False)
+    assert cfg.request.temperature == 0.7  # given: kept
+    with pytest.raises(ConfigError, match="applies to --check-outputs"):
+        build(RunConfig, {"url": "http://127.0.0.1:1", "logprobs": True}, ui=False)
+
+
+def test_identified_prompts_are_the_same_for_the_same_seed_and_nonce() -> None:
+    """Answers compare prompt by prompt: the same ids and texts at every level and in every run with the
+    seed; a nonce given (a sweep gives all its runs one) keeps the texts alike across those runs only."""
+    from specload.engine.prompts import PromptSource
+
+    def sent(nonce: str | None, n: int = 5) -> list[tuple[str, str, str]]:
+        src = PromptSource.from_options(prompt_tokens=32, seed=4, nonce=nonce, identify=True)
+        out = []
+        for _ in range(2):  # two levels
+            src.restart()
+            for _ in range(n):
+                p = src.next()
+                assert p.ident is not None
+                out.append((*p.ident, p.text))
+        return out
+
+    plain = sent(None)
+    assert [i for i, _, _ in plain[:5]] == [f"synthetic:s4:{i}" for i in range(5)] and plain[:5] == plain[5:]
+    assert sent(None) == plain  # another run
+    swept = sent("sweep-7f3a")
+    assert sent("sweep-7f3a") == swept and [i for i, _, _ in swept] == [i for i, _, _ in plain]
+    assert {s for _, s, _ in swept}.isdisjoint(s for _, s, _ in plain)  # other texts: not compared with them
+    unidentified = PromptSource.from_options(prompt_tokens=32, seed=4)
+    assert unidentified.next().ident is None and unidentified.nonce != ""

@@ -127,7 +127,7 @@ class LoadPanel(Widget):
         outputs.show(answers if own_line else "")
         live = self.query_one("#load-live", ValueLabel)
         live.set_class(bool(text), "-shown")
-        live.show(text)
+        live.show(text, sized=True)  # beside the bar, as wide as it says
 
 
 def live_text(lv: LiveView) -> str:

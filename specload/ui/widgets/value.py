@@ -15,7 +15,9 @@ class ValueLabel(Label):
         super().__init__(text, **kwargs)  # type: ignore[arg-type]
         self._text = text
 
-    def show(self, text: str) -> None:
+    def show(self, text: str, *, sized: bool = False) -> None:
+        """``sized``: the label is as wide as its text (``width: auto``), so a new length re-runs the layout."""
         if text != self._text:
+            layout = sized and len(text) != len(self._text)
             self._text = text
-            self.update(text, layout=False)
+            self.update(text, layout=layout)
