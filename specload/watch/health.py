@@ -82,6 +82,7 @@ class HealthMonitor:
         self._failures = 0
         self._stop = threading.Event()
         self._wake: Callable[[], None] = lambda: None  # the checking thread's stop, once it runs
+        self._first = asyncio.Event()  # set by the first verdict (or the thread's end)
 
     def _set(self, state: str, detail: str) -> None:
         self.detail = detail
@@ -137,6 +138,14 @@ class HealthMonitor:
         except (aiohttp.ClientError, OSError) as exc:
             return HealthCheck(False, f"{type(exc).__name__}: {exc}")
 
+    async def first_verdict(self) -> None:
+        """Wait, bounded by one check's timeout, for the first check's verdict: a record then starts
+        with the server's state before the load's first line, whatever the thread's start cost."""
+        try:
+            await asyncio.wait_for(self._first.wait(), self.timeout + 0.5)
+        except TimeoutError:
+            pass
+
     async def stop(self) -> None:
         self._stop.set()
         self._wake()
@@ -150,8 +159,10 @@ class HealthMonitor:
             if not self._stop.is_set():
                 self.checks += 1
                 self.observe(check)
+            self._first.set()
 
         def finished() -> None:
+            self._first.set()
             if not done.done():
                 done.set_result(None)
 

@@ -69,6 +69,7 @@ class ServerWatch:
 
             self.health = HealthMonitor(self.url + "/health", clock=self.clock, on_change=self._on_health)
             self._tasks.append(tg.create_task(self.health.run()))
+            await self.health.first_verdict()
         if w.metrics_url != "off":
             from specload.watch.metrics import MetricsScraper, probe_metrics
 
