@@ -314,15 +314,18 @@ class PromptSource:
             what = "synthetic" if self.synthetic else "a fixed text"
         else:
             info = ds.describe()
-            cats = f"{len(info['categories'])} categories, " if "categories" in info else ""
-            what = f"{ds.name} ({cats}{info['rows']:,} prompts" + ("" if ds.format == "builtin" else f", {ds.format}")
+            n_cats = len(info.get("categories") or ())
+            cats = f"{n_cats} categor{'y' if n_cats == 1 else 'ies'}, " if n_cats else ""
+            what = (f"{ds.name} ({cats}{info['rows']:,} prompt{'' if info['rows'] == 1 else 's'}"
+                    + ("" if ds.format == "builtin" else f", {ds.format}"))
             if self.multi_turn:
                 lens = [len(c.turns) for c in ds.conversations if len(c.turns) > 1]
                 pause = f", {self.think.spec} s between turns" if self.think.values != (0.0,) else ""
                 what += (f"; {len(lens)} conversations of {min(lens)}-{max(lens)} user turns sent turn by turn, "
                          f"the server's replies in their history{pause} (--multi-turn)")
             elif info["multi_turn"]:
-                what += f"; {info['multi_turn']} multi-turn rows sent as their first turn"
+                n = info["multi_turn"]
+                what += f"; {n} multi-turn row{'' if n == 1 else 's'} sent as {'its' if n == 1 else 'their'} first turn"
             what += ")"
         return f"prompts: {what} · answers: {self.output}"
 

@@ -240,14 +240,18 @@ def test_dataset_files_of_other_tools_from_the_command_line(tmp_path: Path) -> N
     p = specload("run", "-c", "1", "-n", "4", "--dataset", str(sharegpt), "--max-tokens", "16",
                  "--record", str(rec), "--sim-args", FAST_SIM)
     assert p.returncode == 0, p.stderr
+    assert f"prompts: {sharegpt} (2 categories, 2 prompts, sharegpt) · answers: natural stops" in p.stderr
     data = lines(rec)
     ds = data[0]["prompts"]["dataset"]
     assert (ds["format"], ds["rows"]) == ("sharegpt", 2), ds
     assert [r["category"] for r in data if r["type"] == "request"] == ["coding", "chat", "coding", "chat"]
     assert data[0]["ignore_eos"] is False
+    rows[0]["conversations"].append({"from": "human", "value": "Now in place"})
+    sharegpt.write_bytes(orjson.dumps(rows))
     p = specload("run", "-c", "1", "-n", "2", "--dataset", str(sharegpt), "--dataset-format", "sharegpt",
                  "--max-tokens", "8", "--sim-args", FAST_SIM)
     assert p.returncode == 0, p.stderr
+    assert "(2 categories, 2 prompts, sharegpt; 1 multi-turn row sent as its first turn)" in p.stderr
     mt_bench = tmp_path / "question.jsonl"  # MT-Bench's own shape: none of the three
     mt_bench.write_text('{"question_id": 81, "category": "writing", "turns": ["Compose a blog post", "Rewrite it"]}\n')
     for args, needles in (
