@@ -57,6 +57,13 @@ def seconds(v: object) -> str:
     return f"{v:.1f}" if isinstance(v, int | float) else str(v)
 
 
+def latency(v: float | None, dash: str = ASCII_DASH) -> str:
+    """A latency in ms for a percentile cell: three significant figures or so (9.87, 14.4, 121)."""
+    if v is None or math.isnan(v):
+        return dash
+    return f"{v:.0f}" if abs(v) >= 100 else f"{v:.1f}" if abs(v) >= 10 else f"{v:.2f}"
+
+
 def _f(v: float | None, fmt: str = "{:.1f}") -> str:
     return num(v, fmt, ASCII_DASH)
 
@@ -205,8 +212,11 @@ def level_cells(s: LevelSummary, dash: str = "-") -> dict[str, str]:
     def f(v: float | None, fmt: str = "{:.1f}") -> str:
         return dash if v is None else fmt.format(v)
 
-    def dist(avg: float | None, std: float | None, p50: float | None, p99: float | None, fmt: str) -> str:
-        return f"{_avg_std(avg, std, fmt, dash)} {f(p50, fmt)}/{f(p99, fmt)}"
+    def dist(avg: float | None, std: float | None, *qs: float | None, fmt: str) -> str:
+        return f"{_avg_std(avg, std, fmt, dash)} {'/'.join(f(q, fmt) for q in qs)}"
+
+    def pcts(*qs: float | None) -> str:
+        return "/".join(latency(q, dash) for q in qs)
 
     empty = s.requests == 0  # a level that started no request: no rate to show, not a zero one
     cells = {
@@ -217,8 +227,8 @@ def level_cells(s: LevelSummary, dash: str = "-") -> dict[str, str]:
         "req/s": dash if empty else f"{s.req_s:.2f}",
         "req tok/s": dash if empty else f"{s.per_request_tok_s:.1f}",
         "peak C": dash if s.peak_concurrency is None else str(s.peak_concurrency),
-        "TTFT p50/p99 ms": f"{f(s.ttft_ms_p50)}/{f(s.ttft_ms_p99)}",
-        "TPOT ms": f(s.tpot_ms_p50, "{:.2f}"),
+        TTFT: pcts(s.ttft_ms_p50, s.ttft_ms_p90, s.ttft_ms_p95, s.ttft_ms_p99),
+        TPOT: pcts(s.tpot_ms_p50, s.tpot_ms_p90, s.tpot_ms_p95, s.tpot_ms_p99),
         "ITL/gap ms": f"{f(s.itl_ms_p50, '{:.2f}')}/{f(s.gap_ms_p50, '{:.2f}')}",
         "accept": accept_cell(s, dash),
         "latency avg/p50/p99 s": f"{f(s.e2e_s_avg, '{:.2f}')}/{f(s.e2e_s_p50, '{:.2f}')}/{f(s.e2e_s_p99, '{:.2f}')}",
@@ -231,11 +241,16 @@ def level_cells(s: LevelSummary, dash: str = "-") -> dict[str, str]:
         "errors": ", ".join(f"{k} {n}" for k, n in s.errors) if s.errors else dash,
         "rate": dash if s.rate is None else f"{s.rate:g}",
         # --wide: every figure, means with their standard deviations
-        "TTFT avg±sd p50/p99 ms": dist(s.ttft_ms_avg, s.ttft_ms_std, s.ttft_ms_p50, s.ttft_ms_p99, "{:.1f}"),
-        "TPOT avg±sd p50/p99 ms": dist(s.tpot_ms_avg, s.tpot_ms_std, s.tpot_ms_p50, s.tpot_ms_p99, "{:.2f}"),
-        "ITL/token avg±sd p50/p99 ms": dist(s.itl_ms_avg, s.itl_ms_std, s.itl_ms_p50, s.itl_ms_p99, "{:.2f}"),
-        "gap/chunk avg±sd p50/p99 ms": dist(s.gap_ms_avg, s.gap_ms_std, s.gap_ms_p50, s.gap_ms_p99, "{:.2f}"),
-        "E2E avg±sd p50/p99 s": dist(s.e2e_s_avg, s.e2e_s_std, s.e2e_s_p50, s.e2e_s_p99, "{:.2f}"),
+        "TTFT avg±sd p50/p90/p95/p99 ms": dist(s.ttft_ms_avg, s.ttft_ms_std, s.ttft_ms_p50, s.ttft_ms_p90,
+                                               s.ttft_ms_p95, s.ttft_ms_p99, fmt="{:.1f}"),
+        "TPOT avg±sd p50/p90/p95/p99 ms": dist(s.tpot_ms_avg, s.tpot_ms_std, s.tpot_ms_p50, s.tpot_ms_p90,
+                                               s.tpot_ms_p95, s.tpot_ms_p99, fmt="{:.2f}"),
+        "ITL/token avg±sd p50/p90/p95/p99 ms": dist(s.itl_ms_avg, s.itl_ms_std, s.itl_ms_p50, s.itl_ms_p90,
+                                                    s.itl_ms_p95, s.itl_ms_p99, fmt="{:.2f}"),
+        "gap/chunk avg±sd p50/p90/p95/p99 ms": dist(s.gap_ms_avg, s.gap_ms_std, s.gap_ms_p50, s.gap_ms_p90,
+                                                    s.gap_ms_p95, s.gap_ms_p99, fmt="{:.2f}"),
+        "E2E avg±sd p50/p90/p95/p99 s": dist(s.e2e_s_avg, s.e2e_s_std, s.e2e_s_p50, s.e2e_s_p90, s.e2e_s_p95,
+                                             s.e2e_s_p99, fmt="{:.2f}"),
         "accept per pos": dash if not s.accept_per_pos else " ".join(f"{v:.2f}" for v in s.accept_per_pos),
         "req accept": accept_cell(s, dash, requests=True),
         "input tok": dash if s.input_tokens is None else str(s.input_tokens),
@@ -269,20 +284,22 @@ def level_cells(s: LevelSummary, dash: str = "-") -> dict[str, str]:
     return cells
 
 
-# The table everyone sees (headless, report, TUI): readable at 160 columns. ITL/gap: per-token ITL
-# (a chunk of k tokens counts gap / k) and the per-chunk gap (what vLLM's and SGLang's clients call
-# ITL), p50 of each; accept: speculative acceptance length / rate (the server's; marked * the
+# The table everyone sees (headless, report, TUI): TTFT and TPOT p50/p90/p95/p99; ITL/gap: per-token
+# ITL (a chunk of k tokens counts gap / k) and the per-chunk gap (what vLLM's and SGLang's clients
+# call ITL), p50 of each; accept: speculative acceptance length / rate (the server's; marked * the
 # requests' own counts, when the server gives no figure); prompt tok: the server's count / the
 # length asked for. Everything else is in --json, the record and `report --wide`.
+TTFT = "TTFT p50/90/95/99 ms"
+TPOT = "TPOT p50/90/95/99 ms"
 TABLE_COLUMNS = (
-    "C", "tok/s", "srv tok/s", "req/s", "TTFT p50/p99 ms", "TPOT ms", "ITL/gap ms", "accept",
+    "C", "tok/s", "srv tok/s", "req/s", TTFT, TPOT, "ITL/gap ms", "accept",
     "latency avg/p50/p99 s", "prompt tok", "ok", "errors",
 )
 WIDE_COLUMNS = (
-    "C", "tok/s", "peak tok/s", "srv tok/s", "req/s", "req tok/s", "peak C", "TTFT avg±sd p50/p99 ms",
-    "TPOT avg±sd p50/p99 ms", "ITL/token avg±sd p50/p99 ms", "gap/chunk avg±sd p50/p99 ms", "E2E avg±sd p50/p99 s",
-    "accept", "req accept", "accept per pos", "input tok", "prompt avg/p50/p99", "asked", "cached", "tokens", "wall s", "ok",
-    "errors",
+    "C", "tok/s", "peak tok/s", "srv tok/s", "req/s", "req tok/s", "peak C", "TTFT avg±sd p50/p90/p95/p99 ms",
+    "TPOT avg±sd p50/p90/p95/p99 ms", "ITL/token avg±sd p50/p90/p95/p99 ms", "gap/chunk avg±sd p50/p90/p95/p99 ms",
+    "E2E avg±sd p50/p90/p95/p99 s", "accept", "req accept", "accept per pos", "input tok", "prompt avg/p50/p99", "asked", "cached",
+    "tokens", "wall s", "ok", "errors",
 )
 
 
@@ -295,7 +312,7 @@ BASELINE_COLUMNS = ("baseline", "vs baseline", "verdict")
 
 def table_columns(levels: list[LevelSummary], *, wide: bool = False) -> tuple[str, ...]:
     """The table's columns: a rate column when a level ran open loop, goodput columns with --slo;
-    ``wide``: every figure (``report --wide``)."""
+    ``wide``: every figure (``report --wide``). Which of them fit a width: ``fit_columns``."""
     cols: tuple[str, ...] = WIDE_COLUMNS if wide else TABLE_COLUMNS
     if any(s.rate is not None for s in levels):
         cols = ("rate", *cols)
@@ -308,10 +325,83 @@ def table_columns(levels: list[LevelSummary], *, wide: bool = False) -> tuple[st
             i = cols.index("wall s") + 1
             cols = (*cols[:i], "active s", *cols[i:])
     if any(s.goodput is not None for s in levels):
-        # errors stay last (they wrap); tokens and wall time give way (the record and --json keep them)
-        cols = (*(c for c in cols[:-1] if c not in ("tokens", "wall s")), *GOODPUT_COLUMNS, cols[-1])
+        cols = (*cols[:-1], *GOODPUT_COLUMNS, cols[-1])  # errors stay last (they wrap)
     if any(s.judged is not None for s in levels):
         extra = JUDGED_COLUMNS + (BASELINE_COLUMNS if any(s.judged and s.judged.baseline is not None
                                                            for s in levels) else ())
-        cols = (*(c for c in cols[:-1] if c not in ("tokens", "wall s")), *extra, cols[-1])
+        cols = (*cols[:-1], *extra, cols[-1])
     return cols
+
+
+# ------------------------------------------------------------------------------------- fitting
+#
+# One rule for every table a person reads in a terminal, a file or a pipe (the level table of a run,
+# of ``report``, of the TUI's quit summary; the comparison's tables; the sweep's): a table is never
+# cut. When its columns do not fit the width, long headers fold onto two lines; when they still do
+# not fit, the table is wrapped: the first part keeps the key columns (C, the load) and the most
+# important figures, the rest continue in further parts that repeat the key columns. A column is
+# never dropped and a cell never ellipsised: what is printed is every figure, whole.
+
+SEPARATOR = 3  # " │ " between two columns (no outer edge, no edge padding)
+# the order in which columns claim the first part's room (after the key columns); the rest follow
+IMPORTANCE = (
+    "tok/s", "ok", "verdict", "vs baseline", "SLO", "good %", TTFT, TPOT, "TTFT avg±sd p50/p90/p95/p99 ms",
+    "TPOT avg±sd p50/p90/p95/p99 ms", "errors", "cut", "req/s",
+    "latency avg/p50/p99 s", "srv tok/s", "good tok/s", "±CI %", "baseline", "GPU W", "J/1k tok", "accept",
+    "ITL/gap ms", "prompt tok", "good req/s",
+)
+KEY_COLUMNS = ("C", "rate", "level", "metric")  # repeated in every part of a wrapped table
+FLEXIBLE = ("errors",)  # wraps within its cell (``report.fitted_table`` gives it 20 characters or its longest word)
+
+
+def fold_header(name: str) -> str:
+    """A header on two lines (split at the space that makes the longer line shortest), or as it is."""
+    words = name.split(" ")
+    if len(words) < 2:
+        return name
+    splits = [(" ".join(words[:i]), " ".join(words[i:])) for i in range(1, len(words))]
+    a, b = min(splits, key=lambda ab: max(len(ab[0]), len(ab[1])))
+    return f"{a}\n{b}"
+
+
+def _width(text: str) -> int:
+    return max((len(line) for line in text.split("\n")), default=0)
+
+
+def fit_columns(headers: list[str], cell_widths: list[int], width: int, *,
+                importance: tuple[str, ...] = IMPORTANCE) -> list[list[tuple[int, str]]]:
+    """The parts a table of these headers (and widest cells per column) is printed in at ``width``
+    characters: per part, (column index, header text) in the table's order; see the rule above.
+    ``cell_widths[i]`` is the widest cell of column i (for a wrapping column: the width it wraps at)."""
+    n = len(headers)
+    keys = [i for i in range(n) if headers[i] in KEY_COLUMNS] or [0]
+
+    def header(i: int, fold: bool) -> str:
+        # a header folds only where that narrows its column (not "good %" over wider cells)
+        folded = fold_header(headers[i])
+        narrower = max(cell_widths[i], _width(folded)) < max(cell_widths[i], len(headers[i]))
+        return folded if fold and narrower else headers[i]
+
+    def need(cols: list[int], fold: bool) -> int:
+        return sum(max(cell_widths[i], _width(header(i, fold))) for i in cols) + SEPARATOR * (len(cols) - 1)
+
+    def part(cols: list[int]) -> list[tuple[int, str]]:
+        fold = need(cols, False) > width
+        return [(i, header(i, fold)) for i in cols]
+
+    every = list(range(n))
+    if need(every, True) <= width:
+        return [part(every)]
+    rank = {name: r for r, name in enumerate(importance)}
+    order = sorted((i for i in every if i not in keys), key=lambda i: (rank.get(headers[i], len(rank)), i))
+    parts: list[list[int]] = []
+    while order:
+        cols = list(keys)
+        for i in list(order):
+            if need(sorted(cols + [i]), True) <= width:
+                cols.append(i)
+                order.remove(i)
+        if len(cols) == len(keys):  # not even one more column fits beside the keys: it goes alone with them
+            cols.append(order.pop(0))
+        parts.append(sorted(cols))
+    return [part(p) for p in parts]

@@ -196,24 +196,16 @@ def print_tui_end(result: SessionResult | None, record_path: str | None, stream=
     nothing behind)."""
     from rich.console import Console
 
-    from specload.formatting import level_line
-    from specload.report.report import level_table
+    from specload.report.report import level_table, output_width
 
-    # the terminal's own width, asked of the terminal: a COLUMNS left in the environment (pytest sets
-    # 80) squeezed the table on a 160-column terminal; piped: 160 columns, as headless tables are
+    # the terminal's own width (a terminal is asked, never COLUMNS: pytest leaves 80 there), else
+    # COLUMNS or 160 (report.output_width); the table is fitted to it, never cut
     out = stream if stream is not None else sys.stdout
-    try:
-        width = os.get_terminal_size(out.fileno()).columns
-    except (OSError, ValueError, AttributeError):
-        width = 160
-    console = Console(file=out, width=width)
+    console = Console(file=out, width=output_width(out))
     levels = list(result.levels) if result is not None else []
     try:
-        if levels and width >= 120:
-            console.print(level_table(levels))
-        elif levels:  # a narrow terminal squeezed the table's columns to nothing: one line per level
-            for s in levels:
-                console.print(level_line(s), highlight=False, soft_wrap=True)
+        if levels:
+            console.print(level_table(levels, width=console.width))
         if result is not None:
             console.print(f"end: {result.reason}", highlight=False)
         if record_path and os.path.isfile(record_path) and os.path.getsize(record_path) == 0:
@@ -274,7 +266,7 @@ def print_summary(
 
     console = wide_console()
     if levels:
-        console.print(level_table(levels))
+        console.print(level_table(levels, width=console.width))
     errs = ", ".join(f"{k} {n}" for k, n in snap.errors_by_kind) or "none"
     console.print(f"{snap.requests_ok}/{snap.requests_total} ok; errors: {errs}; end: {result.reason}")
     for line in session.workload_warnings():

@@ -48,6 +48,8 @@ def _isolated_environment(tmp_path_factory: pytest.TempPathFactory, monkeypatch:
     # ~/.config/specload/themes would change snapshots and notices
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.mktemp("xdg")))
+    # pytest-xdist's workers have COLUMNS=80, which tables now honour: a test that wants a width sets it
+    monkeypatch.delenv("COLUMNS", raising=False)
 
 
 @pytest.fixture

@@ -198,7 +198,9 @@ def compare(sides: Sequence[Side], *, primary: str = DEFAULT_PRIMARY, min_effect
     warned = {s.label: list(dict.fromkeys(w for run in s.runs for w in run_workload_warnings(run))) for s in sides}
     repeated = any(len(v) > 1 for v in per_run.values())
     if not repeated:
-        notes.append("one run per side: run-to-run variation is not accounted for (the intervals see only "
+        # "one run per side" only where that is so: three files at three concurrencies are one run per level
+        what = "one run per side" if all(s.repeats == 1 for s in sides) else "no level repeated on a side"
+        notes.append(f"{what}: run-to-run variation is not accounted for (the intervals see only "
                      "the variation within each run; repeat runs to include it: report A1 A2 --vs B1 B2)")
     return Comparison(
         baseline=baseline,
@@ -320,7 +322,9 @@ def _decide(res: MetricResult, base: Estimate, lower_is_better: bool, kind: str,
             why = (est.note if est.value is None else base.note) or "missing"
     n = min(base.n, est.n)
     dec = iv.decide(r, lower_is_better=lower_is_better, min_effect=min_effect, n=n, why_not=why)
-    if dec.requests_needed is not None:
+    if kind == "server":  # the server's samples (acceptance, GPU power) are not requests: no request count
+        dec = Decision(dec.verdict, dec.reason, None)
+    elif dec.requests_needed is not None:
         # steady-state requests, per side: per run of the level, plus its fill and drain
         per_run = math.ceil(dec.requests_needed / max(runs, 1)) + (0 if concurrency == 1 else 2 * concurrency - 1)
         dec = Decision(dec.verdict, dec.reason, per_run)
@@ -647,56 +651,87 @@ EXPLAIN_THROUGHPUT = (
 )
 
 
+def side_text(c: Comparison, s: Side) -> str:
+    """What a side is, after its label: its file, or how many files and whether they repeat a level."""
+    if s.repeats == 1:
+        return s.runs[0].source
+    if any(len(r.per_run) > 1 for lc in c.levels if (r := lc.result(s.label, c.primary)) is not None):
+        return f"{s.repeats} runs"
+    return f"{s.repeats} files, no level repeated"
+
+
+def shared_levels(c: Comparison) -> tuple[list[LevelComparison], list[str]]:
+    """The levels the baseline shares with another side, and a line for each side's levels that no
+    other side has (nothing to compare them with)."""
+    shared = [lc for lc in c.levels if c.baseline.label in lc.present and len(lc.present) > 1]
+    alone = []
+    for s in c.sides:
+        only = [str(lc.key) for lc in c.levels if lc.present == (s.label,)]
+        if only:
+            alone.append(f"{s.label}: {', '.join(only)}")
+    return shared, alone
+
+
 def render(c: Comparison, console: Console) -> None:
     """The comparison on a terminal: the headline table (primary metric, verdict per level), the
-    secondary metrics per compared side, flags, crossovers and notes."""
-    from rich.table import Table
+    secondary metrics per compared side, flags, crossovers and notes; every table fitted to the
+    console's width (``formatting.fit_columns``)."""
+    from rich.markup import escape
+
+    from specload.report.report import fitted_table
 
     p = METRICS[c.primary]
     out = console  # rich.console.Console
     bl = c.baseline
-    runs_of = lambda s: f"{s.repeats} runs" if s.repeats > 1 else s.runs[0].source  # noqa: E731
-    out.print(f"[bold]specload compare[/]  baseline [bold]{bl.label}[/] ({runs_of(bl)})  vs  "
-              + ", ".join(f"[bold]{s.label}[/] ({runs_of(s)})" for s in c.others))
+    width = out.width
+    out.print(f"[bold]specload compare[/]  baseline [bold]{escape(bl.label)}[/] ({escape(side_text(c, bl))})  vs  "
+              + ", ".join(f"[bold]{escape(s.label)}[/] ({escape(side_text(c, s))})" for s in c.others),
+              highlight=False)
+    shared, alone = shared_levels(c)
+    if not shared:
+        ran = "; ".join(f"{s.label} ran {', '.join(str(lc.key) for lc in c.levels if s.label in lc.present)}"
+                        for s in c.sides)
+        out.print(f"[yellow]nothing to compare: the files share no concurrency level ({escape(ran)})[/]",
+                  highlight=False)
+        return
     out.print(f"headline: {p.label} · verdicts count a difference only beyond ±{c.min_effect * 100:g}% "
               "(--min-effect) · 95% intervals · steady-state requests (fill and drain excluded)")
     for n in c.notes:
-        out.print(f"[yellow]{n}[/]")
+        out.print(f"[yellow]{escape(n)}[/]", highlight=False)
     for label, ws in c.workload_warnings.items():
         for w in ws:
-            out.print(f"[yellow]⚠ workload of {label}: {w}[/]")
+            out.print(f"[yellow]⚠ workload of {escape(label)}: {escape(w)}[/]", highlight=False)
+    if alone:
+        out.print(f"[yellow]levels on one side only, not compared: {escape('; '.join(alone))}[/]", highlight=False)
     if c.run_to_run_accounted:
         sds = ", ".join(f"{METRICS[m].label} {100 * math.sqrt(b.tau2):.1f}%" for m, b in c.between.items()
                         if b and m in (c.primary, "per_request_tok_s", "tpot_p50"))
         out.print(f"run-to-run variation estimated from the repeats (between-run sd: {sds or 'none beyond within-run'})")
 
-    t = Table(title=f"{p.label} ({p.unit})", header_style="bold", show_edge=False, pad_edge=False)
-    t.add_column("level", justify="right")
-    t.add_column(bl.label, justify="right")
+    verdict = f"verdict (±{c.min_effect * 100:g}%)"
+    ratio = "ratio" if len(c.others) == 1 else None
+    headers = ["level", bl.label]
     for s in c.others:
-        t.add_column(s.label, justify="right")
-        t.add_column(f"ratio {s.label}/{bl.label}", justify="right")
-        t.add_column(f"verdict (±{c.min_effect * 100:g}%)", justify="left")
-    for lc in c.levels:
+        headers += [s.label, ratio or f"ratio {s.label}", verdict]
+    rows = []
+    for lc in shared:
         base = lc.result(bl.label, c.primary)
-        row = [str(lc.key) + (" ⚠" if lc.flags else ""), fmt_estimate(c.primary, base.estimate) if base else "-"]
+        row = [escape(str(lc.key) + (" ⚠" if lc.flags else "")),
+               escape(fmt_estimate(c.primary, base.estimate)) if base else "-"]
         for s in c.others:
             res = lc.result(s.label, c.primary)
             if res is None:
                 row += ["-", "-", ""]
                 continue
-            row += [fmt_estimate(c.primary, res.estimate), fmt_ratio(res), fmt_verdict(res.decision)]
-        t.add_row(*row)
-    out.print(t)
+            row += [escape(fmt_estimate(c.primary, res.estimate)), escape(fmt_ratio(res)), fmt_verdict(res.decision)]
+        rows.append(row)
+    out.print(fitted_table(headers, rows, width, title=f"{p.label} ({p.unit})", left=(verdict,), markup=True,
+                           importance=(verdict, bl.label, *(s.label for s in c.others), "ratio")))
 
     secondary = [m for m in c.metrics if m != c.primary]
     for s in c.others:
-        st = Table(title=f"secondary: {s.label} / {bl.label} (not the headline)", header_style="bold",
-                   show_edge=False, pad_edge=False)
-        st.add_column("metric")
-        keys = [lc for lc in c.levels if s.label in lc.present]
-        for lc in keys:
-            st.add_column(str(lc.key), justify="left")
+        keys = [lc for lc in shared if s.label in lc.present]
+        srows = []
         for m in secondary:
             if m in ("tok_per_j", "gpu_power_w") and not any(
                     (r := lc.result(x.label, m)) is not None and r.estimate.value is not None
@@ -711,15 +746,17 @@ def render(c: Comparison, console: Console) -> None:
                     continue
                 if res.estimate.value is None or base is None or base.estimate.value is None:
                     who = s.label if res.estimate.value is None else bl.label
-                    cells.append(f"[dim]missing ({who})[/]")
+                    cells.append(f"[dim]missing ({escape(who)})[/]")
                     continue
-                cells.append(f"{fmt_ratio(res).split(' [')[0]} {fmt_verdict(res.decision)}")
-            st.add_row(METRICS[m].label, *cells)
-        out.print(st)
+                cells.append(f"{escape(fmt_ratio(res).split(' [')[0])} {fmt_verdict(res.decision)}")
+            srows.append([escape(METRICS[m].label), *cells])
+        sheaders = ["metric", *(str(lc.key) for lc in keys)]
+        out.print(fitted_table(sheaders, srows, width, title=f"secondary: {s.label} / {bl.label} (not the headline)",
+                               left=tuple(sheaders), markup=True))
 
     render_categories(c, out)
     notes = []
-    for lc in c.levels:
+    for lc in shared:
         for f in lc.flags:
             notes.append(f"{lc.key}: {f.detail}")
     for f in c.shape_flags:
@@ -727,16 +764,16 @@ def render(c: Comparison, console: Console) -> None:
     if notes:
         out.print("[yellow bold]unsound comparisons[/]")
         for n in notes:
-            out.print(f"  [yellow]⚠ {n}[/]")
+            out.print(f"  [yellow]⚠ {escape(n)}[/]", highlight=False)
     insufficient = []
-    for lc in c.levels:
+    for lc in shared:
         for s in c.others:
             res = lc.result(s.label, c.primary)
             if res is not None and res.decision is not None and res.decision.verdict == iv.INSUFFICIENT:
                 why = res.estimate.note or (res.ratio and res.decision.reason) or res.decision.reason
                 insufficient.append(f"{lc.key} {s.label}: {why}")
     for n in insufficient:
-        out.print(f"[yellow]insufficient[/] {n}")
+        out.print(f"[yellow]insufficient[/] {escape(n)}", highlight=False)
     for x in c.crossovers:
         # a crossing of point estimates that no verdict backs is noise for a secondary metric; for the
         # primary one it is shown, marked as undecided (the JSON has them all)
@@ -744,27 +781,25 @@ def render(c: Comparison, console: Console) -> None:
             continue
         if x.metric not in (c.primary, "per_request_tok_s", "tpot_p50", "e2e_p50", "ttft_p50"):
             continue
-        line = (f"crossover: {METRICS[x.metric].label} of {x.side} is {x.below} up to C={x.low} and {x.above} "
-                f"from C={x.high} (crosses near C≈{x.at:.0f})")
-        out.print(line if x.decided else f"[dim]{line} (point estimates only: not decided on both sides)[/]")
+        line = crossover_text(x)
+        out.print(escape(line) if x.decided else f"[dim]{escape(line)} (point estimates only: not decided on "
+                                                 "both sides)[/]", highlight=False)
     if _throughput_disagrees(c):
         out.print(f"[dim]{EXPLAIN_THROUGHPUT}[/]")
 
 
 def render_categories(c: Comparison, out: Console) -> None:
     """Per other side, each category's per-request tok/s and acceptance (the requests' own) against the
-    baseline's, level by level."""
-    from rich.table import Table
+    baseline's, level by level; fitted to the console's width."""
+    from rich.markup import escape
+
+    from specload.report.report import fitted_table
 
     keys = [lc for lc in c.levels if lc.categories]
     if not keys:
         return
     for s in c.others:
-        t = Table(title=f"by category: {s.label} / {c.baseline.label} (per-request tok/s; accept rate of the "
-                        "requests' own counts)", header_style="bold", show_edge=False, pad_edge=False)
-        t.add_column("category")
-        for lc in keys:
-            t.add_column(str(lc.key), justify="left")
+        rows = []
         for cat in sorted({cat for lc in keys for cat in lc.categories}):
             cells = []
             for lc in keys:
@@ -773,10 +808,19 @@ def render_categories(c: Comparison, out: Console) -> None:
                 for m in ("per_request_tok_s", "request_accept_rate"):
                     res = table.get((s.label, m))
                     if res is not None and res.decision is not None and res.estimate.value is not None:
-                        parts.append(f"{fmt_ratio(res).split(' [')[0]} {fmt_verdict(res.decision)}")
+                        parts.append(f"{escape(fmt_ratio(res).split(' [')[0])} {fmt_verdict(res.decision)}")
                 cells.append("  ".join(parts) or "-")
-            t.add_row(cat, *cells)
-        out.print(t)
+            rows.append([escape(cat), *cells])
+        headers = ["category", *(str(lc.key) for lc in keys)]
+        out.print(fitted_table(headers, rows, out.width, title=f"by category: {s.label} / {c.baseline.label} "
+                               "(per-request tok/s; accept rate of the requests' own counts)",
+                               left=tuple(headers), markup=True))
+
+
+def crossover_text(x: Crossover) -> str:
+    """One crossover as a sentence (the terminal and the HTML page say it alike)."""
+    return (f"crossover: {METRICS[x.metric].label} of {x.side} is {x.below} up to C={x.low} and {x.above} "
+            f"from C={x.high} (crosses near C≈{x.at:.0f})")
 
 
 def _throughput_disagrees(c: Comparison) -> bool:

@@ -536,6 +536,10 @@ def _summary_level(concurrency: int, d: dict, completed: int, failed: int, e2e_k
         ttft_ms_p50=ms("median_ttft_ms"), ttft_ms_p99=ms("p99_ttft_ms"), tpot_ms_p50=ms("median_tpot_ms"),
         tpot_ms_p99=ms("p99_tpot_ms"), itl_ms_p50=None, itl_ms_p99=None, e2e_s_avg=s(f"mean_{e2e_key}_ms"),
         e2e_s_p50=s(f"median_{e2e_key}_ms"), e2e_s_p99=s(f"p99_{e2e_key}_ms"),
+        # p90 and p95 where the tool was asked for them (--metric-percentiles 50,90,95,99)
+        ttft_ms_p90=ms("p90_ttft_ms"), ttft_ms_p95=ms("p95_ttft_ms"), tpot_ms_p90=ms("p90_tpot_ms"),
+        tpot_ms_p95=ms("p95_tpot_ms"), gap_ms_p90=ms("p90_itl_ms"), gap_ms_p95=ms("p95_itl_ms"),
+        e2e_s_p90=s(f"p90_{e2e_key}_ms"), e2e_s_p95=s(f"p95_{e2e_key}_ms"),
     )
 
 

@@ -7,17 +7,28 @@ request lines (ITL percentiles then come from per-request medians, flagged in th
 
 from __future__ import annotations
 
+import os
 import sys
 
 import click
-from rich.console import Console
+from rich.console import Console, Group
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
 from specload.datatypes import ServerSample
 from specload.exitcode import ExitCode
-from specload.formatting import ASCII_DASH, accept_cell, level_cells, pct_interval, seconds, table_columns
+from specload.formatting import (
+    ASCII_DASH,
+    FLEXIBLE,
+    IMPORTANCE,
+    accept_cell,
+    fit_columns,
+    level_cells,
+    pct_interval,
+    seconds,
+    table_columns,
+)
 from specload.record.reader import RecordData, RecordReadError, read_record
 from specload.stats.level_metrics import DEFAULT_PRIMARY, METRICS
 from specload.stats.levels import LevelColumns, LevelSummary
@@ -26,15 +37,65 @@ from specload.stats.server_levels import ServerLevels
 from specload.stats.slo import SloSpec
 
 
-def level_table(levels: list[LevelSummary], title: str | None = None, *, wide: bool = False) -> Table:
-    t = Table(title=title, header_style="bold", show_edge=False, pad_edge=False)
+def level_table(levels: list[LevelSummary], title: str | None = None, *, wide: bool = False,
+                width: int = 160) -> Group:
+    """The level table at ``width`` characters: one table, or its parts (``formatting.fit_columns``)."""
     columns = table_columns(levels, wide=wide)
-    for name in columns:
-        t.add_column(name, justify="left" if name in ("errors", "SLO") else "right", no_wrap=name != "errors")
+    rows = []
     for s in levels:
         cells = level_cells(s)
-        t.add_row(*(Text(cells[name]) for name in columns))  # error kinds from a file are not markup
-    return t
+        rows.append([cells[name] for name in columns])
+    return fitted_table(list(columns), rows, width, title=title, left=("errors", "SLO"))
+
+
+def fitted_table(headers: list[str], rows: list[list[str]], width: int, *, title: str | None = None,
+                 left: tuple[str, ...] = (), markup: bool = False, importance: tuple[str, ...] = IMPORTANCE) -> Group:
+    """Rows of cells under ``headers`` as one rich table, or as the parts ``fit_columns`` wraps it into
+    at ``width``: never a cut cell (a column too wide even alone folds its cells rather than ellipsis).
+    ``markup``: the cells are rich markup (the comparison's verdict colours); else plain text (error
+    kinds and labels from a file are never markup)."""
+    texts = [[Text.from_markup(c) if markup else Text(c) for c in row] for row in rows]
+    widths = []
+    for i, name in enumerate(headers):
+        column = [row[i] for row in texts]
+        if name in FLEXIBLE:  # it wraps, at spaces, onto lines of at least 20 characters
+            words = max((len(w) for t in column for w in t.plain.split()), default=1)
+            widths.append(min(max(words, 20), max((t.cell_len for t in column), default=0)))
+        else:
+            widths.append(max((t.cell_len for t in column), default=0))
+    parts = fit_columns(headers, widths, width, importance=importance)
+    tables = []
+    for n, part in enumerate(parts):
+        t = Table(title=title if n == 0 else None, header_style="bold", show_edge=False, pad_edge=False)
+        for i, header in part:
+            name = headers[i]
+            t.add_column(header, justify="left" if name in left else "right", no_wrap=name not in FLEXIBLE,
+                         overflow="fold")
+        for row in texts:
+            t.add_row(*(row[i] for i, _ in part))
+        tables.append(t)
+    return Group(*[x for n, t in enumerate(tables) for x in ((t,) if n == 0 else (Text(""), t))])
+
+
+def output_width(stream=None) -> int:
+    """The width tables are fitted to: a terminal's own width; in a file or a pipe, ``COLUMNS`` when it
+    is set, else 160."""
+
+    out = stream if stream is not None else sys.stdout
+    try:
+        if out.isatty():
+            return os.get_terminal_size(out.fileno()).columns
+    except (OSError, ValueError, AttributeError):
+        pass
+    try:
+        return max(20, int(os.environ.get("COLUMNS", "")))
+    except ValueError:
+        return 160
+
+
+def wide_console(stream=None) -> Console:
+    """A console for tables at ``output_width``."""
+    return Console(file=stream, width=output_width(stream))
 
 
 def _at(axis: str | None, v: object) -> str:
@@ -146,13 +207,6 @@ def search_lines(r: dict) -> list[str]:
     return out
 
 
-def wide_console(width: int = 160) -> Console:
-    """A console for tables: the terminal's width, or ``width`` columns when piped (no squeezed cells)."""
-    import sys as _sys
-
-    return Console() if _sys.stdout.isatty() else Console(width=width)
-
-
 def summaries_from_record(data: RecordData) -> tuple[list[LevelSummary], bool]:
     """The record's level summaries; levels without a ``level`` line are recomputed from requests.
 
@@ -187,7 +241,12 @@ def summaries_from_record(data: RecordData) -> tuple[list[LevelSummary], bool]:
             category=r["category"] if isinstance(r.get("category"), str) else None,
             turn=_int(r.get("turn")),
         )
-    merged = dict(have)
+    older = [idx for idx, s in have.items() if s.ttft_ms_p90 is None and s.ttft_ms_p50 is not None]
+    lines: dict[object, list[dict]] = {idx: [] for idx in older}
+    for r in data.requests if older else ():
+        if r.get("level_index") in lines and r.get("ok") and not r.get("warmup"):
+            lines[r.get("level_index")].append(r)
+    merged = {idx: _mid_percentiles(s, lines[idx]) if idx in lines else s for idx, s in have.items()}
     server = _server_levels(data) if cols else None
     for idx, c in cols.items():
         s = c.summary()
@@ -195,6 +254,23 @@ def summaries_from_record(data: RecordData) -> tuple[list[LevelSummary], bool]:
             s = s.with_server(server.figures(*s.span_ns))
         merged[idx] = s
     return [merged[k] for k in sorted(merged, key=lambda k: -1 if k is None else k)], bool(cols)
+
+
+def _mid_percentiles(s: LevelSummary, lines: list[dict]) -> LevelSummary:
+    """The level line of a record made before p90 and p95 were kept: those of TTFT, TPOT and E2E from
+    its (ok, counted) request lines; ITL and gap need the per-token gaps, which request lines do not keep."""
+    from dataclasses import replace
+
+    import numpy as np
+
+    from specload.stats.quantiles import percentiles
+
+    filled: dict[str, float] = {}
+    for key, name, scale in (("ttft_ms", "ttft_ms", 1.0), ("tpot_ms", "tpot_ms", 1.0), ("e2e_ms", "e2e_s", 1e3)):
+        values = np.array([float(r[key]) / scale for r in lines if isinstance(r.get(key), int | float)])
+        if values.size:
+            filled[f"{name}_p90"], filled[f"{name}_p95"] = percentiles(values, (90, 95))
+    return replace(s, **filled)  # type: ignore[arg-type]  # p90/p95 fields: floats
 
 
 def _int(v: object) -> int | None:
@@ -383,18 +459,13 @@ def _load(path: str):  # Run, imported lazily
 def _sides(records: tuple[str, ...], vs: tuple[str, ...], baseline: str | None) -> list:
     """Files -> sides: with --vs, RECORDS against the --vs files; else the files grouped by label, in
     order, the baseline's group first."""
-    import os
-
     from specload.report.compare import Side
 
     if vs:
         if baseline is not None:
             _usage("--baseline and --vs do not go together: with --vs the files before it are the baseline")
         groups = [[_load(p) for p in records], [_load(p) for p in vs]]
-        sides = [Side(_side_label(g), tuple(g)) for g in groups]
-        if sides[0].label == sides[1].label:
-            sides = [Side(f"{s.label} ({i})", s.runs) for i, s in enumerate(sides, 1)]
-        return sides
+        return [Side(label, tuple(g)) for label, g in zip(side_labels(groups), groups, strict=True)]
     paths = list(records)
     if baseline is not None:
         real = os.path.realpath(baseline)
@@ -407,9 +478,28 @@ def _sides(records: tuple[str, ...], vs: tuple[str, ...], baseline: str | None) 
     return [Side(label, tuple(runs)) for label, runs in by_label.items()]
 
 
-def _side_label(runs: list) -> str:
-    labels = list(dict.fromkeys(r.label for r in runs))
-    return labels[0] if len(labels) == 1 else "+".join(labels)
+def side_labels(groups: list[list]) -> list[str]:
+    """Short, distinct names for sides of runs: the label its runs share (``--label``); else the tool
+    they were made with, where the sides' tools differ (specload vs vllm bench serve); else what their
+    labels start with; else the labels joined, when that is short; else the first and how many more.
+    The first of these that tells every side apart (never a row of long file names joined)."""
+    tools = [list(dict.fromkeys(r.description.tool for r in g)) for g in groups]
+    by_tool = all(len(t) == 1 for t in tools) and len({t[0] for t in tools}) == len(tools)
+
+    def options(runs: list, tool: str | None) -> list[str | None]:
+        labels = list(dict.fromkeys(r.label for r in runs))
+        prefix = os.path.commonprefix(labels).rstrip("-_. ")
+        joined = "+".join(labels)
+        return [labels[0] if len(labels) == 1 else None, tool, prefix if len(prefix) >= 3 else None,
+                joined if len(joined) <= 24 else None, f"{labels[0]} +{len(labels) - 1}"]
+
+    opts = [options(g, t[0] if by_tool else None) for g, t in zip(groups, tools, strict=True)]
+    names: list[str] = []
+    for k in range(5):
+        names = [next(o for o in op[k:] if o) for op in opts]
+        if len(set(names)) == len(names):
+            return names
+    return [f"{n} ({i})" for i, n in enumerate(names, 1)]
 
 
 def _single_report(record: str, as_json: bool, as_csv: bool, spec: SloSpec | None = None,
@@ -458,7 +548,7 @@ def _single_report(record: str, as_json: bool, as_csv: bool, spec: SloSpec | Non
             extra["search_unfinished"] = unfinished
         sys.stdout.write(orjson.dumps(summary_json(levels, extra), option=orjson.OPT_INDENT_2).decode() + "\n")
         return
-    console = wide_console(320 if wide else 160)
+    console = wide_console()
     run = data.run or {}
     console.print(f"[bold]specload record[/] {escape(record)}")
     console.print(
@@ -466,7 +556,7 @@ def _single_report(record: str, as_json: bool, as_csv: bool, spec: SloSpec | Non
         f"started {run.get('started_at', '?')}",
         markup=False,
     )
-    console.print(level_table(levels, wide=wide))
+    console.print(level_table(levels, wide=wide, width=console.width))
     if by is not None:
         if any(s.categories if by == "category" else s.turns for s in levels):
             console.print(group_table(levels, by))
@@ -575,6 +665,6 @@ def _peer_report(run, as_json: bool, as_csv: bool, wide: bool = False) -> None: 
     for k, v in describe(run):
         if k != "source":
             console.print(f"[dim]{k}:[/] {v}", highlight=False)
-    console.print(level_table(levels, wide=wide))
+    console.print(level_table(levels, wide=wide, width=console.width))
     for n in run.notes:
         console.print(f"[yellow]note:[/] {n}", highlight=False)

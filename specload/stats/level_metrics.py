@@ -393,17 +393,19 @@ def tok_per_j(level: LevelRequests, gpu_power: tuple[np.ndarray, np.ndarray] | N
                     "throughput/power", th.note)
 
 
+_QS = (50, 90, 95, 99)
 METRICS: dict[str, Metric] = {
     m.name: m
     for m in (
         Metric("throughput", "output tok/s", "tok/s", False, "level", throughput),
         Metric("per_request_tok_s", "per-request tok/s", "tok/s", False, "request", per_request_tok_s),
-        Metric("ttft_p50", "TTFT p50", "ms", True, "request", _column_pct("ttft_ms", 50), column="ttft_ms"),
-        Metric("ttft_p99", "TTFT p99", "ms", True, "request", _column_pct("ttft_ms", 99), column="ttft_ms"),
-        Metric("tpot_p50", "TPOT p50", "ms", True, "request", _column_pct("tpot_ms", 50), 2, "tpot_ms"),
-        Metric("tpot_p99", "TPOT p99", "ms", True, "request", _column_pct("tpot_ms", 99), 2, "tpot_ms"),
-        Metric("e2e_p50", "E2E p50", "s", True, "request", _column_pct("e2e_ms", 50, 1e-3), 2, "e2e_ms"),
-        Metric("e2e_p99", "E2E p99", "s", True, "request", _column_pct("e2e_ms", 99, 1e-3), 2, "e2e_ms"),
+        # p50, p90, p95 and p99 of each latency (vLLM's --metric-percentiles 50,90,95,99)
+        *(Metric(f"ttft_p{q}", f"TTFT p{q}", "ms", True, "request", _column_pct("ttft_ms", q), column="ttft_ms")
+          for q in _QS),
+        *(Metric(f"tpot_p{q}", f"TPOT p{q}", "ms", True, "request", _column_pct("tpot_ms", q), 2, "tpot_ms")
+          for q in _QS),
+        *(Metric(f"e2e_p{q}", f"E2E p{q}", "s", True, "request", _column_pct("e2e_ms", q, 1e-3), 2, "e2e_ms")
+          for q in _QS),
         Metric("error_rate", "error rate", "%", True, "share", error_rate),
         Metric("accept_len", "accept len", "tok", False, "server", accept_len, 2),
         Metric("tok_per_j", "tok/J", "tok/J", False, "server", tok_per_j, 3),

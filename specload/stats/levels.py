@@ -89,6 +89,17 @@ class LevelSummary:
     gap_ms_p50: float | None = None
     gap_ms_p99: float | None = None
     e2e_s_std: float | None = None
+    # p90 and p95 beside p50/p99 (``vllm bench serve --metric-percentiles 50,90,95,99``)
+    ttft_ms_p90: float | None = None
+    ttft_ms_p95: float | None = None
+    tpot_ms_p90: float | None = None
+    tpot_ms_p95: float | None = None
+    itl_ms_p90: float | None = None
+    itl_ms_p95: float | None = None
+    gap_ms_p90: float | None = None
+    gap_ms_p95: float | None = None
+    e2e_s_p90: float | None = None
+    e2e_s_p95: float | None = None
     # --- the server's own figures over the level's span (its /metrics counters or log lines) ---
     accept_len: float | None = None  # speculative decoding: tokens per verify step, bonus included
     accept_rate: float | None = None  # accepted / drafted tokens
@@ -135,7 +146,7 @@ class LevelSummary:
             "e2e_s_p99": _r(self.e2e_s_p99, 4),
         }
         for name in _EXTRA_FLOATS:
-            d[name] = _r(getattr(self, name), 4 if name == "e2e_s_std" else 3)
+            d[name] = _r(getattr(self, name), 4 if name.startswith("e2e_s_") else 3)
         d["input_tokens"] = self.input_tokens
         d["peak_concurrency"] = self.peak_concurrency
         d["accept_per_pos"] = None if self.accept_per_pos is None else [round(v, 4) for v in self.accept_per_pos]
@@ -239,6 +250,8 @@ _EXTRA_FLOATS = (
     "prompt_tokens_cached_avg", "peak_tok_s",
     "ttft_ms_std", "tpot_ms_avg", "tpot_ms_std", "itl_ms_avg", "itl_ms_std", "gap_ms_avg", "gap_ms_std",
     "gap_ms_p50", "gap_ms_p99", "e2e_s_std", "accept_len", "accept_rate", "server_gen_tok_s",
+    "ttft_ms_p90", "ttft_ms_p95", "tpot_ms_p90", "tpot_ms_p95", "itl_ms_p90", "itl_ms_p95",
+    "gap_ms_p90", "gap_ms_p95", "e2e_s_p90", "e2e_s_p95",
 )
 
 
@@ -347,7 +360,7 @@ class _Group:
         al, ar = self.spec.figures()
         mean = lambda a: (sum(a) / len(a)) if len(a) else None  # noqa: E731
         return GroupFigures(self.requests, self.ok, total, total / active_s if active_s > 0 else 0.0, mean(self.rate),
-                            ttft[1], ttft[2], tpot[1], tpot[2], e2e[1], mean(self.prompt), mean(self.cached), al, ar)
+                            ttft[1], ttft[4], tpot[1], tpot[4], e2e[1], mean(self.prompt), mean(self.cached), al, ar)
 
 
 @dataclass(frozen=True, slots=True)
@@ -619,7 +632,8 @@ class LevelColumns:
                 per_req = float(np.mean(toks[valid] / (e2e[valid] / 1e9)))
         ttft = _pct(self.ttft_ns, 1e6)
         tpot = _pct(self.tpot_ns, 1e6)
-        itl = (None, _scaled(self.itl.percentile(50), 1e6), _scaled(self.itl.percentile(99), 1e6))
+        itl = (None, *(_scaled(self.itl.percentile(q), 1e6) for q in _QS))
+        gap = tuple(_scaled(self.gap.percentile(q), 1e6) for q in _QS)
         e2e_p = _pct(self.e2e_ns, 1e9)
         prompt = _pct(self.prompt, 1.0)
         itl_avg, itl_std = self.itl_m.mean_std(1e6)
@@ -638,19 +652,22 @@ class LevelColumns:
             req_s=self.ok / active_s if active_s > 0 else 0.0,
             ttft_ms_avg=ttft[0],
             ttft_ms_p50=ttft[1],
-            ttft_ms_p99=ttft[2],
+            ttft_ms_p99=ttft[4],
             tpot_ms_p50=tpot[1],
-            tpot_ms_p99=tpot[2],
+            tpot_ms_p99=tpot[4],
             itl_ms_p50=itl[1],
-            itl_ms_p99=itl[2],
+            itl_ms_p99=itl[4],
             e2e_s_avg=e2e_p[0],
             e2e_s_p50=e2e_p[1],
-            e2e_s_p99=e2e_p[2],
+            e2e_s_p99=e2e_p[4],
+            ttft_ms_p90=ttft[2], ttft_ms_p95=ttft[3], tpot_ms_p90=tpot[2], tpot_ms_p95=tpot[3],
+            itl_ms_p90=itl[2], itl_ms_p95=itl[3], gap_ms_p90=gap[1], gap_ms_p95=gap[2],
+            e2e_s_p90=e2e_p[2], e2e_s_p95=e2e_p[3],
             rate=self.rate,
             input_tokens=int(sum(self.prompt)) if len(self.prompt) else None,
             prompt_tokens_avg=prompt[0],
             prompt_tokens_p50=prompt[1],
-            prompt_tokens_p99=prompt[2],
+            prompt_tokens_p99=prompt[4],
             prompt_tokens_requested_avg=(sum(self.requested) / len(self.requested)) if len(self.requested) else None,
             prompt_tokens_cached_avg=(sum(self.cached) / len(self.cached)) if len(self.cached) else None,
             peak_tok_s=self._peak_tok_s(),
@@ -662,8 +679,8 @@ class LevelColumns:
             itl_ms_std=itl_std,
             gap_ms_avg=gap_avg,
             gap_ms_std=gap_std,
-            gap_ms_p50=_scaled(self.gap.percentile(50), 1e6),
-            gap_ms_p99=_scaled(self.gap.percentile(99), 1e6),
+            gap_ms_p50=gap[0],
+            gap_ms_p99=gap[3],
             e2e_s_std=_std(self.e2e_ns, 1e9),
             cut=None if cut is None else cut[0],
             active_s=None if cut is None else active_s,
@@ -726,13 +743,15 @@ def _std(values: array, scale: float) -> float | None:
     return float(np.frombuffer(values, dtype=np.float64).std()) / scale
 
 
-def _pct(values: array, scale: float) -> tuple[float | None, float | None, float | None]:
-    """(mean, p50, p99) in units of ``scale``; linear-interpolated percentiles (numpy default)."""
+_QS = (50, 90, 95, 99)  # the percentiles of every latency distribution
+
+
+def _pct(values: array, scale: float) -> tuple[float | None, ...]:
+    """(mean, p50, p90, p95, p99) in units of ``scale``; linear-interpolated percentiles (numpy default)."""
     if not len(values):
-        return None, None, None
+        return None, None, None, None, None
     a = np.frombuffer(values, dtype=np.float64) / scale
-    p50, p99 = percentiles(a, (50, 99))
-    return float(a.mean()), p50, p99
+    return (float(a.mean()), *percentiles(a, _QS))
 
 
 def _scaled(v: float | None, scale: float) -> float | None:

@@ -340,3 +340,35 @@ def test_a_terminal_gets_a_status_line_a_pipe_does_not(sim_url: str) -> None:
     piped = run(args)
     assert piped.returncode == 0
     assert "\x1b" not in piped.stderr and "\r" not in piped.stderr
+
+
+def _table_lines_fit(text: str, width: int) -> None:
+    assert "…" not in text, text  # never an ellipsised number or C
+    assert all(len(line) <= width for line in text.splitlines()), max(text.splitlines(), key=len)
+
+
+def test_tables_in_a_pipe_are_fitted_to_columns_never_cut(sim_url: str, tmp_path: Path) -> None:
+    """``--baseline`` and ``--slo`` made the table wider than the fixed 160 columns of a pipe, and C
+    printed as ``…``: now a pipe honours COLUMNS and a table too wide wraps into parts, whole."""
+    base, run_b = tmp_path / "base.jsonl", tmp_path / "b.jsonl"
+    args = [sim_url, "-c", "1,2", "-n", "6", "--max-tokens", "12"]
+    assert run(["run", *args, "--record", str(base)]).returncode == 0
+    p = run(["run", *args, "--slo", "ttft_p99<=2s", "--baseline", str(base), "--record", str(run_b)],
+            env={**os.environ, "COLUMNS": "80"})
+    assert p.returncode == 0, p.stderr
+    table = p.stdout.split("\nrecord:")[0]
+    _table_lines_fit(table, 80)
+    data = read_record(str(run_b))
+    for lv in data.levels:  # every level's C, throughput and verdict, whole
+        assert re.search(rf"^\s*{lv['concurrency']} │\s+{lv['throughput_tok_s']:.1f} │", table, re.M), table
+    assert "verdict" in table and "baseline" in table and "good %" in table
+    for width in (80, 120, 160):
+        rep = run(["report", str(run_b)], env={**os.environ, "COLUMNS": str(width)})
+        assert rep.returncode == 0, rep.stderr
+        _table_lines_fit(rep.stdout, width)
+        assert all(f"{lv['throughput_tok_s']:.1f}" in rep.stdout for lv in data.levels)
+    cmp = run(["report", str(base), str(run_b)], env={**os.environ, "COLUMNS": "80"})
+    assert cmp.returncode == 0, cmp.stderr
+    _table_lines_fit(cmp.stdout, 80)
+    assert "C=1" in cmp.stdout and "C=2" in cmp.stdout and "verdict" in cmp.stdout
+

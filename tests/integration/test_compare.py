@@ -122,8 +122,8 @@ def test_repeats_per_side_account_for_run_to_run_variation(records: dict[str, Pa
 def test_json_and_csv_shapes(records: dict[str, Path]) -> None:
     doc = report_json(records["base"], records["fast"], records["same"])
     keys = {"value", "ci_low", "ci_high", "ratio", "ratio_ci_low", "ratio_ci_high", "verdict"}
-    names = {"throughput", "per_request_tok_s", "ttft_p50", "ttft_p99", "tpot_p50", "tpot_p99", "e2e_p50",
-             "e2e_p99", "error_rate", "accept_len", "tok_per_j", "gpu_power_w",
+    names = {"throughput", "per_request_tok_s", *(f"{m}_p{q}" for m in ("ttft", "tpot", "e2e") for q in (50, 90, 95, 99)),
+             "error_rate", "accept_len", "tok_per_j", "gpu_power_w",
              "request_accept_rate"}  # the sim gives per-request counts
     for lv in doc["levels"]:
         assert set(lv["sides"]) == {"base", "fast", "same"}
@@ -165,7 +165,7 @@ def test_the_terminal_table_and_bad_input(records: dict[str, Path]) -> None:
     assert "secondary: fast / base" in out
     # a single file is the level table as before
     single = specload("report", str(records["base"]))
-    assert single.returncode == 0 and "TTFT p50/p99 ms" in single.stdout
+    assert single.returncode == 0 and "TTFT p50/90/95/99 ms" in single.stdout
     for args, msg in (
         ([records["base"], records["base"]], "nothing to compare"),
         ([records["base"], "/nonexistent/x.jsonl"], "cannot read"),

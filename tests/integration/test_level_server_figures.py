@@ -6,6 +6,7 @@ its load."""
 from __future__ import annotations
 
 import asyncio
+import os
 import subprocess
 import sys
 
@@ -64,5 +65,6 @@ def test_headless_prints_acceptance_and_server_throughput_everywhere(tmp_path) -
         assert lv[key] is not None, key
     # the report of the record shows the same, and --wide the rest
     report = subprocess.run([sys.executable, "-m", "specload.cli", "report", "--wide", str(tmp_path / "r.jsonl")],
-                            capture_output=True, text=True, timeout=60)
+                            capture_output=True, text=True, timeout=60,
+                            env={**os.environ, "COLUMNS": "400"})  # room for every header on one line
     assert report.returncode == 0 and "accept per pos" in report.stdout and "peak tok/s" in report.stdout

@@ -11,7 +11,10 @@ import re
 import time
 from pathlib import Path
 
+import pytest
+
 from specload.cli_run import default_record
+from specload.formatting import latency
 from specload.record.reader import read_record
 from tests.conftest import make_config
 from tests.tui_pty import TuiInPty
@@ -39,7 +42,7 @@ def test_quit_prints_the_table_and_where_the_default_record_is(tmp_path: Path) -
     # what is left on the terminal once the dashboard's alternate screen is gone
     after = bytes(tui.output).rsplit(b"\x1b[?1049l", 1)[-1]
     text = re.sub(rb"\x1b\[[0-9;?]*[A-Za-z]", b"", after).decode(errors="replace")
-    assert "TTFT p50/p99 ms" in text and "tok/s" in text  # the level table, as headless prints it
+    assert "TTFT p50/90/95/99 ms" in text and "tok/s" in text  # the level table, as headless prints it
     assert f"record: {rec.name}" in text and "end: completed" in text
     data = read_record(str(rec))
     assert data.end is not None and data.end["reason"] == "completed" and len(data.levels) == 1
@@ -69,16 +72,26 @@ def test_the_default_record_is_named_by_time_and_skipped_on_request(tmp_path: Pa
         (tmp_path / "ro").chmod(0o700)
 
 
-def test_a_narrow_terminal_gets_one_line_per_level(tmp_path: Path) -> None:
-    with TuiInPty(["-c", "1", "-n", "3", "--max-tokens", "8", "--sim-args", SIM], cwd=tmp_path, cols=80,
-                  rows=24) as tui:
-        _record_in(tmp_path)
+@pytest.mark.parametrize("cols", [80, 120])
+def test_a_narrower_terminal_gets_the_table_fitted_to_it(tmp_path: Path, cols: int) -> None:
+    """At 120 columns the quit summary once lost its C column, at 80 TTFT and TPOT: now it is the
+    level table wrapped to the terminal's width, every figure whole."""
+    with TuiInPty(["-c", "1", "-n", "3", "--max-tokens", "8", "--sim-args", SIM], cwd=tmp_path, cols=cols,
+                  rows=24 if cols == 80 else 40) as tui:
+        rec = _record_in(tmp_path)
         tui.send(b"q")
         assert tui.proc.wait(timeout=40) == 0
         tui._reader.join(timeout=10)
     after = bytes(tui.output).rsplit(b"\x1b[?1049l", 1)[-1]
-    text = re.sub(rb"\x1b\[[0-9;?]*[A-Za-z]", b"", after).decode(errors="replace")
-    assert "C=  1 | 3 requests | throughput:" in text and "end: completed" in text
+    text = re.sub(rb"\x1b\[[0-9;?]*[A-Za-z]", b"", after).decode(errors="replace").replace("\r\n", "\n")
+    assert "end: completed" in text and "…" not in text
+    assert all(len(line) <= cols for line in text.splitlines()), text
+    (level,) = read_record(str(rec)).levels
+    # C, throughput and ok lead the first part; TTFT and TPOT are there with all their percentiles
+    assert re.search(rf"^1 │\s+{level['throughput_tok_s']:.1f} │", text, re.M), text
+    assert "TTFT" in text and "TPOT" in text and "3/3" in text
+    p = [level[f"ttft_ms_p{q}"] for q in (50, 90, 95, 99)]
+    assert "/".join(latency(v) for v in p) in text
 
 
 def test_a_quit_before_the_load_leaves_no_empty_default_record(tmp_path: Path) -> None:

@@ -30,6 +30,7 @@ def level(i: int, c: int, tput: float, ttft: float, tpot: float, errors: tuple =
         tokens_estimated=False, wall_s=10.0, throughput_tok_s=tput, per_request_tok_s=tput / c,
         req_s=n / 10.0, ttft_ms_avg=ttft * 1.1, ttft_ms_p50=ttft, ttft_ms_p99=ttft * 2.5,
         tpot_ms_p50=tpot, tpot_ms_p99=tpot * 1.8, itl_ms_p50=tpot, itl_ms_p99=tpot * 2,
+        ttft_ms_p90=ttft * 1.6, ttft_ms_p95=ttft * 2.0, tpot_ms_p90=tpot * 1.3, tpot_ms_p95=tpot * 1.5,
         e2e_s_avg=(ttft + 255 * tpot) / 1000, e2e_s_p50=(ttft + 255 * tpot) / 1000,
         e2e_s_p99=(ttft * 2.5 + 255 * tpot * 1.8) / 1000,
         # the server's own figures over the level (speculative decoding, acceptance falling with C)

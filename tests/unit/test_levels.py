@@ -128,6 +128,21 @@ def test_a_summary_is_at_the_precision_of_its_record_line() -> None:
     assert s.e2e_s_avg == round(s.e2e_s_avg, 4)
 
 
+def test_a_group_of_every_request_has_the_levels_percentiles() -> None:
+    """A category holding every request of the level has the level's own p50 and p99 (the group's
+    p99 once read the p90 of five percentiles)."""
+    from dataclasses import replace
+
+    cols = LevelColumns(0, 2)
+    for i in range(20):
+        cols.add(replace(rec(0, 10 * i, 10.0 + 10 * i ** 2, 3000, 40), category="all"))
+    s = cols.summary()
+    (name, g), = s.categories or ()
+    same = lambda a, b: a == pytest.approx(b, abs=1e-3)  # noqa: E731  (the record's precisions differ)
+    assert same(g.ttft_ms_p50, s.ttft_ms_p50) and same(g.ttft_ms_p99, s.ttft_ms_p99) and s.ttft_ms_p90 < s.ttft_ms_p99
+    assert same(g.tpot_ms_p99, s.tpot_ms_p99)
+
+
 def test_groups_per_category_and_turn_and_the_requests_own_acceptance() -> None:
     from dataclasses import replace
 

@@ -287,7 +287,7 @@ def test_vllm_level_line_has_gap_input_tokens_acceptance_and_itl_per_token(name:
 
     from specload.report.report import report_command
 
-    out = CliRunner().invoke(report_command, [str(SECOND / f"{name}.json")]).output
+    out = CliRunner().invoke(report_command, [str(SECOND / f"{name}.json")], env={"COLUMNS": "200"}).output  # one part
     row = next(line for line in out.splitlines() if line.startswith(f"{d['max_concurrency']} │"))
     assert f"{s.itl_ms_p50:.2f}/{s.gap_ms_p50:.2f}" in row and f" {round(s.prompt_tokens_avg)} " in row
     assert ("5.00/100%" in row) == (name == "vllm_spec_c4")

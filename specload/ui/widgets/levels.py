@@ -16,23 +16,24 @@ from textual.reactive import var
 from textual_plotext import PlotextPlot
 
 from specload.engine.capacity import SearchView
-from specload.formatting import DASH
+from specload.formatting import DASH, TPOT, TTFT
 from specload.formatting import level_cells as report_cells
 from specload.stats.levels import LevelSummary
 from specload.stats.live import StatsSnapshot
 from specload.ui.widgets.keyed import KeyedTable
 
-# the server's own throughput and speculative acceptance (length/rate) over each level sit next to
-# specload's; per-request tok/s and the rest are in the record, --json and `report --wide`
+# C, tok/s and ok lead (the table scrolls sideways: they are never the columns off screen); the
+# server's own throughput and speculative acceptance (length/rate) over each level follow; per-request
+# tok/s and the rest are in the record, --json and `report --wide`
 COLUMNS = (
     ("c", "C"),
     ("tput", "tok/s"),
+    ("ok", "ok/total"),
     ("srv", "srv tok/s"),
     ("accept", "accept"),
-    ("ttft", "TTFT p50/p99 ms"),
-    ("tpot", "TPOT ms"),
+    ("ttft", TTFT),
+    ("tpot", TPOT),
     ("lat", "latency avg/p50/p99 s"),
-    ("ok", "ok/total"),
     ("errors", "errors"),
 )
 
@@ -46,12 +47,12 @@ def level_cells(s: LevelSummary) -> tuple[str, ...]:
     return (
         load,
         cells["tok/s"],
+        ok,
         cells["srv tok/s"],
         cells["accept"],
-        cells["TTFT p50/p99 ms"],
-        cells["TPOT ms"],
+        cells[TTFT],
+        cells[TPOT],
         cells["latency avg/p50/p99 s"],
-        ok,
         cells["errors"],
     )
 
@@ -106,16 +107,16 @@ class LevelTable(KeyedTable):
         self._levels: dict[str, LevelSummary] = {}  # the latest summary of each row, for a relayout
 
     def _columns(self) -> tuple[tuple[str, str], ...]:
-        # the judged columns go next to tok/s, the figure they judge (the table scrolls sideways and
+        # the judged columns go next to tok/s and ok, the figures they judge (the table scrolls sideways and
         # the verdict must not be the column that falls off)
         cut = CUT_COLUMNS if self._cut else ()
-        return COLUMNS[:2] + self._judged + COLUMNS[2:-1] + cut + COLUMNS[-1:] + (
+        return COLUMNS[:3] + self._judged + COLUMNS[3:-1] + cut + COLUMNS[-1:] + (
             GOODPUT_COLUMNS if self._goodput else ())
 
     def _cells(self, s: LevelSummary) -> tuple[str, ...]:
         base = level_cells(s)
         cut = (report_cells(s, dash=DASH)["cut"],) if self._cut else ()
-        return base[:2] + judged_cells(s, self._judged) + base[2:-1] + cut + base[-1:] + (
+        return base[:3] + judged_cells(s, self._judged) + base[3:-1] + cut + base[-1:] + (
             goodput_cells(s) if self._goodput else ())
 
     def show_level(self, s: LevelSummary) -> None:
