@@ -90,6 +90,13 @@ def test_llamacpp_timings_give_acceptance_per_request_and_synthetic_prompts_are_
     assert len(warned) == 2 and "synthetic prompts" in warned[0] and "ignore_eos" in warned[1]
     assert lines(rec)[-1]["workload_warnings"] == warned
     assert sum("WARNING speculative decoding" in line for line in p.stderr.splitlines()) == 2
+    # a comparison says each side's, one line each
+    again = tmp_path / "again.jsonl"
+    again.write_bytes(rec.read_bytes())
+    p = specload("report", str(rec), str(again), "--json")
+    assert orjson.loads(p.stdout)["workload_warnings"] == {"run": warned, "again": warned}
+    p = specload("report", str(rec), str(again))
+    assert sum(line.startswith("⚠ workload of ") for line in p.stdout.splitlines()) == 4, p.stdout
 
 
 def test_conversations_are_sent_turn_by_turn_with_the_replies_and_the_cache_shows_in_ttft(tmp_path: Path) -> None:
