@@ -3,7 +3,7 @@
 Owns the flag names, turning flags into a ``SimConfig``, the process lifecycle (uvloop when present,
 SIGTERM/SIGINT -> clean shutdown, or with ``--hang-on-sigterm`` the hang real servers show under load:
 listener closed, open streams silent until their clients leave, then exit 0; ``--crash-exit`` -> exit
-code 1) and the first stdout line, which scripts and tests read to learn the port:
+code 1; ``--fail-start`` -> the model load's traceback, exit 1) and the first stdout line, which scripts and tests read to learn the port:
 
     specload sim listening on http://127.0.0.1:PORT
 """
@@ -179,6 +179,13 @@ def _prob(name: str):
     help="Crash (traceback in the log, then hang) after N finished requests.",
 )
 @click.option("--crash-exit", is_flag=True, help="Exit with code 1 after the crash instead of hanging.")
+@click.option("--start-delay", "start_delay_s", type=click.FloatRange(0, 3600), default=0.0, show_default=True,
+              help="Seconds of 'loading the model' after it listens: /health and generation answer 503 until then.")
+@click.option("--health-while-loading", is_flag=True,
+              help="/health answers 200 while loading (a router in front of the engine): only a real request "
+              "tells that it is ready.")
+@click.option("--fail-start", is_flag=True,
+              help="Loading fails: a CUDA out-of-memory traceback on ranks TP0 and TP1 after --start-delay, exit 1.")
 @click.option(
     "--close-after-stream",
     is_flag=True,
@@ -311,6 +318,12 @@ async def _serve(config: SimConfig) -> int:
         click.echo(f"specload sim: cannot listen on {config.host}:{config.port}: {e.strerror or e}", err=True)
         return 1
     print(f"specload sim listening on {url}", flush=True)
+    if config.fail_start:
+        await asyncio.sleep(config.start_delay_s)
+        server.fail_start()
+        await server.stop()
+        sys.stdout.flush()
+        return 1
     stop = asyncio.Event()
     interrupted = asyncio.Event()  # SIGINT: a person at a terminal, who never wants the hang
     loop = asyncio.get_running_loop()

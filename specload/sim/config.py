@@ -81,6 +81,13 @@ class SimConfig:
     crash_after: int | None = None  # after N finished generation requests the server "crashes"
     crash_exit: bool = False  # CLI only: exit with code 1 after writing the crash (as SGLang does)
 
+    # --- start-up -------------------------------------------------------------------------------
+    # "loading the model" for this long after it listens: /health and generation answer 503 meanwhile
+    # (llama-server's "Loading model"), then SGLang's "ready to roll" line
+    start_delay_s: float = 0.0
+    health_while_loading: bool = False  # /health says 200 while loading (a router in front of the engine)
+    fail_start: bool = False  # CLI only: the load fails (CUDA out of memory on two ranks), exit 1
+
     # --- real-server quirks ---------------------------------------------------------------------
     close_after_stream: bool = False  # llama-server: close TCP after each stream, still say Keep-Alive
     # close_after_stream: how long after a complete stream the socket is closed; a request sent on it
@@ -193,5 +200,7 @@ def _problems(c: SimConfig):
         yield f"burst must be at least 1, got {c.burst}"
     if c.crash_after is not None and c.crash_after < 0:
         yield f"crash-after must be >= 0, got {c.crash_after}"
+    if not _finite(c.start_delay_s) or not 0 <= c.start_delay_s <= 3600:
+        yield f"start-delay must be in 0..3600 seconds, got {c.start_delay_s}"
     if not _finite(c.log_interval) or c.log_interval <= 0:
         yield f"log interval must be > 0 seconds, got {c.log_interval}"

@@ -21,6 +21,7 @@ from specload.sim.config import SimConfig
 from specload.sim.model import VOCAB, StepDraw, estimate_chat_tokens, estimate_prompt_tokens
 from specload.sim.openai import (
     DONE,
+    SIM_VERSION,
     BadRequest,
     Req,
     Serve,
@@ -339,6 +340,7 @@ class LlamaWire:
         app.router.add_get("/metrics", self._metrics)
         app.router.add_get("/slots", self._slots)
         app.router.add_post("/slots/{id}", self._slot_action)
+        app.router.add_get("/props", self._props)
 
     def bind(self, scheduler: Scheduler) -> None:
         self.scheduler = scheduler
@@ -536,6 +538,14 @@ class LlamaWire:
 
     async def _models(self, request: web.Request) -> web.Response:
         return json_response(models_body(self.config.model_name, self.config.slot_context))
+
+    async def _props(self, request: web.Request) -> web.Response:
+        """llama-server's ``/props``: its slots, context and build (the fields a comparison reads)."""
+        c = self.config
+        return json_response({
+            "default_generation_settings": {"n_ctx": c.slot_context, "params": {"speculative.n_max": c.spec_tokens}},
+            "total_slots": c.max_batch, "model_path": f"/models/{c.model_name}.gguf", "build_info": SIM_VERSION,
+        })
 
     async def _metrics(self, request: web.Request) -> web.Response:
         sched = self.scheduler

@@ -57,6 +57,9 @@ def error_body(status: int, message: str, type_: str, param: str | None = None, 
     return orjson.dumps({"error": err})
 
 
+SIM_VERSION = "0.0.0-sim"  # what /version, /get_server_info and /props say
+
+
 def json_response(obj: Any, status: int = 200) -> web.Response:
     return web.Response(body=orjson.dumps(obj), status=status, content_type="application/json")
 
@@ -379,6 +382,8 @@ class OpenAIWire:
             app.router.add_post("/v1/tokenize", self._tokenize)  # SGLang's second path
         app.router.add_get("/v1/models", self._models)
         app.router.add_get("/metrics", self._metrics)
+        app.router.add_get("/version", self._version)  # vLLM's
+        app.router.add_get("/get_server_info", self._server_info)  # SGLang's: its server args
         # the cache resets a client asks for before measuring: vLLM's and SGLang's
         app.router.add_post("/reset_prefix_cache", self._reset_cache)
         app.router.add_route("*", "/flush_cache", self._reset_cache)
@@ -592,6 +597,17 @@ class OpenAIWire:
                 ],
             }
         )
+
+    async def _version(self, request: web.Request) -> web.Response:
+        return json_response({"version": SIM_VERSION})
+
+    async def _server_info(self, request: web.Request) -> web.Response:
+        c = self.config
+        return json_response({
+            "model_path": c.model_name, "max_running_requests": c.max_batch, "context_length": c.context_size,
+            "speculative_algorithm": "EAGLE3" if c.spec_tokens else None,
+            "speculative_num_draft_tokens": c.spec_tokens or None, "version": SIM_VERSION,
+        })
 
     async def _metrics(self, request: web.Request) -> web.Response:
         registry = CollectorRegistry(auto_describe=False)

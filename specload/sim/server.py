@@ -28,7 +28,7 @@ from specload.sim.model import VOCAB, StepDraw, request_profile
 from specload.sim.openai import BadRequest, OpenAIWire, Req, Serve, json_response
 from specload.sim.prefix_cache import PrefixCache
 from specload.sim.scheduler import Counters, Scheduler, Sequence
-from specload.sim.serverlog import ServerLog
+from specload.sim.serverlog import ServerLog, loading_lines, ready_line, start_failure_lines
 
 # how many text chunks an injected disconnect/stall lets through first (drawn uniformly)
 _FAULT_AFTER_CHUNKS = (1, 6)
@@ -110,6 +110,7 @@ class SimServer:
         self._prefix = PrefixCache(self.config.kv_capacity_tokens, self.config.prefix_block_tokens) \
             if self.config.prefix_cache else None
         self._finished_requests = 0
+        self._loaded_at = 0.0  # loop time when --start-delay's "model load" ends
         self._gpus = SimGpus(self.config) if self.config.gpus else None
         self._wire: Wire = (
             LlamaWire(self.config, self._log, self._counters, seed, self._live) if self.config.llamacpp
@@ -148,6 +149,12 @@ class SimServer:
         ticker = self._wire.ticker()
         if ticker is not None:
             self._ticker = asyncio.get_running_loop().create_task(ticker)
+        if self.config.start_delay_s or self.config.fail_start:
+            loop = asyncio.get_running_loop()
+            self._loaded_at = loop.time() + self.config.start_delay_s
+            self._log.lines(loading_lines(self.config))
+            if not self.config.fail_start:
+                loop.call_at(self._loaded_at, self._log.line, ready_line())
         if self.config.crash_after == 0:
             self._crash()
         return self.url
@@ -169,6 +176,14 @@ class SimServer:
             self._runner = None
             self._log.lines(self._wire.stop_lines())
         self._log.close()
+
+    @property
+    def loading(self) -> bool:
+        return asyncio.get_running_loop().time() < self._loaded_at
+
+    def fail_start(self) -> None:
+        """``--fail-start``: the model load's traceback, on two ranks (the CLI exits 1 after it)."""
+        self._log.lines(start_failure_lines())
 
     async def drain_silently(self) -> None:
         """What llama-server and vLLM do on SIGTERM under load: close the listener (new connections
@@ -248,6 +263,9 @@ class SimServer:
     async def _crash_gate(self, request: web.Request, handler: Any) -> web.StreamResponse:
         if self._is_crashed:
             await self._hang()
+        if self._loaded_at and request.path != "/health" and self.loading:
+            return json_response({"error": {"code": 503, "message": "Loading model", "type": "unavailable_error"}},
+                                 503)
         transport = request.transport
         if self._draining and transport is not None:
             # shutting down: a request on an already open connection gets the connection dropped
@@ -284,6 +302,9 @@ class SimServer:
     # --- simple endpoints -----------------------------------------------------------------------
 
     async def _health(self, request: web.Request) -> web.Response:
+        if self._loaded_at and self.loading and not self.config.health_while_loading:
+            return json_response({"error": {"code": 503, "message": "Loading model", "type": "unavailable_error"}},
+                                 503)
         return json_response({"status": "ok"})
 
     # --- generation endpoints -----------------------------------------------------------------

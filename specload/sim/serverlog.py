@@ -96,6 +96,49 @@ def crash_lines() -> list[str]:
     return lines
 
 
+# --- start-up (--start-delay, --fail-start) ---------------------------------------------------------
+
+READY_MESSAGE = "The server is fired up and ready to roll!"  # SGLang's, after its warm-up request
+
+
+def loading_lines(config: object) -> list[str]:
+    """SGLang's model load beginning, on TP0 (the options' values where it names them)."""
+    spec = getattr(config, "spec_tokens", 0)
+    algo = "EAGLE3" if spec else "None"
+    return [
+        f"{stamp()} server_args=ServerArgs(model_path='{getattr(config, 'model_name', 'sim-llm')}', "
+        f"max_running_requests={getattr(config, 'max_batch', 32)}, speculative_algorithm={algo}, "
+        f"speculative_num_draft_tokens={spec})",
+        f"{stamp(tp=True)} Load weight begin. avail mem=78.52 GB",
+    ]
+
+
+def ready_line() -> str:
+    return f"{stamp()} {READY_MESSAGE}"
+
+
+_OOM = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU {gpu} has a total capacity "
+        "of 79.10 GiB of which 1.06 GiB is free. Process 4242 has 78.03 GiB memory in use.")
+
+
+def start_failure_lines() -> list[str]:
+    """The model load failing on two tensor-parallel ranks, as SGLang prints it, then the parent's line."""
+    lines: list[str] = []
+    for rank in (0, 1):
+        t = stamp().replace("]", f" TP{rank}]")
+        lines += [
+            f"{t} Scheduler hit an exception: Traceback (most recent call last):",
+            '  File "/sgl-workspace/sglang/python/sglang/srt/model_executor/model_runner.py", line 733, in load_model',
+            "    self.model = get_model(",
+            '  File "/usr/local/lib/python3.12/dist-packages/torch/nn/modules/module.py", line 1355, in to',
+            "    return self._apply(convert)",
+            _OOM.format(gpu=rank),
+            "",
+        ]
+    lines.append(f"{stamp()} {SIGQUIT_MESSAGE}")
+    return lines
+
+
 # --- llama.cpp (llama-server) ------------------------------------------------------------------------
 
 
