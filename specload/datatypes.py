@@ -371,9 +371,10 @@ class OutputDiverged(RunEvent):
 @dataclass(frozen=True, slots=True)
 class Noted(RunEvent):
     """What only the record reads, as it is: the API probe's and the calibration's requests (probe,
-    calibration), an expected log line (expect), prompts counted otherwise (prompt_length), a GPU
-    fault (gpu_fault), the switch to new connections (fresh_connections), the run's error (error),
-    --check-outputs' settings, cache resets and per-level answers (check_outputs, cache_reset, outputs);
+    calibration), what a launched server says about itself (server_info), an expected log line
+    (expect), prompts counted otherwise (prompt_length), a GPU fault (gpu_fault), the switch to new
+    connections (fresh_connections), the run's error (error), --check-outputs' settings, cache resets
+    and per-level answers (check_outputs, cache_reset, outputs);
     and a record's line of a kind, or a shape, that no type here reads."""
 
     name: str

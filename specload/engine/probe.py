@@ -1,4 +1,6 @@
-"""Finding out what a server speaks before the load starts: its model and its API flavour.
+"""Finding out what a server speaks before the load starts: its model and its API flavour; for a
+server specload launched, also that a real request is answered (``wait_answered``) and what the
+server says about itself (``server_info``).
 
 ``--model`` defaults to the first model of ``/v1/models``; ``--api auto`` sends one tiny streamed
 request per flavour (chat, then completions, then SGLang ``/generate``) and keeps the first that
@@ -12,6 +14,7 @@ them, so each one is reported (``sent``) and the session records them as a ``pro
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from urllib.parse import urlparse
 
 import aiohttp
@@ -151,3 +154,79 @@ async def discover(
         why = {kind for _, kind in tried}
         raise TargetError(f"{base_url} speaks none of chat, completions, /generate: " + (
             f"each answers {why.pop()}" if len(why) == 1 else "; ".join(f"{path} {kind}" for path, kind in tried)))
+
+
+# A launched server is ready when a real request is answered, not at its first health 200: a router in
+# front of an engine still loading, or a server whose /health is up before its scheduler, answers the
+# models endpoint and generation with 503 (llama-server: "Loading model"), 502 or 504 meanwhile, and a
+# discovery run then would take a 503 from /generate for an API that exists.
+NOT_READY_STATUSES = frozenset({502, 503, 504})
+READY_POLL_S = 0.5
+
+
+async def wait_answered(base_url: str, *, timeout_s: float, api: str | None = None, model: str | None = None,
+                        headers: dict[str, str] | None = None, sent: list[dict] | None = None,
+                        alive: Callable[[], bool] = lambda: True) -> float:
+    """Until the server answers: ``/v1/models`` (``api`` None), or a one-token request of that API (read
+    to its end). Refused connections and 502/503/504 mean "not yet"; any other answer is an answer (the
+    load shows what the server does with real requests). The seconds it took; TargetError after
+    ``timeout_s``, or as soon as ``alive()`` says the server's process is gone."""
+    import asyncio
+
+    sent = [] if sent is None else sent
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+    path = "/v1/models" if api is None else PATHS[api]
+    body = None if api is None else orjson.dumps(build_body(api, "Hello", _PROBE_REQUEST, model))
+    hdrs = {**IDENTITY, **(headers or {}), **({"Content-Type": "application/json"} if body else {})}
+    last = "no answer"
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as s:
+        while True:
+            timeout = aiohttp.ClientTimeout(total=max(1.0, min(30.0, timeout_s - (loop.time() - t0))))
+            try:
+                async with s.request("GET" if body is None else "POST", base_url + path, data=body, headers=hdrs,
+                                     allow_redirects=False, timeout=timeout) as r:
+                    await r.read()
+                    if body is not None:
+                        sent.append({"path": path, "status": r.status, "ready_check": True})
+                    if r.status not in NOT_READY_STATUSES:
+                        return loop.time() - t0
+                    last = f"HTTP {r.status}"
+            except (aiohttp.ClientError, TimeoutError) as e:
+                last = _reason(e)
+                if body is not None:
+                    sent.append({"path": path, "error": last, "ready_check": True})
+            if not alive():
+                raise TargetError(f"the server exited before it answered {path} (last: {last})")
+            if loop.time() - t0 + READY_POLL_S > timeout_s:
+                raise TargetError(f"{base_url} answers its health check but not {path} within {timeout_s:.0f} s "
+                                  f"(last: {last})")
+            await asyncio.sleep(READY_POLL_S)
+
+
+# What a server says about itself: SGLang's server args, vLLM's version, llama.cpp's properties.
+INFO_PATHS = ("/get_server_info", "/version", "/props")
+INFO_MAX_BYTES = 256 * 1024
+
+
+async def server_info(base_url: str, headers: dict[str, str] | None = None, timeout_s: float = 5.0) -> dict[str, dict]:
+    """Path -> the JSON object it answered (2xx, at most 256 kB); paths that answer otherwise are left out."""
+    import asyncio
+
+    hdrs = {**IDENTITY, **(headers or {})}
+
+    async def one(s: aiohttp.ClientSession, path: str) -> dict | None:
+        try:
+            async with s.get(base_url + path, headers=hdrs, allow_redirects=False) as r:
+                data = await r.content.read(INFO_MAX_BYTES + 1)
+                if r.status >= 300 or len(data) > INFO_MAX_BYTES:
+                    return None
+            obj = orjson.loads(data)
+        except (aiohttp.ClientError, TimeoutError, orjson.JSONDecodeError, ValueError):
+            return None
+        return obj if isinstance(obj, dict) else None
+
+    timeout = aiohttp.ClientTimeout(total=timeout_s)
+    async with aiohttp.ClientSession(timeout=timeout, connector=aiohttp.TCPConnector(force_close=True)) as s:
+        answers = await asyncio.gather(*(one(s, p) for p in INFO_PATHS))
+    return {p: a for p, a in zip(INFO_PATHS, answers, strict=True) if a is not None}

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import signal
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
@@ -29,7 +30,7 @@ from specload.datatypes import Marker, Noted
 from specload.engine import answers
 from specload.engine.answers import OutputCheck
 from specload.engine.capacity import SearchView
-from specload.engine.probe import TargetError, discover
+from specload.engine.probe import TargetError, discover, server_info, wait_answered
 from specload.engine.prompts import PromptError, PromptSource
 from specload.engine.runner import LoadClient, Runner, RunnerState
 from specload.engine.search import SearchResult
@@ -265,9 +266,16 @@ class Session:
         cfg, url, fan = self.cfg, self.url, self.fan
         assert url is not None
         headers, probes, notes = cfg.request_headers(), list[dict](), list[str]()
-        try:
+        server = self.supervisor.launched if cfg.watch.launch else None
+        wait = functools.partial(wait_answered, url, timeout_s=cfg.watch.ready_timeout_s, headers=headers,
+                                 alive=lambda: server is not None and server.running)
+        try:  # a launched server is ready once it answers a real request, not at its first health 200
+            if server is not None:
+                await wait()
             api, self.model = await discover(url, api=cfg.target.api, model=cfg.target.model, headers=headers,
                                              sent=probes, notes=notes)
+            if server is not None:
+                await wait(api=api, model=self.model, sent=probes)
         finally:
             if probes:  # the server saw (and counts) these requests: say so in the record
                 fan.event(Noted(self.clock.now_ns(), "probe", {"requests": probes}))
@@ -275,6 +283,8 @@ class Session:
             fan.notice(note)
             fan.warned_unstreamed = True
         self.api = api
+        if cfg.watch.launch:  # what the server says about itself (its args, version, properties)
+            fan.event(Noted(self.clock.now_ns(), "server_info", await server_info(url, headers)))
         self.listener.target_found(url, self.model, api)
         r = cfg.request
         prompts = PromptSource.from_options(

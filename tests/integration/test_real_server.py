@@ -315,8 +315,12 @@ def test_metrics_and_log_stats_of_a_launched_server(tmp_path: Path) -> None:
     evals = [s for s in logs if s["extra"]["kind"] == "eval"]
     prompts = [s for s in logs if s["extra"]["kind"] == "prompt_eval"]
     # One 'prompt eval time' and one 'eval time' line per request, all of them (launched: read
-    # from the server's pipe, nothing is lost).
-    assert len(evals) == len(prompts) == len(reqs), (len(evals), len(prompts), len(reqs))
+    # from the server's pipe, nothing is lost), the readiness request a launched server answers first
+    # (recorded as a probe) included.
+    probes = [p for e in run.record.events if e["kind"] == "probe" for p in e["value"]["requests"] if p.get("status")]
+    assert len(probes) == 1 and probes[0]["ready_check"]
+    assert len(evals) == len(prompts) == len(reqs) + len(probes), (len(evals), len(prompts), len(reqs))
+    evals, prompts = evals[len(probes):], prompts[len(probes):]  # the probe came before the load
     assert all(s["extra"]["scope"] == "request" and s["extra"]["tokens"] == 64 for s in evals)
     # The same numbers as each request's timings (the log prints them with 2 decimals).
     assert sorted(round(s["extra"]["ms"], 2) for s in evals) == pytest.approx(
