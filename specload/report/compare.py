@@ -678,7 +678,7 @@ def render(c: Comparison, console: Console) -> None:
     console's width (``formatting.fit_columns``)."""
     from rich.markup import escape
 
-    from specload.report.report import fitted_table
+    from specload.formatting import fitted_table
 
     p = METRICS[c.primary]
     out = console  # rich.console.Console
@@ -793,7 +793,7 @@ def render_categories(c: Comparison, out: Console) -> None:
     baseline's, level by level; fitted to the console's width."""
     from rich.markup import escape
 
-    from specload.report.report import fitted_table
+    from specload.formatting import fitted_table
 
     keys = [lc for lc in c.levels if lc.categories]
     if not keys:

@@ -20,10 +20,8 @@ from specload.datatypes import ServerSample
 from specload.exitcode import ExitCode
 from specload.formatting import (
     ASCII_DASH,
-    FLEXIBLE,
-    IMPORTANCE,
     accept_cell,
-    fit_columns,
+    fitted_table,
     level_cells,
     pct_interval,
     seconds,
@@ -46,35 +44,6 @@ def level_table(levels: list[LevelSummary], title: str | None = None, *, wide: b
         cells = level_cells(s)
         rows.append([cells[name] for name in columns])
     return fitted_table(list(columns), rows, width, title=title, left=("errors", "SLO"))
-
-
-def fitted_table(headers: list[str], rows: list[list[str]], width: int, *, title: str | None = None,
-                 left: tuple[str, ...] = (), markup: bool = False, importance: tuple[str, ...] = IMPORTANCE) -> Group:
-    """Rows of cells under ``headers`` as one rich table, or as the parts ``fit_columns`` wraps it into
-    at ``width``: never a cut cell (a column too wide even alone folds its cells rather than ellipsis).
-    ``markup``: the cells are rich markup (the comparison's verdict colours); else plain text (error
-    kinds and labels from a file are never markup)."""
-    texts = [[Text.from_markup(c) if markup else Text(c) for c in row] for row in rows]
-    widths = []
-    for i, name in enumerate(headers):
-        column = [row[i] for row in texts]
-        if name in FLEXIBLE:  # it wraps, at spaces, onto lines of at least 20 characters
-            words = max((len(w) for t in column for w in t.plain.split()), default=1)
-            widths.append(min(max(words, 20), max((t.cell_len for t in column), default=0)))
-        else:
-            widths.append(max((t.cell_len for t in column), default=0))
-    parts = fit_columns(headers, widths, width, importance=importance)
-    tables = []
-    for n, part in enumerate(parts):
-        t = Table(title=title if n == 0 else None, header_style="bold", show_edge=False, pad_edge=False)
-        for i, header in part:
-            name = headers[i]
-            t.add_column(header, justify="left" if name in left else "right", no_wrap=name not in FLEXIBLE,
-                         overflow="fold")
-        for row in texts:
-            t.add_row(*(row[i] for i, _ in part))
-        tables.append(t)
-    return Group(*[x for n, t in enumerate(tables) for x in ((t,) if n == 0 else (Text(""), t))])
 
 
 def output_width(stream=None) -> int:

@@ -1,6 +1,6 @@
 """Tables are never cut: at 80, 120 and 160 columns, and in the TUI's quit summary on an 80- and a
 120-column terminal, every figure of every column is printed whole, C, tok/s and ok lead the first
-part, and no line is wider than the width (``formatting.fit_columns``, ``report.fitted_table``)."""
+part, and no line is wider than the width (``formatting.fit_columns``, ``formatting.fitted_table``)."""
 
 from __future__ import annotations
 
