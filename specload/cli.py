@@ -21,6 +21,7 @@ _COMMANDS: dict[str, str] = {
     "report": "specload.report.report:report_command",
     "sim": "specload.sim.cli:sim_command",
     "scan-log": "specload.watch.scan_cli:scan_log_command",
+    "sweep": "specload.sweep.cli:sweep_command",
 }
 
 

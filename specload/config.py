@@ -353,6 +353,9 @@ class RequestConfig:
         None, "--logprobs/--no-logprobs",
         help="With --check-outputs: ask for each token's logprob and the runner-up's, so that a near-tie "
              "(numerics) is told from a bug [default: on where the server returns them].")
+    # the synthetic prompts' nonce (None: a new one per run, so no run meets another's prefix cache); a
+    # sweep gives all its runs one, each against a freshly started server: the same prompts for each
+    prompt_nonce: str | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.max_tokens, str):  # a distribution: requests draw it, the field holds its mean

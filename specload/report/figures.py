@@ -89,6 +89,7 @@ class ReportPage:
     baseline: str | None = None  # the label the ratios and verdicts are against
     comparison_notes: list[str] = field(default_factory=list)  # method, threshold, unsound flags
     comparison: dict | None = None  # the comparison's JSON (its outputs section: report/lossless.py)
+    summary_html: str = ""  # a section of its own before the runs (a sweep's configurations and verdicts)
     generated_at: str = field(
         default_factory=lambda: _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
     )

@@ -242,7 +242,7 @@ def render(page: ReportPage) -> str:
 </head><body>
 <h1>{_e(page.title)}</h1>
 <p class="sub">{n} run{"s" if n != 1 else ""} · made {_e(page.generated_at)} by specload {_e(__version__)}</p>
-<h2>Runs</h2><div class="runs">{cards}</div>
+{page.summary_html}<h2>Runs</h2><div class="runs">{cards}</div>
 <h2>Levels</h2><p class="sub">{baseline}Values with their 95% interval below them where there is one; – marks a figure the run does not have (hover it for why).</p>
 {comparison}{"".join(tables)}
 {html_section(page.comparison)}

@@ -14,7 +14,7 @@ from __future__ import annotations
 import html as _html
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from specload.record.runs import Run
 from specload.stats.level_metrics import level_keys
@@ -33,6 +33,7 @@ from specload.stats.lossless import (
 
 if TYPE_CHECKING:
     from rich.console import Console
+
 
 
 @dataclass(frozen=True)
@@ -85,6 +86,17 @@ def compare_outputs(a: Run, b: Run, *, near_tie: float = NEAR_TIE_NATS) -> Outpu
         notes.append(f"{sum(lv.mismatched for lv in levels)} prompts had other texts in the two runs (other "
                      "--prompt-tokens, dataset or server tokenizer): not compared")
     return OutputsComparison(a.label, b.label, near_tie, levels, self_divergence(aa, near_tie=near_tie), tuple(notes))
+
+
+def compare_sides(sides: Sequence[Any], *, near_tie: float = NEAR_TIE_NATS) -> list[OutputsComparison]:
+    """Each other side's answers against the first side's (``report A B``, a sweep's configurations
+    against its baseline; each a ``compare.Side``): the first run of each side that recorded answers."""
+
+    def first(side: Any) -> Run:
+        return next((r for r in side.runs if r.answers is not None), side.runs[0])
+
+    found = [compare_outputs(first(sides[0]), first(s), near_tie=near_tie) for s in sides[1:]]
+    return [oc for oc in found if oc is not None]
 
 
 def _self_rate(lv: OutputsLevel | None) -> str:

@@ -83,14 +83,7 @@ def write_outputs(sides: Sequence[Any], comparison: dict | None, *, html: str | 
 
     page = page_from_runs(sides, comparison)
     if html is not None:
-        from specload.report.html import write_html
-
-        try:
-            with atomic_output(html) as tmp:
-                size = write_html(tmp, page)
-        except OSError as e:
-            raise OutputError(f"cannot write {html}: {e.strerror or e}") from None
-        click.echo(f"specload report: wrote {html} ({size / 1e3:.0f} kB)", err=True)
+        write_page(html, page)
     if plot is not None:
         from specload.report.plot import PlotError, render_plot
 
@@ -102,3 +95,15 @@ def write_outputs(sides: Sequence[Any], comparison: dict | None, *, html: str | 
         except OSError as e:
             raise OutputError(f"cannot write {plot}: {e.strerror or e}") from None
         click.echo(f"specload report: wrote {plot} ({size / 1e3:.0f} kB)", err=True)
+
+
+def write_page(path: str, page: Any) -> None:  # a figures.ReportPage
+    """The HTML page, whole or not at all, and a line saying so on stderr."""
+    from specload.report.html import write_html
+
+    try:
+        with atomic_output(path) as tmp:
+            size = write_html(tmp, page)
+    except OSError as e:
+        raise OutputError(f"cannot write {path}: {e.strerror or e}") from None
+    click.echo(f"specload report: wrote {path} ({size / 1e3:.0f} kB)", err=True)

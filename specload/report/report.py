@@ -265,32 +265,39 @@ def summary_json(levels: list[LevelSummary], extra: dict | None = None) -> dict:
     return d
 
 
-class _ReportCommand(click.Command):
-    """``--vs B1 B2``: the files after ``--vs`` up to the next option are the other side. click has no
-    option that takes a variable number of values, so the arguments are rewritten to ``--vs B1 --vs B2``
-    before click parses them."""
+class GreedyCommand(click.Command):
+    """Options that take every value after them up to the next option (``report A --vs B1 B2``, ``sweep
+    --grid 'a=1,2' 'b=3,4'``): click has no such option, so the arguments are rewritten to ``--vs B1 --vs
+    B2`` before click parses them. ``greedy``: those options' flags."""
+
+    greedy: tuple[str, ...] = ()
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         out: list[str] = []
         i = 0
         while i < len(args):
-            if args[i] == "--vs":
+            if args[i] in self.greedy:
+                flag = args[i]
                 i += 1
                 taken = False
                 while i < len(args) and not args[i].startswith("-"):
-                    out += ["--vs", args[i]]
+                    out += [flag, args[i]]
                     i += 1
                     taken = True
                 if not taken:
-                    out.append("--vs")  # click then says it needs a value
+                    out.append(flag)  # click then says it needs a value
                 continue
             out.append(args[i])
             i += 1
         return super().parse_args(ctx, out)
 
 
+class _ReportCommand(GreedyCommand):
+    greedy = ("--vs",)
+
+
 @click.command("report", cls=_ReportCommand)
-@click.argument("records", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.argument("records", nargs=-1, required=True, type=click.Path())
 @click.option("--vs", "vs", multiple=True, type=click.Path(dir_okay=False), metavar="FILE...",
               help="Compare RECORDS (one side, repeats of it) against these files (the other side).")
 @click.option("--baseline", type=click.Path(dir_okay=False),
@@ -327,6 +334,7 @@ def report_command(records: tuple[str, ...], vs: tuple[str, ...], baseline: str 
                                                  repeats per side: run-to-run variation included
     specload report RUN.jsonl --html r.html --plot r.png
                                                  an offline HTML report, the charts as an image
+    specload report SWEEP_DIR [--html s.html]    a sweep's result (specload sweep --out SWEEP_DIR)
     Records with the same --label are repeats of one side. RUN can also be a 'vllm bench serve
     --save-result' JSON or an SGLang 'bench_serving' JSONL file.
     """
@@ -348,6 +356,21 @@ def report_command(records: tuple[str, ...], vs: tuple[str, ...], baseline: str 
         check_outputs(html, plot)  # before any work: a missing extra or folder fails at once
     except OutputError as e:
         _usage(str(e))
+    import os
+
+    folders = [r for r in records if os.path.isdir(r)]
+    if folders:
+        if len(records) > 1 or vs or baseline is not None or spec is not None or as_csv or plot or wide:
+            _usage(f"{folders[0]} is a folder: 'report DIR' shows a sweep (with --json or --html, --primary, "
+                   "--min-effect); give it alone")
+        from specload.report.sweep import SweepReadError, report_folder
+
+        try:
+            report_folder(folders[0], as_json=as_json, html=html, primary=primary, min_effect=min_effect / 100,
+                          console=wide_console())
+        except SweepReadError as e:
+            _usage(str(e))
+        return
     if len(records) == 1 and not vs and baseline is None:
         run = _single_report(records[0], as_json, as_csv, spec, wide, by)
         if html or plot:
@@ -363,6 +386,7 @@ def report_command(records: tuple[str, ...], vs: tuple[str, ...], baseline: str 
         _usage("--slo judges one record; give one file")
     from specload.report.compare import compare, render, to_csv_rows, to_json
     from specload.report.lossless import add_to_json
+    from specload.report.lossless import compare_sides as compare_outputs_of
     from specload.report.lossless import render as render_outputs
 
     sides = _sides(records, vs, baseline)
@@ -370,7 +394,7 @@ def report_command(records: tuple[str, ...], vs: tuple[str, ...], baseline: str 
         _usage(f"all records are runs of '{sides[0].label}': nothing to compare them with "
                "(give the other side with --vs, or label runs with 'specload run --label')")
     c = compare(sides, primary=primary, min_effect=min_effect / 100.0)
-    checked = _outputs(sides, near_tie)
+    checked = compare_outputs_of(sides, near_tie=near_tie)
     doc = to_json(c)
     for oc in checked:
         add_to_json(doc, oc)
@@ -396,18 +420,6 @@ def report_command(records: tuple[str, ...], vs: tuple[str, ...], baseline: str 
         render(c, console)
         for oc in checked:
             render_outputs(oc, console)
-
-
-def _outputs(sides: list, near_tie: float) -> list:
-    """Each other side's answers against the baseline's (``--check-outputs``): the first run of each
-    side that recorded answers."""
-    from specload.report.lossless import compare_outputs
-
-    def first(side):
-        return next((r for r in side.runs if r.answers is not None), side.runs[0])
-
-    found = [compare_outputs(first(sides[0]), first(s), near_tie=near_tie) for s in sides[1:]]
-    return [oc for oc in found if oc is not None]
 
 
 def _usage(msg: str) -> None:

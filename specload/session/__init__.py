@@ -289,7 +289,7 @@ class Session:
         r = cfg.request
         prompts = PromptSource.from_options(
             prompt=r.prompt, prompt_file=r.prompt_file, dataset=r.dataset, dataset_format=r.dataset_format,
-            trace=r.trace, trace_block_tokens=r.trace_block_tokens,
+            trace=r.trace, trace_block_tokens=r.trace_block_tokens, nonce=r.prompt_nonce,
             prompt_tokens=Lengths.parse(r.prompt_tokens),
             output_lengths=Lengths.parse(r.max_tokens_dist) if r.max_tokens_dist else None, output_len=r.output_len,
             ignore_eos=r.ignore_eos, max_tokens=r.max_tokens, shared_prefix_tokens=r.shared_prefix_tokens, seed=cfg.seed,

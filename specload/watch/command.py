@@ -96,6 +96,17 @@ async def spawn_shell(
     )
 
 
+def process_start_time(pid: int) -> str | None:
+    """A process's start time in clock ticks (``/proc``), which tells it from a later one that reuses its
+    pid; None when it is gone, a zombie, or there is no ``/proc``."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return None if not fields or fields[0] == "Z" else fields[19]
+
+
 def signal_group(proc: asyncio.subprocess.Process, sig: int) -> bool:
     """Send ``sig`` to the process group led by ``proc``; False when nothing was there."""
     try:

@@ -558,3 +558,45 @@ class GpuWatch:
             self.arg, self.interval_s, clock=self.clock, read=dcgm_read, name="DCGM exporter",
             on_sample=self.emit, on_notice=self._on_notice, on_down=lambda t: self._fault("unavailable", t))
         await self._scraper.run()
+
+
+# ------------------------------------------------------------------------------------- a one-off reading
+
+MEMORY_QUERY = ("index", "memory.used", "memory.total")
+
+
+async def memory_used(source: str = "auto", *, nvml: Any = None, which: Callable[[str], str | None] = shutil.which,
+                      timeout_s: float = 10.0) -> dict[int, tuple[float, float | None]] | None:
+    """Each GPU's memory in use now and its total (MiB), read once, for checks between runs (a sweep
+    waits for a stopped server's memory to be given back before it starts the next). None where no GPU
+    can be read here: no NVML or nvidia-smi, no GPU, a source of another machine (dcgm:, cmd:) or off."""
+    kind, _ = parse_gpu_metrics(source)
+    if kind == "auto":
+        kind, _ = resolve_auto(True, nvml if nvml is not None else load_nvml(), which)
+    items: tuple[Item, ...] = ()
+    if kind == "nvml":
+        module = nvml if nvml is not None else load_nvml()
+        if module is None:
+            return None
+        reader = NvmlReader(module)
+
+        def once() -> tuple[Item, ...]:
+            try:
+                return reader.open(0) + reader.poll(0)
+            finally:
+                reader.close()
+
+        items = await asyncio.to_thread(once)
+    elif kind == "nvidia-smi" and which("nvidia-smi"):
+        cmd = f"nvidia-smi --query-gpu={','.join(MEMORY_QUERY)} --format=csv,noheader,nounits"
+        try:
+            proc = await asyncio.create_subprocess_exec(*shlex.split(cmd), stdout=asyncio.subprocess.PIPE,
+                                                        stderr=asyncio.subprocess.DEVNULL)
+            out, _ = await asyncio.wait_for(proc.communicate(), timeout_s)
+        except (OSError, TimeoutError):
+            return None
+        smi = SmiReader(MEMORY_QUERY, "nvidia-smi")
+        items = tuple(it for line in out.decode(errors="replace").splitlines() for it in smi.feed(line, 0))
+    found = {s.gpu: (s.mem_used_mib, s.mem_total_mib) for s in items
+             if isinstance(s, GpuSample) and s.mem_used_mib is not None}
+    return found or None
