@@ -75,8 +75,11 @@ def error_text(e: click.ClickException) -> str:
 def main(argv: list[str] | None = None) -> None:
     """Run the CLI. Usage errors are one line (``specload: error: ...``, exit 2), never a usage dump."""
     _standard_fds()
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["tui"] and "--sweep" in args:  # the dashboard over a sweep: 'specload sweep --tui ...'
+        args = ["sweep", "--tui", *(a for a in args[1:] if a != "--sweep")]
     try:
-        rc = cli.main(args=argv, prog_name="specload", standalone_mode=False)
+        rc = cli.main(args=args, prog_name="specload", standalone_mode=False)
     except click.exceptions.UsageError as e:
         hint = f" (see 'specload {e.ctx.info_name} --help')" if e.ctx is not None and e.ctx.parent else ""
         click.echo(f"specload: error: {error_text(e)}{hint}", err=True)

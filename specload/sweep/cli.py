@@ -38,7 +38,7 @@ from specload.sweep.state import SweepState, check_out_dir
 # RunConfig fields the sweep sets itself, or that name another run
 NOT_SWEPT = frozenset({"url", "launch", "path", "label", "baseline", "until_decided", "sim_args"})
 # sweep options a --resume may come with (the plan is the interrupted one's)
-WITH_RESUME = frozenset({"resume", "as_json", "progress_fd"})
+WITH_RESUME = frozenset({"resume", "as_json", "progress_fd", "tui"})
 
 
 def _fail(msg: str, code: int = ExitCode.USAGE) -> None:
@@ -86,6 +86,7 @@ def _run_options(fn: Any) -> Any:
 @click.option("--gpu-wait", "gpu_wait_s", type=click.FloatRange(0, 3600), help="Seconds to wait for a stopped "
               "server's GPU memory to be given back, where it can be read here [default: 120].")
 @click.option("--json", "as_json", is_flag=True, help="Print sweep.json on stdout at the end.")
+@click.option("--tui", "tui", is_flag=True, help="Watch it in the dashboard (the same as 'specload tui --sweep').")
 @click.option("--progress-fd", "progress_fd", type=int, hidden=True)
 @_run_options
 @click.pass_context
@@ -120,6 +121,10 @@ def sweep_command(ctx: click.Context, **params: Any) -> None:
         sub = sweep_command.make_context("sweep", [*plan_args, *rest])
         params = {**sub.params, "plan_file": None}
     plan, base = _plan_and_config(params, ctx.meta.get("sweep_words", []))
+    if params["tui"]:  # the same command in a process of its own, its progress on the screen
+        from specload.ui.sweep import run_sweep_tui
+
+        sys.exit(run_sweep_tui([w for w in ctx.meta.get("sweep_words", []) if w != "--tui"]))
     if params["resume"]:
         state = SweepState.load(Path(params["resume"]))
     else:
@@ -128,7 +133,7 @@ def sweep_command(ctx: click.Context, **params: Any) -> None:
             folder = check_out_dir(out, resume=False)
         except PlanError as e:
             _fail(str(e), ExitCode.ERROR)
-        kept = {k: v for k, v in params.items() if k not in ("resume", "progress_fd", "plan_file")}
+        kept = {k: v for k, v in params.items() if k not in ("resume", "tui", "progress_fd", "plan_file")}
         state = SweepState.new(folder, plan, kept, os.urandom(4).hex())
         try:
             state.save()
