@@ -205,8 +205,9 @@ def _se_log_from_replicates(reps: np.ndarray, n: int) -> float | None:
     return float(np.std(np.log(reps), ddof=1)) * math.sqrt(n / max(n - 1, 1))
 
 
-def _from_se(value: float, se_log: float | None, n: int, df: float, method: str,
-             note: str | None = None) -> Estimate:
+def from_se(value: float, se_log: float | None, n: int, df: float, method: str,
+            note: str | None = None) -> Estimate:
+    """The estimate ``value`` with its interval from the standard error of its log (none without one)."""
     if se_log is None or value <= 0:
         return Estimate(value, None, None, n, None, df, method, note)
     t = t_crit(df)
@@ -228,7 +229,7 @@ def mean_ci(values: Sequence[float] | np.ndarray, *, seed: int = 0, n_boot: int 
         se = float(a.std(ddof=1)) / math.sqrt(n) / value
     else:
         se = _se_log_from_replicates(bootstrap(n, lambda idx: a[idx].mean(axis=1), n_boot=n_boot, seed=seed), n)
-    return _from_se(value, se, n, n - 1, "bootstrap", _few(n))
+    return from_se(value, se, n, n - 1, "bootstrap", _few(n))
 
 
 def ratio_of_sums_ci(num: Sequence[float] | np.ndarray, den: Sequence[float] | np.ndarray, *,
@@ -253,7 +254,7 @@ def ratio_of_sums_ci(num: Sequence[float] | np.ndarray, den: Sequence[float] | n
         se = _se_log_from_replicates(
             bootstrap(n, lambda idx: x[idx].sum(axis=1) / y[idx].sum(axis=1), n_boot=n_boot, seed=seed), n
         )
-    return _from_se(value, se, n, n - 1, "bootstrap", _few(n))
+    return from_se(value, se, n, n - 1, "bootstrap", _few(n))
 
 
 def order_statistic_ci(values: Sequence[float] | np.ndarray, q: float,
@@ -590,7 +591,7 @@ def combine_runs(estimates: Sequence[Estimate], between: BetweenRuns | None) -> 
     var = (tau2 + within) / k
     df = welch_df(within / k, df_within, tau2 / k, between.df if between is not None else math.inf)
     value = float(math.exp(logs.mean()))
-    est = _from_se(value, math.sqrt(var), sum(e.n for e in ok), df, f"runs x{k}")
+    est = from_se(value, math.sqrt(var), sum(e.n for e in ok), df, f"runs x{k}")
     note = None if k == len(estimates) else f"{len(estimates) - k} of {len(estimates)} runs not estimable"
     return replace(est, note=note)
 

@@ -274,7 +274,7 @@ def throughput(level: LevelRequests, seed: int = 0, n_boot: int = iv.N_BOOT, **_
     if bm is None or bm.se_log is None or boot.se_log is None or boot.value is None or bm.se_log <= boot.se_log:
         return boot
     # the windows vary more than the requests explain: drift or shared slowdowns; their interval wins
-    return iv._from_se(boot.value, bm.se_log, n, bm.df, f"little+batch-means x{bm.n}")
+    return iv.from_se(boot.value, bm.se_log, n, bm.df, f"little+batch-means x{bm.n}")
 
 
 def _wall_throughput(level: LevelRequests) -> float | None:

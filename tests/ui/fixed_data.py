@@ -163,8 +163,8 @@ BASELINE_LEVELS = (
 
 def baseline_source() -> StaticSource:
     snap = dataclasses.replace(mid_run_snapshot(with_crash=False), levels=BASELINE_LEVELS)
-    live_est = iv._from_se(402.7, 0.03, 52, 51, "little")
-    base_est = iv._from_se(455.0, 0.01, 80, 79, "little")
+    live_est = iv.from_se(402.7, 0.03, 52, 51, "little")
+    base_est = iv.from_se(455.0, 0.01, 80, 79, "little")
     ratio = iv.sequential_ratio(base_est, live_est, n_design=400)
     live = LiveView(4, 16, "throughput", live_est, base_est, ratio,
                     iv.decided(ratio, lower_is_better=False))

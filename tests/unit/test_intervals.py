@@ -77,7 +77,7 @@ def test_wilson_share_interval() -> None:
 
 
 def est(value: float, se_log: float, n: int = 100) -> Estimate:
-    return iv._from_se(value, se_log, n, n - 1, "test")
+    return iv.from_se(value, se_log, n, n - 1, "test")
 
 
 def test_verdicts_follow_interval_and_threshold() -> None:
