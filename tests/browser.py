@@ -27,7 +27,6 @@ import itertools
 import json
 import os
 import shutil
-import signal
 import subprocess
 import tempfile
 from collections.abc import AsyncIterator
@@ -37,6 +36,8 @@ from typing import Any
 
 import aiohttp
 import pytest
+
+from tests import processes
 
 # flags that work here (and in CI): the machine has no network but the loopback, so every
 # background fetch (updates, sync, safe browsing, Google's DNS) is turned off
@@ -206,12 +207,11 @@ class Chromium:
     async def start(cls, binary: str | None = None) -> AsyncIterator[Chromium]:
         binary = binary or require_chromium()
         profile = tempfile.TemporaryDirectory(prefix="specload-chromium-")
-        proc = subprocess.Popen(
+        proc = processes.popen(  # a group of its own: its zygote and renderers go with it at the end
             [binary, *FLAGS, f"--user-data-dir={profile.name}", "about:blank"],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
-            start_new_session=True,  # its zygote and renderers go with it at the end
         )
         http = aiohttp.ClientSession()
         browser: Chromium | None = None
@@ -246,8 +246,7 @@ class Chromium:
             try:
                 proc.wait(timeout=5)
             except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
+                processes.kill_group(proc.pid)
                 proc.wait(timeout=5)
             profile.cleanup()
 

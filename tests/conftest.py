@@ -10,13 +10,16 @@ server is quiet (no log lines in the captured output) and seeded (``seed=0``) fo
 ``make_config`` and ``make_client`` (import them from ``tests.conftest``) are the one way tests build
 a run's configuration and a streaming client. Every test runs without ``OPENAI_API_KEY`` and with an
 empty config directory, so a developer's own key or theme files never reach a session or a snapshot.
+Every process a test starts through ``tests.processes`` is killed with its process group when the
+test ends; bounded waits are in ``tests.waiting``; what integration tests share is in
+``tests/integration/conftest.py``.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
 import pytest
 from hypothesis import settings as hypothesis_settings
@@ -26,6 +29,7 @@ from specload.engine.api import CHAT
 from specload.engine.client import StreamingClient
 from specload.sim.config import SimConfig
 from specload.sim.server import SimServer
+from tests import processes
 from tests.hostile import HostileServer
 
 # Property tests draw the same examples on every run (derandomized): a suite run must not pass or
@@ -50,6 +54,19 @@ def _isolated_environment(tmp_path_factory: pytest.TempPathFactory, monkeypatch:
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.mktemp("xdg")))
     # pytest-xdist's workers have COLUMNS=80, which tables now honour: a test that wants a width sets it
     monkeypatch.delenv("COLUMNS", raising=False)
+
+
+@pytest.fixture(autouse=True)
+def _no_process_outlives_its_test() -> Iterator[None]:
+    # first set up, so last torn down: the test's fixtures stop their processes gently, then every
+    # group the test started (through tests.processes) is killed, after a failure or a timeout too
+    started = processes.mark()
+    yield
+    processes.kill_since(started)
+
+
+def pytest_sessionfinish() -> None:
+    processes.kill_since(0)  # what a module- or session-scoped fixture left
 
 
 @pytest.fixture

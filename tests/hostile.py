@@ -50,6 +50,8 @@ import zlib
 import orjson
 from aiohttp import web
 
+from tests import processes
+
 
 def chunk(text: str = "tok", *, finish: str | None = None) -> bytes:
     return orjson.dumps(
@@ -281,13 +283,12 @@ def self_signed_cert(directory: str) -> tuple[str, str] | None:
     """A throwaway self-signed certificate for 127.0.0.1 made with the openssl command: (cert, key),
     or None when openssl is not installed."""
     import shutil
-    import subprocess
     from pathlib import Path
 
     if shutil.which("openssl") is None:
         return None
     cert, key = Path(directory) / "cert.pem", Path(directory) / "key.pem"
-    subprocess.run(
+    processes.run(
         ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=127.0.0.1", "-days", "1",
          "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
         check=True, capture_output=True, timeout=60,
@@ -304,5 +305,5 @@ async def start_tls(server: HostileServer, cert: str, key: str) -> str:
     ctx.load_cert_chain(cert, key)
     site = web.TCPSite(server._runner, "127.0.0.1", 0, ssl_context=ctx)
     await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    port = server._runner.addresses[-1][1]  # (the plain site is the first)
     return f"https://127.0.0.1:{port}"

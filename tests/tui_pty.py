@@ -12,20 +12,18 @@ import fcntl
 import os
 import pty
 import struct
-import subprocess
 import sys
 import termios
 import threading
-import time
 from pathlib import Path
 
 import psutil
 
-from tests.waiting import pid_gone
+from tests import processes
+from tests.waiting import DEADLINE, pid_gone, running, wait_until
 
 
-def _controlling_tty() -> None:  # in the child: a session of its own with the pty as its terminal
-    os.setsid()
+def _controlling_tty() -> None:  # in the child, in the session of its own popen gives it: the pty as its terminal
     fcntl.ioctl(0, termios.TIOCSCTTY, 0)
 
 
@@ -33,7 +31,7 @@ class TuiInPty:
     def __init__(self, args: list[str], rows: int = 40, cols: int = 120, cwd: Path | None = None) -> None:
         self.master, slave = pty.openpty()
         fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
-        self.proc = subprocess.Popen(
+        self.proc = processes.popen(
             [sys.executable, "-m", "specload.cli", "tui", *args],
             stdin=slave, stdout=slave, stderr=slave, preexec_fn=_controlling_tty, close_fds=True, cwd=cwd,
         )  # fmt: skip
@@ -55,13 +53,10 @@ class TuiInPty:
                 return
             self.output += data
 
-    def wait_for_load(self, record: Path, timeout: float = 30) -> None:
+    def wait_for_load(self, record: Path, timeout: float = DEADLINE) -> None:
         """Until the record has its first level event; then note the simulators the TUI started."""
-        deadline = time.monotonic() + timeout
-        while not (record.exists() and b'"kind":"level"' in record.read_bytes()):
-            assert self.proc.poll() is None, f"the TUI exited early with {self.proc.returncode}"
-            assert time.monotonic() < deadline, "the load never started"
-            time.sleep(0.05)
+        wait_until(lambda: running(self.proc) and record.exists() and b'"kind":"level"' in record.read_bytes(),
+                   timeout, "the load to start")
         self.sims = self.simulators()
 
     def simulators(self) -> list[int]:
@@ -72,24 +67,24 @@ class TuiInPty:
         """Bytes typed at the terminal, in one write: the app reads them together, as over ssh."""
         os.write(self.master, data)
 
-    def wait_for_line(self, record: Path, needle: bytes, what: str, timeout: float = 30) -> None:
+    def wait_for_line(self, record: Path, needle: bytes, what: str, timeout: float = DEADLINE) -> None:
         """Until ``needle`` is in the record (its event lines are written at once)."""
-        deadline = time.monotonic() + timeout
-        while needle not in record.read_bytes():
-            assert self.proc.poll() is None, f"the TUI exited early with {self.proc.returncode}"
-            assert time.monotonic() < deadline, f"timed out after {timeout:g} s waiting for {what}"
-            time.sleep(0.05)
+        wait_until(lambda: running(self.proc) and needle in record.read_bytes(), timeout, what)
+
+    def wait_exit(self, timeout: float = DEADLINE) -> int:
+        """The TUI's exit status once it has ended, and everything it wrote read (the reader sees EOF
+        once the pty has no writer)."""
+        code = self.proc.wait(timeout=timeout)
+        self._reader.join(timeout=10)
+        return code
 
     def close_terminal(self) -> None:
         self._stop.set()
         os.close(self.master)  # the kernel sends SIGHUP to the session
         self._master_open = False
 
-    def wait_sims_gone(self, timeout: float = 10) -> None:
-        deadline = time.monotonic() + timeout
-        while not all(pid_gone(p) for p in self.sims):
-            assert time.monotonic() < deadline, "the built-in simulator outlived the TUI"
-            time.sleep(0.05)
+    def wait_sims_gone(self, timeout: float = DEADLINE) -> None:
+        wait_until(lambda: all(pid_gone(p) for p in self.sims), timeout, "the built-in simulator to end with the TUI")
 
     def __enter__(self) -> TuiInPty:
         return self

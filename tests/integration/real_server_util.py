@@ -22,20 +22,20 @@ import json
 import os
 import re
 import shlex
-import signal
-import socket
 import subprocess
 import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
 from specload.record.reader import RecordData, read_record
+from tests import processes
+from tests.integration.conftest import free_port
+from tests.waiting import wait_until
 
 SERVED_NAME = "tiny"
 _STARTED_PID = re.compile(r"started server \(pid (\d+)\)")
@@ -78,12 +78,6 @@ def require_real_server() -> None:
         pytest.skip(reason)
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def llama_args(port: int, *extra: str, ctx: int = 32768, slots: int = 8, threads: int = 1) -> list[str]:
     """The REPORT.md command line; ``extra`` e.g. ``("--spec-type", "ngram-mod")``."""
     return [
@@ -96,18 +90,6 @@ def llama_args(port: int, *extra: str, ctx: int = 32768, slots: int = 8, threads
 def llama_cmd(port: int, *extra: str, ctx: int = 32768, slots: int = 8, threads: int = 1) -> str:
     """The same as one shell string, for specload's ``--launch``."""
     return shlex.join(llama_args(port, *extra, ctx=ctx, slots=slots, threads=threads))
-
-
-def wait_until(pred: Callable[[], object], timeout: float, what: str, interval: float = 0.05) -> object:
-    """Poll ``pred`` until it returns something truthy; fail the test after ``timeout`` s."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = pred()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            pytest.fail(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(interval)
 
 
 def http_get(url: str, timeout: float = 3.0) -> tuple[int, str]:
@@ -145,12 +127,11 @@ class OwnServer:
 
     def __enter__(self) -> OwnServer:
         self._log = open(self.log_path, "wb")  # closed in __exit__
-        self.proc = subprocess.Popen(
+        self.proc = processes.popen(
             self.args,
             stdin=subprocess.DEVNULL,
             stdout=self._log,
             stderr=subprocess.STDOUT,
-            start_new_session=True,
         )
         try:
             wait_until(self._healthy, self.ready_timeout, f"llama-server /health on {self.url}")
@@ -217,13 +198,6 @@ class SpecloadRun:
         return f"exit {self.returncode} after {self.elapsed_s:.1f} s; stderr:\n{self.stderr[-3000:]}"
 
 
-def _kill_group(pid: int) -> None:
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
 class SpecloadProcess:
     """``specload run`` as a running subprocess; ``finish()`` waits for it, ``kill()`` ends it all.
 
@@ -242,12 +216,11 @@ class SpecloadProcess:
         self._out = open(self.out_path, "wb")  # noqa: SIM115 - closed in kill()/finish()
         self._err = open(self.err_path, "wb")  # noqa: SIM115
         self.t0 = time.monotonic()
-        self.proc = subprocess.Popen(
+        self.proc = processes.popen(
             self.argv,
             stdin=subprocess.DEVNULL,
             stdout=self._out,
             stderr=self._err,
-            start_new_session=True,
             cwd=str(workdir),
         )
 
@@ -262,13 +235,13 @@ class SpecloadProcess:
 
     def kill(self) -> None:
         if self.proc.poll() is None:
-            _kill_group(self.proc.pid)
+            processes.kill_group(self.proc.pid)
             try:
                 self.proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 pass
         for pid in self.launched_pids():
-            _kill_group(pid)
+            processes.kill_group(pid)
         for f in (self._out, self._err):
             if not f.closed:
                 f.close()

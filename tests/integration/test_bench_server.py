@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from specload.engine.api import CHAT, COMPLETIONS
+from tests import processes
 from tests.conftest import make_client
 
 SERVER = Path(__file__).parents[2] / "benchmarks" / "bench_server.py"
@@ -21,7 +22,7 @@ SERVER = Path(__file__).parents[2] / "benchmarks" / "bench_server.py"
 
 @pytest.fixture
 def bench_url():
-    proc = subprocess.Popen([sys.executable, str(SERVER), "--port", "0", "--procs", "2", "--burst", "7"],
+    proc = processes.popen([sys.executable, str(SERVER), "--port", "0", "--procs", "2", "--burst", "7"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None

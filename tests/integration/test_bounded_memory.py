@@ -14,6 +14,8 @@ import sys
 import orjson
 import pytest
 
+from tests import processes
+
 PEAK_MB = 250  # the process idles at ~70 MB; 16 streams each holding a capped 4 MiB event: < 150 MB
 
 
@@ -29,7 +31,7 @@ WRAPPER = (
 
 async def run_measured(*args: str) -> tuple[int, float, bytes, bytes]:
     """``specload ARGS`` under a wrapper whose only child it is, so RUSAGE_CHILDREN is its peak RSS."""
-    proc = await asyncio.create_subprocess_exec(
+    proc = await processes.exec_async(
         sys.executable, "-c", WRAPPER, sys.executable, "-m", "specload.cli", *args,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )

@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,35 +19,20 @@ import pytest
 
 from specload.record.reader import read_record
 from specload.record.schema import END_KEYS, EVENT_KEYS, LEVEL_KEYS, REQUEST_KEYS
-from tests.waiting import pid_gone
-
-SPECLOAD = [sys.executable, "-m", "specload.cli"]
+from tests import processes
+from tests.integration.conftest import free_port, sim_process
+from tests.processes import SPECLOAD, specload
+from tests.waiting import pid_gone, wait_until
 
 
 def run(args: list[str], timeout: float = 60, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run(SPECLOAD + args, capture_output=True, text=True, timeout=timeout, **kw)
+    return specload(*args, timeout=timeout, **kw)
 
 
 @pytest.fixture
 def sim_url():
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "specload.sim", "--port", "0", "--ttft-ms", "10", "--itl-ms", "4",
-         "--spec-tokens", "2", "--quiet", "--seed", "1"],
-        stdout=subprocess.PIPE, text=True,
-    )
-    line = proc.stdout.readline()
-    assert "listening on" in line, line
-    yield line.split("listening on ")[1].strip()
-    proc.terminate()
-    proc.wait(10)
-
-
-def free_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
+    with sim_process("--ttft-ms", "10", "--itl-ms", "4", "--spec-tokens", "2", "--seed", "1") as url:
+        yield url
 
 
 def check_schema(path: Path) -> dict:
@@ -104,20 +88,12 @@ def test_interrupt_records_in_flight_as_cancelled_and_closes_the_record(tmp_path
     # SIGHUP: the terminal went away. The built-in simulator runs in a session of its own, so
     # only specload can stop it (it was left running before SIGHUP was handled).
     rec = tmp_path / "cut.jsonl"
-    proc = subprocess.Popen(
+    proc = processes.popen(
         SPECLOAD + ["run", "-c", "4", "-n", "100000", "--max-tokens", "500", "--ignore-eos", "--record", str(rec),
                     "--sim-args", "--ttft-ms 5 --itl-ms 20 --spec-tokens 0 --quiet"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
-    deadline = time.monotonic() + 30
-    # wait until the load runs: the record has its level event
-    while time.monotonic() < deadline:
-        if rec.exists() and b'"kind":"level"' in rec.read_bytes():
-            break
-        time.sleep(0.05)
-    else:
-        proc.kill()
-        pytest.fail("the run never started")
+    wait_until(lambda: rec.exists() and b'"kind":"level"' in rec.read_bytes(), what="the load to run (its level event)")
     proc.send_signal(sig)
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 128 + sig, err  # 130 SIGINT, 143 SIGTERM, 129 SIGHUP, as a shell reports them
@@ -127,10 +103,7 @@ def test_interrupt_records_in_flight_as_cancelled_and_closes_the_record(tmp_path
     cancelled = [r for r in data.requests if (r["error"] or {}).get("kind") == "cancelled"]
     assert len(cancelled) == 4
     sim_pid = int(re.search(r"started server \(pid (\d+)\)", err).group(1))
-    deadline = time.monotonic() + 10
-    while not pid_gone(sim_pid):
-        assert time.monotonic() < deadline, "the built-in simulator outlived specload"
-        time.sleep(0.05)
+    wait_until(lambda: pid_gone(sim_pid), what="the built-in simulator to end with specload")
 
 
 @pytest.mark.parametrize(
@@ -273,7 +246,7 @@ def test_core_never_imports_textual() -> None:
         "assert 'textual' not in sys.modules, [m for m in sys.modules if m.startswith('textual')]\n"
         "print('ok')\n"
     )
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+    p = processes.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
     assert p.returncode == 0 and p.stdout.strip() == "ok", p.stderr
 
@@ -307,7 +280,7 @@ def test_a_terminal_gets_a_status_line_a_pipe_does_not(sim_url: str) -> None:
 
     args = ["run", sim_url, "-c", "2", "-d", "2.5", "--max-tokens", "40", "--ignore-eos"]
     master, slave = pty.openpty()
-    proc = subprocess.Popen(SPECLOAD + args, stdout=subprocess.PIPE, stderr=slave, stdin=subprocess.DEVNULL)
+    proc = processes.popen(SPECLOAD + args, stdout=subprocess.PIPE, stderr=slave, stdin=subprocess.DEVNULL)
     os.close(slave)
     seen = b""
     deadline = time.monotonic() + 60

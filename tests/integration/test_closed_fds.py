@@ -14,12 +14,13 @@ import orjson
 import pytest
 
 from specload.record.reader import read_record
+from tests import processes
 
 
 @pytest.mark.parametrize("fd", [0, 1, 2])
 def test_a_run_with_a_standard_descriptor_closed_completes(tmp_path: Path, fd: int) -> None:
     rec = tmp_path / "r.jsonl"
-    p = subprocess.run(
+    p = processes.run(
         [sys.executable, "-m", "specload.cli", "run", "-c", "1", "-n", "2", "--max-tokens", "4", "--json",
          "--record", str(rec), "--sim-args", "--ttft-ms 1 --itl-ms 1 --quiet"],
         stdin=subprocess.DEVNULL, capture_output=True, timeout=60, preexec_fn=lambda: os.close(fd),

@@ -12,21 +12,19 @@ from __future__ import annotations
 
 import csv
 import io
-import subprocess
-import sys
 from pathlib import Path
 
 import orjson
 import pytest
 
+from tests.processes import specload
 from tests.virtual_runs import virtual_record
 
-SPECLOAD = [sys.executable, "-m", "specload.cli"]
+# one worker runs this module: its fixture is set up once (xdist --dist loadgroup)
+pytestmark = pytest.mark.xdist_group("compare")
+
+
 SIM = {"step_ms": 8.0, "spec_tokens": 3, "accept_rate": 0.7}
-
-
-def specload(*args: str, timeout: float = 90) -> subprocess.CompletedProcess:
-    return subprocess.run([*SPECLOAD, *args], capture_output=True, text=True, timeout=timeout)
 
 
 @pytest.fixture(scope="module")

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import os
 import socket
-import subprocess
 import sys
 from pathlib import Path
 
 import orjson
+
+from tests import processes
 
 SPECLOAD = [sys.executable, "-m", "specload.cli"]
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
@@ -28,7 +29,7 @@ def test_a_config_built_in_code_imports_nothing_but_data() -> None:
         "          'specload.watch', 'specload.ui', 'click', 'textual', 'aiohttp')\n"
         "print([m for m in sys.modules if any(m == x or m.startswith(x + '.') for x in layers)])\n"
     )
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=ENV)
+    p = processes.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=ENV)
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip() == "[]", p.stdout
 
@@ -43,7 +44,7 @@ def test_schedule_from_a_record_without_levels_is_a_usage_error_before_any_load(
         server.listen()
         server.setblocking(False)
         url = f"http://127.0.0.1:{server.getsockname()[1]}"
-        p = subprocess.run([*SPECLOAD, "run", url, "--schedule-from", str(rec), "--record", str(tmp_path / "out.jsonl")],
+        p = processes.run([*SPECLOAD, "run", url, "--schedule-from", str(rec), "--record", str(tmp_path / "out.jsonl")],
                            capture_output=True, text=True, timeout=60, env=ENV)
         try:
             server.accept()

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import orjson
@@ -16,14 +14,14 @@ import pytest
 from specload.record.reader import read_record
 from specload.session import Session
 from specload.stats.live_judge import default_cap, min_requests
+from tests.processes import specload
 from tests.virtual_runs import virtual_record
 
-SPECLOAD = [sys.executable, "-m", "specload.cli"]
+# one worker runs this module: its fixture is set up once (xdist --dist loadgroup)
+pytestmark = pytest.mark.xdist_group("decide_options")
+
+
 SIM = {"step_ms": 8.0, "spec_tokens": 3, "accept_rate": 0.7}
-
-
-def specload(*args: str, timeout: float = 90) -> subprocess.CompletedProcess:
-    return subprocess.run([*SPECLOAD, *args], capture_output=True, text=True, timeout=timeout)
 
 
 def level_lines(path: Path) -> list[dict]:
@@ -47,8 +45,8 @@ def test_target_ci_runs_each_level_until_its_interval_is_narrow_enough(tmp_path:
         assert min_requests(lv["concurrency"]) <= lv["requests"] <= default_cap(lv["concurrency"]) + lv["concurrency"]
     # the first requests were not enough for +-6% somewhere: levels were extended as they ran
     assert any(lv["requests"] > min_requests(lv["concurrency"]) for lv in levels)
-    table = subprocess.run([*SPECLOAD, "report", str(rec)], capture_output=True, text=True, timeout=90,
-                           env={**os.environ, "COLUMNS": "250"})  # room for every header on one line
+    table = specload("report", str(rec), timeout=90,
+                     env={**os.environ, "COLUMNS": "250"})  # room for every header on one line
     assert table.returncode == 0 and "±CI %" in table.stdout
 
 

@@ -20,6 +20,7 @@ import orjson
 import pytest
 
 from specload.record.reader import read_record
+from tests import processes
 
 SPECLOAD = [sys.executable, "-m", "specload.cli"]
 LIMIT = 48 * 1024
@@ -29,14 +30,14 @@ LIMIT = 48 * 1024
 def tiny_tmpfs(tmp_path: Path):  # yields the mount point
     mnt = tmp_path / "mnt"
     mnt.mkdir()
-    p = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={LIMIT}", "tmpfs", str(mnt)],
-                       capture_output=True, text=True)
+    p = processes.run(["mount", "-t", "tmpfs", "-o", f"size={LIMIT}", "tmpfs", str(mnt)],
+                       capture_output=True, text=True, timeout=60)
     if p.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {p.stderr.strip()}")
     try:
         yield mnt
     finally:
-        subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+        processes.run(["umount", "-l", str(mnt)], capture_output=True, timeout=60)
 
 
 def _limit_file_size() -> None:
@@ -44,7 +45,7 @@ def _limit_file_size() -> None:
 
 
 def _run_until_full(record: Path, preexec=None) -> subprocess.CompletedProcess:
-    return subprocess.run(
+    return processes.run(
         SPECLOAD + ["run", "-c", "8", "-n", "100000", "--max-tokens", "20", "--ignore-eos", "--json",
                     "--record", str(record), "--sim-args", "--ttft-ms 1 --itl-ms 1 --spec-tokens 0 --quiet"],
         capture_output=True, text=True, timeout=120, preexec_fn=preexec,
@@ -70,7 +71,7 @@ def _check(p: subprocess.CompletedProcess, record: Path) -> None:
     assert rec.bad_lines == 0 and rec.requests
     # every request the run counted is either in the file or among the lines said to be lost
     assert summary["requests"] <= len([r for r in rec.requests if not r["warmup"]]) + lost
-    rep = subprocess.run(SPECLOAD + ["report", str(record)], capture_output=True, text=True, timeout=60)
+    rep = processes.run(SPECLOAD + ["report", str(record)], capture_output=True, text=True, timeout=60)
     assert rep.returncode == 0, rep.stderr
     assert "Traceback" not in rep.stderr
 
@@ -86,7 +87,7 @@ def test_a_full_tmpfs_mid_run(tiny_tmpfs: Path) -> None:
 
 
 def _report(*args: str, preexec=None) -> subprocess.CompletedProcess:
-    return subprocess.run(SPECLOAD + ["report", *args], capture_output=True, text=True, timeout=120,
+    return processes.run(SPECLOAD + ["report", *args], capture_output=True, text=True, timeout=120,
                           preexec_fn=preexec)
 
 

@@ -154,7 +154,7 @@ async def test_dcgm_exporter_down_back_and_a_gpu_gone():
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    port = runner.addresses[0][1]
     seen = Seen()
     try:
         async with running(seen.watch("dcgm", f"http://127.0.0.1:{port}/metrics")):

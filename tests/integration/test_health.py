@@ -7,23 +7,13 @@ is checked exactly without any sleeping.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 
 from aiohttp import web
 
 from specload.clock import FakeClock
 from specload.datatypes import HealthChanged, RunEvent
 from specload.watch.health import HealthCheck, HealthMonitor, starved_check
-
-DEADLINE = 5.0
-
-
-async def until(cond: Callable[[], bool], timeout: float = DEADLINE) -> None:
-    async def spin() -> None:
-        while not cond():
-            await asyncio.sleep(0.005)
-
-    await asyncio.wait_for(spin(), timeout)
+from tests.waiting import DEADLINE, until
 
 
 class HealthServer:

@@ -21,6 +21,7 @@ from specload.engine.probe import discover
 from specload.engine.prompts import PromptSource
 from specload.engine.runner import Runner
 from specload.plan import build_plan
+from tests import processes
 from tests.conftest import make_client, unchecked
 from tests.hostile import chunk, usage
 
@@ -120,7 +121,7 @@ async def test_an_answer_not_streamed_has_no_tpot_and_says_why(hostile) -> None:
     # before: --extra-body '{"stream": false}' gave TPOT 0.0 ms without a word
     server = await hostile()
     server.mode, server.params = "json", {"n": 16}
-    proc = await asyncio.create_subprocess_exec(
+    proc = await processes.exec_async(
         sys.executable, "-m", "specload.cli", "run", server.url, "--api", "chat", "-c", "1", "-n", "2",
         "--max-tokens", "16", "--extra-body", '{"stream": false}', "--json", "--no-health", "--metrics-url", "off",
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
@@ -135,7 +136,7 @@ async def test_an_answer_not_streamed_has_no_tpot_and_says_why(hostile) -> None:
 async def test_a_path_left_out_of_the_url_is_said(hostile) -> None:
     # before: http://host/v1 lost its /v1 without a word (a proxy path or an API version query too)
     server = await hostile()
-    proc = await asyncio.create_subprocess_exec(
+    proc = await processes.exec_async(
         sys.executable, "-m", "specload.cli", "run", server.url + "/v1?api-version=2", "--api", "chat", "-c", "1",
         "-n", "1", "--max-tokens", "4", "--no-health", "--metrics-url", "off",
         "--prompt", "hello",  # a fixed prompt: no prompt-length calibration request besides the one counted

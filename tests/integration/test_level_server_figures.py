@@ -15,6 +15,7 @@ import pytest
 
 from specload.record.reader import read_record
 from specload.session import Session
+from tests import processes
 from tests.conftest import make_config
 
 
@@ -40,7 +41,7 @@ async def test_a_levels_acceptance_is_the_servers_over_that_level(sim, tmp_path)
 
 
 def test_headless_prints_acceptance_and_server_throughput_everywhere(tmp_path) -> None:
-    sim = subprocess.Popen(
+    sim = processes.popen(
         [sys.executable, "-m", "specload.sim", "--port", "0", "--ttft-ms", "5", "--itl-ms", "5", "--spec-tokens", "3",
          "--accept-rate", "0.7", "--quiet", "--seed", "2"], stdout=subprocess.PIPE, text=True,
     )
@@ -48,8 +49,8 @@ def test_headless_prints_acceptance_and_server_throughput_everywhere(tmp_path) -
         url = sim.stdout.readline().split("listening on ")[1].strip()
         args = [sys.executable, "-m", "specload.cli", "run", url, "-c", "2", "-n", "8", "--max-tokens", "40",
                 "--ignore-eos", "--api", "chat", "--metrics-interval", "0.2", "--record", str(tmp_path / "r.jsonl")]
-        table = subprocess.run(args, capture_output=True, text=True, timeout=60)
-        as_json = subprocess.run([*args, "--json"], capture_output=True, text=True, timeout=60)
+        table = processes.run(args, capture_output=True, text=True, timeout=60)
+        as_json = processes.run([*args, "--json"], capture_output=True, text=True, timeout=60)
     finally:
         sim.terminate()
         sim.wait(10)
@@ -64,7 +65,7 @@ def test_headless_prints_acceptance_and_server_throughput_everywhere(tmp_path) -
                 "input_tokens", "prompt_tokens_avg", "prompt_tokens_requested_avg", "req_s"):
         assert lv[key] is not None, key
     # the report of the record shows the same, and --wide the rest
-    report = subprocess.run([sys.executable, "-m", "specload.cli", "report", "--wide", str(tmp_path / "r.jsonl")],
-                            capture_output=True, text=True, timeout=60,
-                            env={**os.environ, "COLUMNS": "400"})  # room for every header on one line
+    report = processes.run([sys.executable, "-m", "specload.cli", "report", "--wide", str(tmp_path / "r.jsonl")],
+                           capture_output=True, text=True, timeout=60,
+                           env={**os.environ, "COLUMNS": "400"})  # room for every header on one line
     assert report.returncode == 0 and "accept per pos" in report.stdout and "peak tok/s" in report.stdout

@@ -22,6 +22,10 @@ from specload.stats.live_judge import LiveJudge, min_requests
 from tests.conftest import make_client
 from tests.virtual_runs import virtual_record
 
+# one worker runs this module: its fixture is set up once (xdist --dist loadgroup)
+pytestmark = pytest.mark.xdist_group("live_judge")
+
+
 SIM = {"step_ms": 8.0, "spec_tokens": 3, "accept_rate": 0.7}
 
 

@@ -24,6 +24,7 @@ from specload.record.reader import read_record
 from specload.record.runs import load_run
 from specload.report.lossless import compare_outputs
 from specload.report.report import report_command
+from tests import processes
 from tests.virtual_runs import virtual_record
 
 CHECK = {"check_outputs": True}
@@ -148,7 +149,7 @@ def test_live_divergence_stops_a_headless_run(records: dict[str, Path], tmp_path
                "--max-tokens", "32", "--check-outputs", "--baseline", str(records["base"]),
                "--record", str(record), "--max-duration", "60", *more,
                "--sim-args", "--step-ms 2 --quiet --spec-tokens 3 --accept-rate 0.9 --spec-bug-rate 0.5"]
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        return processes.run(cmd, capture_output=True, text=True, timeout=120)
 
     rec = tmp_path / "live.jsonl"
     p = run(rec)
@@ -188,7 +189,7 @@ def test_headless_status_line_shows_the_identical_share_as_answers_arrive(record
            "--max-duration", "60", "--sim-args", "--step-ms 20 --quiet --spec-tokens 3 --accept-rate 0.9 "
            "--spec-bug-rate 0.2"]
     master, slave = pty.openpty()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=slave, stdin=subprocess.DEVNULL)
+    proc = processes.popen(cmd, stdout=subprocess.PIPE, stderr=slave, stdin=subprocess.DEVNULL)
     os.close(slave)
     seen = b""
     deadline = time.monotonic() + 120

@@ -14,13 +14,14 @@ import sys
 
 import orjson
 
+from tests import processes
 from tests.hostile import HostileServer
 
 KEY = "sk-lying-server-secret"
 
 
 async def specload(*args: str, timeout: float = 90) -> tuple[int, str, str]:
-    proc = await asyncio.create_subprocess_exec(
+    proc = await processes.exec_async(
         sys.executable, "-m", "specload.cli", "run", *args,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env={**os.environ, "OPENAI_API_KEY": KEY},
     )

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import importlib.util
 import struct
-import subprocess
 import sys
 from pathlib import Path
 
@@ -13,6 +12,7 @@ import pytest
 
 from specload.report.figures import ReportLevel, ReportSeries
 from specload.report.plot import PlotError, render_plot
+from tests import processes
 
 
 def run(label: str, factor: float, intervals: bool = True) -> ReportSeries:
@@ -36,7 +36,7 @@ def plot_in_child(path: Path, *labels_factors: tuple[str, float, bool]) -> int:
         "from specload.report.plot import render_plot; "
         f"print(render_plot([run(l, f, i) for l, f, i in {list(labels_factors)!r}], Path({str(path)!r})))"
     )
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+    p = processes.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                        cwd=Path(__file__).resolve().parents[2])
     assert p.returncode == 0, p.stderr[-800:]
     return int(p.stdout.strip())

@@ -26,7 +26,7 @@ async def _serve(routes: dict) -> tuple[web.AppRunner, str]:
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
-    return runner, f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"  # type: ignore[union-attr]
+    return runner, f"http://127.0.0.1:{runner.addresses[0][1]}"
 
 
 async def test_auto_falls_back_to_sglang_generate() -> None:

@@ -10,9 +10,9 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
-import time
 
-from tests.waiting import pid_gone
+from tests import processes
+from tests.waiting import pid_gone, wait_until
 
 CHILD = textwrap.dedent("""
     import queue, subprocess, sys, time
@@ -33,7 +33,7 @@ CHILD = textwrap.dedent("""
 
 
 def _run(mode: str) -> tuple[int, int]:
-    proc = subprocess.Popen([sys.executable, "-c", CHILD, "0.3", mode], stdout=subprocess.PIPE, text=True)
+    proc = processes.popen([sys.executable, "-c", CHILD, "0.3", mode], stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None
     server = int(proc.stdout.readline())
     return proc.wait(timeout=30), server
@@ -42,10 +42,7 @@ def _run(mode: str) -> tuple[int, int]:
 def test_the_watchdog_ends_a_blocked_process_and_its_server() -> None:
     code, server = _run("block")
     assert code == 129
-    deadline = time.monotonic() + 10
-    while not pid_gone(server):
-        assert time.monotonic() < deadline, "the launched server outlived the watchdog"
-        time.sleep(0.05)
+    wait_until(lambda: pid_gone(server), what="the launched server to end with the watchdog's process")
 
 
 def test_a_disarmed_watchdog_does_nothing() -> None:

@@ -33,17 +33,17 @@ from pathlib import Path
 
 import pytest
 
+from tests.integration.conftest import free_port
 from tests.integration.real_server_util import (
     OwnServer,
     SpecloadProcess,
-    free_port,
     http_get,
     llama_cmd,
     record_requests,
     require_real_server,
     run_specload,
-    wait_until,
 )
+from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.real_server, pytest.mark.timeout(150)]
 

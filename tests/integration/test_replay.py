@@ -12,7 +12,11 @@ from specload.clock import FakeClock
 from specload.record.reader import read_record
 from specload.session import Session
 from specload.sources.replay import ReplaySource
+from tests import processes
 from tests.virtual_runs import virtual_record
+
+# one worker runs this module: its fixture is set up once (xdist --dist loadgroup)
+pytestmark = pytest.mark.xdist_group("replay")
 
 
 @pytest.fixture(scope="module")
@@ -97,11 +101,10 @@ async def test_the_dashboard_plays_a_record(record: Path) -> None:
     (["--headless"], "specload report"),
 ])
 def test_replay_errors_are_one_line(record: Path, args: list[str], message: str) -> None:
-    import subprocess
     import sys
 
     full = args if "--replay" in args else ["--replay", str(record), *args]
-    p = subprocess.run([sys.executable, "-m", "specload.cli", "tui", *full], capture_output=True, text=True,
+    p = processes.run([sys.executable, "-m", "specload.cli", "tui", *full], capture_output=True, text=True,
                        timeout=60)
     assert p.returncode == 2 and message in p.stderr, p.stderr
     assert "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import subprocess
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -23,6 +22,7 @@ from specload.record.runs import load_run
 from specload.report.figures import ReportPage, ReportRun, page_from_runs
 from specload.report.html import write_html
 from specload.report.timeseries import build_time_series
+from tests import processes
 from tests.browser import Chromium, Page, require_chromium
 from tests.integration.test_plot import run as synthetic_run
 from tests.unit.test_timeseries import cols
@@ -124,7 +124,7 @@ def crashed_record(tmp_path: Path) -> Path:
     """A real record of the built-in simulator crashing mid-run: levels, a crash with its signature,
     the server going down (bounded: a few seconds)."""
     rec = tmp_path / "crash.jsonl"
-    p = subprocess.run(
+    p = processes.run(
         [sys.executable, "-m", "specload.cli", "run", "-c", "2,4", "-n", "12", "--max-tokens", "20", "--record", str(rec),
          "--on-crash", "continue", "--down-timeout", "3",
          "--sim-args", "--ttft-ms 5 --itl-ms 2 --crash-after 18 --seed 3"],

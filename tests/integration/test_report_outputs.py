@@ -6,20 +6,19 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from tests.processes import specload
 from tests.unit.test_peers import PEERS, needs_fixtures
 
+# one worker runs this module: its fixture is set up once (xdist --dist loadgroup)
+pytestmark = pytest.mark.xdist_group("report_outputs")
+
+
 SIM = "--ttft-ms 5 --itl-ms 2 --spec-tokens 0 --seed {seed}"
-
-
-def specload(*args: str, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "specload.cli", *args], capture_output=True, text=True,
-                          timeout=timeout, env=env)
 
 
 @pytest.fixture(scope="module")

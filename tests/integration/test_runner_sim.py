@@ -14,6 +14,7 @@ from specload.engine.runner import Runner, scaled
 from specload.plan import LevelSpec, LoadPlan, build_plan
 from specload.stats.levels import LevelSummary
 from tests.conftest import make_client
+from tests.waiting import until
 
 
 class Sink:
@@ -38,13 +39,6 @@ def make_runner(url: str, plan: LoadPlan, *, max_tokens: int = 10, stay_open: bo
     )
     return runner, sink
 
-
-async def wait_for(cond, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.005)
 
 
 async def test_ramp_with_drain_covers_the_requests_each_level_started(sim) -> None:
@@ -88,13 +82,13 @@ async def test_raising_and_lowering_concurrency_live_never_cancels(sim) -> None:
     await runner.client.start()
     task = asyncio.ensure_future(runner.run())
     try:
-        await wait_for(lambda: runner.in_flight == 2)
+        await until(lambda: runner.in_flight == 2)
         runner.set_target(6)
-        await wait_for(lambda: runner.in_flight == 6)
+        await until(lambda: runner.in_flight == 6)
         assert runner.target == 6 and runner.held  # a user change holds the ramp
         runner.set_target(1)
         n_before = len(sink.records)
-        await wait_for(lambda: runner.in_flight == 1 and len(sink.records) >= n_before + 5)
+        await until(lambda: runner.in_flight == 1 and len(sink.records) >= n_before + 5)
         # lowering the target let the extra requests finish: none was cancelled
         assert all(r.error_kind is not ErrorKind.CANCELLED for r in sink.records)
         runner.set_target(scaled(runner.requested, 2.0))  # the TUI's ']'
@@ -118,14 +112,14 @@ async def test_pause_stops_new_requests_and_resume_continues(sim) -> None:
     await runner.client.start()
     task = asyncio.ensure_future(runner.run())
     try:
-        await wait_for(lambda: len(sink.records) >= 3)
+        await until(lambda: len(sink.records) >= 3)
         runner.pause()
-        await wait_for(lambda: runner.in_flight == 0)
+        await until(lambda: runner.in_flight == 0)
         started = runner.started
         await asyncio.sleep(0.2)  # a quiet interval in which nothing may start
         assert runner.started == started and runner.state == "paused"
         runner.resume()
-        await wait_for(lambda: runner.started > started + 3)
+        await until(lambda: runner.started > started + 3)
         runner.stop("interrupted")
         runner.cancel_in_flight()
         await asyncio.wait_for(task, 10)
@@ -142,11 +136,11 @@ async def test_next_level_and_hold(sim) -> None:
     await runner.client.start()
     task = asyncio.ensure_future(runner.run())
     try:
-        await wait_for(lambda: runner.started >= 2)
+        await until(lambda: runner.started >= 2)
         runner.set_hold(True)
         assert runner.state in ("holding", "ramping")
         runner.next_level()
-        await wait_for(lambda: runner.target == 3 and runner.in_flight == 3)
+        await until(lambda: runner.target == 3 and runner.in_flight == 3)
         runner.stop("interrupted")
         runner.cancel_in_flight()
         await asyncio.wait_for(task, 10)
@@ -212,7 +206,7 @@ async def test_max_duration_bounds_a_paused_run(sim) -> None:
     t0 = time.monotonic()
     try:
         task = asyncio.ensure_future(runner.run())
-        await wait_for(lambda: runner.started >= 2)
+        await until(lambda: runner.started >= 2)
         runner.pause()
         await asyncio.wait_for(task, 20)
     finally:
@@ -238,9 +232,12 @@ async def test_many_stale_connections_never_fail_a_request(sim) -> None:
 async def test_level_figures_follow_the_pinned_server(sim) -> None:
     """The level's figures come from its requests, and those from the server's pinned timing.
 
-    The client can only add time (loopback, a busy event loop), so the timing checks are tight
-    below and loose above: a busy CI machine delays chunks, a wrong start or a wrong divisor gives
-    figures below the server's own. Accuracy on a quiet machine is benchmarks/timing_truth.py's job.
+    The client can only add time (loopback, a busy event loop), so each request is checked against
+    the server's schedule from below, whatever the load: a wrong start gives times below it. The
+    schedule's deadlines are absolute (a token late on a busy machine is followed by ones that
+    catch up), so per-token figures of a delayed request may read below 10 ms and are checked by
+    their definitions instead (a wrong divisor or unit fails those). How close the figures come to
+    the server's on a quiet machine is benchmarks/timing_truth.py's job.
     """
     # 4 streams x 3 rounds of 30 tokens: TTFT 40 ms then 29 steps of 10 ms = 330 ms per request
     server = await sim(ttft_ms=40, itl_ms=10, spec_tokens=0)
@@ -260,14 +257,18 @@ async def test_level_figures_follow_the_pinned_server(sim) -> None:
     assert lv.throughput_tok_s == pytest.approx(360 / wall_s, rel=1e-3)
     assert lv.ttft_ms_p50 == pytest.approx(statistics.median(r.ttft_ns / 1e6 for r in recs), abs=0.001)
     assert lv.tpot_ms_p50 == pytest.approx(statistics.median(r.tpot_ns / 1e6 for r in recs), abs=0.001)
-    # never faster than the server was told to be; a busy machine may make it slower
-    assert 40 * 0.99 <= lv.ttft_ms_p50 <= 40 + 500
-    # the sim's token deadlines are absolute, so a first chunk read late shortens the rest: TPOT
-    # may dip below 10 ms on a busy machine, but TTFT + 29 TPOT is the whole request, every time
-    assert 10 * 0.5 <= lv.tpot_ms_p50 <= 10 * 2
-    assert all(r.ttft_ns + 29 * r.tpot_ns == pytest.approx(r.e2e_ns, rel=1e-9) for r in recs)
-    assert all(0.330 * 0.99 <= e <= 0.330 + 1.0 for e in e2e_s)
-    assert lv.itl_ms_p50 is not None and 10 * 0.5 <= lv.itl_ms_p50 <= 10 * 2
+    # never before the server's schedule: the first token 40 ms after the request was sent, the last
+    # 330 ms; a busy machine may only make them later (and nothing outlasts the level)
+    assert all(r.ttft_ns >= 40e6 * 0.99 for r in recs)
+    assert all(0.330 * 0.99 <= e <= wall_s for e in e2e_s)
+    # TPOT: what followed the first token over the 29 steps after it
+    assert all(r.tpot_ns == pytest.approx((r.e2e_ns - r.ttft_ns) / 29) for r in recs)
+    # ITL: the median of the per-token gaps, in ms (within the histogram's 0.5 % bins)
+    itl = sorted(x for r in recs for x in r.itl_per_token_ns())
+    assert len(itl) == 12 * 29
+    rank = (len(itl) - 1) / 2
+    low, high = itl[int(rank)] / 1e6, itl[-int(-rank)] / 1e6
+    assert lv.itl_ms_p50 is not None and low * 0.99 <= lv.itl_ms_p50 <= high * 1.01
 
 
 class ScriptedSource:
@@ -325,13 +326,13 @@ async def test_setting_a_source_ends_the_current_level(sim) -> None:
     await runner.client.start()
     task = asyncio.ensure_future(runner.run())
     try:
-        await wait_for(lambda: runner.started >= 4)
+        await until(lambda: runner.started >= 4)
         runner.set_hold(True)
         source = ScriptedSource([LevelSpec(3, 6, drain=True)], {})
         runner.set_source(source)
         assert not runner.held
-        await wait_for(lambda: len(sink.levels) >= 2)
-        await wait_for(lambda: runner.source is None and runner.state == "finished")
+        await until(lambda: len(sink.levels) >= 2)
+        await until(lambda: runner.source is None and runner.state == "finished")
         runner.stop("interrupted")
         await asyncio.wait_for(task, 10)
     finally:

@@ -16,8 +16,10 @@ from specload.datatypes import HealthChanged, LoadControl
 from specload.record.reader import read_record
 from specload.session import Session
 from specload.stats.client_load import ClientLoad, ClientLoadMonitor
+from tests import processes
 from tests.conftest import Heard, make_config
-from tests.waiting import until
+from tests.integration.conftest import sim_process
+from tests.waiting import running, until, wait_until
 
 
 def block_loop(seconds: float) -> None:
@@ -30,15 +32,10 @@ async def test_monitor_flags_a_blocked_loop() -> None:
     mon = ClientLoadMonitor(interval_s=0.3, tick_s=0.02, on_sample=samples.append)
     task = asyncio.ensure_future(mon.run())
     try:
-        deadline = time.monotonic() + 10
-        while not samples:  # first, an idle interval: not saturated
-            assert time.monotonic() < deadline
-            await asyncio.sleep(0.02)
+        await until(lambda: samples, what="a first, idle interval")
         assert not samples[0].saturated
         asyncio.get_running_loop().call_soon(block_loop, 0.25)
-        while not any(s.saturated for s in samples):
-            assert time.monotonic() < deadline, samples
-            await asyncio.sleep(0.02)
+        await until(lambda: any(s.saturated for s in samples), what="a saturated interval")
     finally:
         mon.stop()
         await asyncio.wait_for(task, 5)
@@ -85,10 +82,7 @@ async def test_session_records_and_announces_saturation_with_the_level(sim, tmp_
     heard = Heard()
     session = Session(cfg, listener=heard)
     task = asyncio.ensure_future(session.run())
-    deadline = time.monotonic() + 20
-    while session.runner is None or session.runner.started < 3:
-        assert time.monotonic() < deadline
-        await asyncio.sleep(0.02)
+    await until(lambda: session.runner is not None and session.runner.started >= 3, what="the load to run")
     block_loop(0.3)  # the client is stuck: every stream's timing in this second is client-bound
     result = await asyncio.wait_for(task, 30)
     assert result.reason == "completed"
@@ -139,7 +133,7 @@ def test_a_process_that_gets_no_cpu_is_starved_not_saturated(tmp_path) -> None:
     """A controlled CPU hog: specload and the hog share one CPU, specload at the idle priority, so it
     waits in the run queue (as next to a busy-polling server). The warning must say starved, with
     specload's own CPU low, and the record must say which it was. Bounded: the hog runs 2 s."""
-    sim = subprocess.Popen(
+    sim = processes.popen(
         [sys.executable, "-m", "specload.sim", "--port", "0", "--ttft-ms", "5", "--itl-ms", "10", "--spec-tokens", "0",
          "--quiet"], stdout=subprocess.PIPE, text=True,
     )
@@ -147,17 +141,15 @@ def test_a_process_that_gets_no_cpu_is_starved_not_saturated(tmp_path) -> None:
     try:
         url = sim.stdout.readline().split("listening on ")[1].strip()
         rec = tmp_path / "starved.jsonl"
-        run = subprocess.Popen(
+        run = processes.popen(
             [sys.executable, "-m", "specload.cli", "run", url, "-c", "2", "-d", "6", "--max-tokens", "30",
              "--ignore-eos", "--api", "chat", "--no-health", "--metrics-url", "off", "--record", str(rec)],
             stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
         )
-        deadline = time.monotonic() + 30
-        while not (rec.exists() and b'"type":"request"' in rec.read_bytes()):  # the load is running
-            assert run.poll() is None and time.monotonic() < deadline
-            time.sleep(0.05)
+        wait_until(lambda: running(run) and rec.exists() and b'"type":"request"' in rec.read_bytes(),
+                   what="the load to run")
         cpu = min(os.sched_getaffinity(0))
-        hog = subprocess.Popen([sys.executable, "-c", "import time\nend = time.time() + 2\nwhile time.time() < end: pass"])
+        hog = processes.popen([sys.executable, "-c", "import time\nend = time.time() + 2\nwhile time.time() < end: pass"])
         os.sched_setaffinity(hog.pid, {cpu})
         _starve(run.pid, cpu)
         hog.wait(30)
@@ -190,13 +182,7 @@ async def test_a_saturated_client_never_declares_a_healthy_server_down(tmp_path,
 
     monkeypatch.setattr(health, "INTERVAL_S", 0.1)
     monkeypatch.setattr(health, "TIMEOUT_S", 0.8)
-    sim = subprocess.Popen(
-        [sys.executable, "-m", "specload.sim", "--port", "0", "--ttft-ms", "5", "--itl-ms", "10", "--spec-tokens", "0",
-         "--quiet"], stdout=subprocess.PIPE, text=True,
-    )
-    try:
-        assert sim.stdout is not None
-        url = sim.stdout.readline().split("listening on ")[1].strip()
+    with sim_process("--ttft-ms", "5", "--itl-ms", "10", "--spec-tokens", "0") as url:
         rec = tmp_path / "saturated.jsonl"
         cfg = make_config(url, concurrency=(4,), duration_per_level_s=7, max_tokens=20, metrics_url="off",
                           gpu_metrics="off", path=str(rec))
@@ -221,9 +207,6 @@ async def test_a_saturated_client_never_declares_a_healthy_server_down(tmp_path,
         await until(lambda: turns[0] == 0, 60)
         checks_during = session.watch.health.checks - checks_before
         result = await asyncio.wait_for(task, 60)
-    finally:
-        sim.kill()
-        sim.wait(10)
     assert result.reason == "completed"
     assert checks_during >= 2  # the checks went on while the loop was saturated
     events = heard.of("run_event")

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import processes
 from tests.integration.crash_corpus import (
     check_found,
     check_live_feed,
@@ -68,7 +69,7 @@ def test_fixture_live_feed_finds_the_same_crashes(case: dict) -> None:
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
+    return processes.run(
         [sys.executable, "-m", "specload.cli", "scan-log", *args],
         capture_output=True,
         text=True,

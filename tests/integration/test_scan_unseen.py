@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import processes
 from tests.integration.crash_corpus import (
     check_failures,
     check_found,
@@ -84,12 +85,12 @@ def _scan_cli(*args: str) -> tuple[subprocess.CompletedProcess[str], float]:
     """``specload scan-log`` in a child; (result, the child's peak RSS in MB)."""
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, tempfile.TemporaryFile() as peak:
         fd = peak.fileno()
-        proc = subprocess.Popen([sys.executable, "-c", _LAUNCHER, str(fd), sys.executable, "-m", "specload.cli",
+        proc = processes.popen([sys.executable, "-c", _LAUNCHER, str(fd), sys.executable, "-m", "specload.cli",
                                  "scan-log", *args], stdout=out, stderr=err, pass_fds=(fd,))
         try:
             proc.wait(timeout=110)  # (under the suite's 120 s per test)
         except subprocess.TimeoutExpired:
-            proc.kill()
+            processes.kill_group(proc.pid)  # the launcher and the scan-log it forked
             proc.wait()
             pytest.fail(f"scan-log {' '.join(args)} still ran after 110 s")
         out.seek(0)

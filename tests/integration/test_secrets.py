@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-import subprocess
 import sys
 
 from specload.cli_run import build_config, run_command
 from specload.secrets import redact_command
 from specload.session import Session
+from tests import processes
 from tests.conftest import Heard
+from tests.integration.conftest import free_port
 
 KEY = "sk-SECRET-0123456789"
 
@@ -22,9 +23,7 @@ def test_redact_command_hides_values_of_secret_flags_only() -> None:
 async def test_key_in_env_header_url_and_server_log_is_never_recorded(tmp_path, monkeypatch) -> None:
     # the launched "server" prints its arguments, API key included, as vLLM does at start-up
     monkeypatch.setenv("MY_KEY", KEY)
-    port_probe = subprocess.run([sys.executable, "-c", "import socket;s=socket.socket();s.bind(('127.0.0.1',0));"
-                                 "print(s.getsockname()[1])"], capture_output=True, text=True)
-    port = int(port_probe.stdout)
+    port = free_port()
     rec = tmp_path / "r.jsonl"
     launch = (f"echo 'args: api_key={KEY}'; SIM_API_KEY={KEY} {sys.executable} -m specload.sim --port {port} "
               f"--ttft-ms 1 --itl-ms 1")
@@ -47,7 +46,7 @@ async def test_key_in_env_header_url_and_server_log_is_never_recorded(tmp_path, 
 def test_url_passwords_in_other_options_are_masked(tmp_path) -> None:
     """--metrics-url and log commands may carry a URL password: not in the record, not on screen."""
     rec = tmp_path / "m.jsonl"
-    p = subprocess.run(
+    p = processes.run(
         [sys.executable, "-m", "specload.cli", "run", "-c", "1", "-n", "2", "--max-tokens", "4",
          "--metrics-url", "http://scraper:hunter2-pw@127.0.0.1:1/metrics",
          "--server-log-cmd", "curl -sN http://admin:hunter2-log@127.0.0.1:1/logs",

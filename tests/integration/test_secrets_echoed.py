@@ -19,6 +19,7 @@ import orjson
 from specload.record.reader import read_record
 from specload.ui.app import create_app
 from specload.ui.widgets.crashes import CrashTable
+from tests import processes
 from tests.ui.conftest import screen_text, tui_config, wait_for
 
 PASSWORD = "hunter2-Pw-0451"
@@ -51,7 +52,7 @@ async def test_credentials_echoed_by_the_server_reach_no_headless_output(hostile
     log = tmp_path / "server.log"
     log.write_text(CRASH_LOG)
     rec = tmp_path / "r.jsonl"
-    proc = await asyncio.create_subprocess_exec(
+    proc = await processes.exec_async(
         sys.executable, "-m", "specload.cli", "run", *_args(server.url, log), "--json", "--record", str(rec),
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env={"ECHO_KEY": KEY, "PATH": "/usr/bin:/bin"},
     )

@@ -29,7 +29,10 @@ import pytest
 
 from specload.record.reader import read_record
 from specload.ui.widgets.crashes import CrashTable
+from tests import processes
+from tests.processes import specload
 from tests.ui.conftest import live_app, load_running, quit_app, screen_text, wait_for
+from tests.waiting import running, wait_until
 
 PLANTED = {
     "log": "pw-log-1138",
@@ -66,12 +69,7 @@ def leaks(text: str | bytes, secrets: tuple[str, ...] = (*PLANTED.values(), HTTP
 
 
 def command_lines() -> str:
-    return subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True, check=True).stdout
-
-
-def _specload(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "specload.cli", *args], capture_output=True, text=True,
-                          timeout=90, check=False)
+    return processes.run(["ps", "-eo", "args"], capture_output=True, text=True, check=True, timeout=60).stdout
 
 
 def _requests(record: Path) -> int:
@@ -87,7 +85,7 @@ def _report_outputs(record: Path, tmp_path: Path) -> dict[str, str | bytes]:
     html, png, svg = tmp_path / "r.html", tmp_path / "r.png", tmp_path / "r.svg"
     outs: dict[str, str | bytes] = {}
     for args in (("--wide", "--html", str(html), "--plot", str(png)), ("--csv", "--plot", str(svg)), ("--json",)):
-        res = _specload("report", str(record), *args)
+        res = specload("report", str(record), *args)
         assert res.returncode == 0, (args, res.stderr)
         outs[f"report {args[0]}"] = res.stdout + res.stderr
     outs["html"], outs["png"], outs["svg"] = html.read_text(), png.read_bytes(), svg.read_text()
@@ -98,22 +96,19 @@ def _report_outputs(record: Path, tmp_path: Path) -> dict[str, str | bytes]:
 def test_planted_url_passwords_reach_no_headless_output(tmp_path: Path) -> None:
     log, record = tmp_path / "server.log", tmp_path / "r.jsonl"
     log.touch()
-    proc = subprocess.Popen(
+    proc = processes.popen(
         [sys.executable, "-m", "specload.cli", "run", "-c", "2", "-d", "8", "--max-tokens", "8",
          "--sim-args", f"--log-file {log} --ttft-ms 5 --itl-ms 5 --spec-tokens 0 --log-interval 0.3",
          "--server-log", str(log), "--on-crash", "continue", "--record", str(record), "--json"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 60
-        while _requests(record) < 3:  # the load runs: the log is being tailed
-            assert proc.poll() is None and time.monotonic() < deadline, "the load did not start"
-            time.sleep(0.05)
+        # the load runs: the log is being tailed
+        wait_until(lambda: running(proc) and _requests(record) >= 3, 60, "the load to start")
         with log.open("a") as f:
             f.write(planted_lines())
-        deadline = time.monotonic() + 20
-        while b'"type":"crash"' not in record.read_bytes() and proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.05)
-        running = command_lines()
+        wait_until(lambda: b'"type":"crash"' in record.read_bytes() or proc.poll() is not None, 20,
+                   "the crash in the record")
+        commands = command_lines()
         stdout, stderr = proc.communicate(timeout=90)
     finally:
         if proc.poll() is None:
@@ -131,7 +126,7 @@ def test_planted_url_passwords_reach_no_headless_output(tmp_path: Path) -> None:
     assert [c["message"] for c in line["consequences"]] == [
         f"Received sigquit from a child process. It usually means the child failed. store=http://{MASKED}kv.internal"]
     artefacts: dict[str, str | bytes] = {"stdout (--json)": stdout, "stderr": stderr, "record": record.read_bytes(),
-                                         "ps": running, **_report_outputs(record, tmp_path)}
+                                         "ps": commands, **_report_outputs(record, tmp_path)}
     for where, text in artefacts.items():
         assert not leaks(text), f"{leaks(text)} in {where}"
 
@@ -141,7 +136,7 @@ async def test_a_url_password_in_an_http_error_body_reaches_no_output(hostile, t
     server.mode, server.params = "status", {"status": 502, "body": orjson.dumps(
         {"error": {"message": f"upstream http://alice:{HTTP_PASSWORD}@10.0.0.7:8001 refused"}})}
     record = tmp_path / "r.jsonl"
-    run = await asyncio.create_subprocess_exec(
+    run = await processes.exec_async(
         sys.executable, "-m", "specload.cli", "run", server.url, "--api", "chat", "-c", "1", "-n", "3",
         "--max-tokens", "4", "--no-health", "--metrics-url", "off", "--record", str(record), "--json",
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
@@ -151,7 +146,7 @@ async def test_a_url_password_in_an_http_error_body_reaches_no_output(hostile, t
     assert details and all(f"upstream http://{MASKED}10.0.0.7:8001 refused" in d for d in details), details
     artefacts = {"stdout (--json)": stdout, "stderr": stderr, "record": record.read_text()}
     for args in ((), ("--wide",), ("--json",)):
-        res = _specload("report", str(record), *args)
+        res = specload("report", str(record), *args)
         artefacts[f"report {' '.join(args)}"] = res.stdout + res.stderr
     for where, text in artefacts.items():
         assert not leaks(text), f"{leaks(text)} in {where}"
@@ -161,9 +156,11 @@ async def test_a_url_password_in_an_http_error_body_reaches_no_output(hostile, t
 async def test_planted_url_passwords_never_reach_the_tui_or_its_engine_process(tmp_path: Path) -> None:
     log, record = tmp_path / "server.log", tmp_path / "t.jsonl"
     log.touch()
-    # slow requests: few log lines, so that the planted ones are still in the log tail on screen
-    app = live_app("-c", "1", "-d", "60", "--max-tokens", "4", "--record", str(record),
-                   "--sim-args", f"--log-file {log} --ttft-ms 200 --itl-ms 100 --spec-tokens 0 --log-interval 5",
+    # slow requests (3 s each, one log line each): the planted lines stay in the log tail on screen for
+    # about 15 s after they are written (with 0.5 s requests they scrolled off before a busy machine's
+    # dashboard pulled the tail)
+    app = live_app("-c", "1", "-d", "90", "--max-tokens", "4", "--record", str(record),
+                   "--sim-args", f"--log-file {log} --ttft-ms 1000 --itl-ms 500 --spec-tokens 0 --log-interval 30",
                    "--server-log", str(log), "--on-crash", "continue")
     engine = app.source.proc
     async with app.run_test(size=(160, 48)) as pilot:
@@ -174,18 +171,21 @@ async def test_planted_url_passwords_never_reach_the_tui_or_its_engine_process(t
         # the log tail is pulled once a second
         await wait_for(pilot, lambda: "open_store(" in screen_text(app), "the planted lines in the log tail", timeout=30)
         screens = {"dashboard": screen_text(app)}
+        # the excerpts show the crashes of the frame in hand when e is pressed: its consequence first
+        await wait_for(pilot, lambda: "↳ then server_fatal" in screen_text(app), "the consequence in the crash table")
         await pilot.press("e")  # the crash excerpts
-        await wait_for(pilot, lambda: "then server_fatal" in screen_text(app), "the excerpts", timeout=30)
+        await wait_for(pilot, lambda: "Server crashes" in (t := screen_text(app)) and "then server_fatal:" in t,
+                       "the excerpts", timeout=30)
         screens["excerpts"] = screen_text(app)
         await pilot.press("escape")
-        running = command_lines()
+        commands = command_lines()
         engine_output = Path(f"/proc/{engine.pid}/fd/1").read_bytes()  # its stdout and stderr, one file
         await quit_app(pilot, app)
     assert f'open_store("http://{MASKED}kv.internal:9000/kv")' in screens["dashboard"]  # the log tail
     assert f"store=http://{MASKED}kv.internal" in screens["excerpts"]
     assert "open_store" in screens["excerpts"]
     artefacts = {**{f"screen: {k}": v for k, v in screens.items()}, "engine process output": engine_output,
-                 "ps": running, "record": record.read_bytes()}
+                 "ps": commands, "record": record.read_bytes()}
     for where, text in artefacts.items():
         assert not leaks(text), f"{leaks(text)} in {where}"
 
@@ -195,7 +195,7 @@ def test_a_url_password_in_a_launched_server_last_words_reaches_no_output(tmp_pa
     boot = tmp_path / "boot.log"
     boot.write_text("loading weights\nconnecting to postgres://app:pw-start-7781@db.internal/models\n")
     record = tmp_path / "r.jsonl"
-    res = _specload("run", "http://127.0.0.1:9", "--launch", f"cat {boot}; exit 3", "-n", "1",
+    res = specload("run", "http://127.0.0.1:9", "--launch", f"cat {boot}; exit 3", "-n", "1",
                     "--record", str(record))
     assert res.returncode != 0 and "postgres://app:***@db.internal/models" in res.stderr, res.stderr
     for where, text in (("stderr", res.stderr), ("stdout", res.stdout), ("record", record.read_text())):

@@ -7,23 +7,15 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from specload.watch.tail import FileTail, LineSplitter
+from tests.waiting import DEADLINE, until
 
 POLL = 0.01
-DEADLINE = 5.0
 
-
-async def until(cond: Callable[[], bool], timeout: float = DEADLINE) -> None:
-    async def spin() -> None:
-        while not cond():
-            await asyncio.sleep(0.005)
-
-    await asyncio.wait_for(spin(), timeout)
 
 
 class Follower:

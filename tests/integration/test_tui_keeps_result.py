@@ -8,7 +8,6 @@ is. A real process on a real pty, as a person runs it.
 from __future__ import annotations
 
 import re
-import time
 from pathlib import Path
 
 import pytest
@@ -18,18 +17,15 @@ from specload.formatting import latency
 from specload.record.reader import read_record
 from tests.conftest import make_config
 from tests.tui_pty import TuiInPty
+from tests.waiting import wait_until
 
 SIM = "--ttft-ms 5 --itl-ms 5 --spec-tokens 0 --quiet"
 
 
-def _record_in(folder: Path, timeout: float = 30) -> Path:
-    deadline = time.monotonic() + timeout
-    while True:
-        found = [p for p in folder.glob("specload-*.jsonl") if b'"type":"level"' in p.read_bytes()]
-        if found:
-            return found[0]
-        assert time.monotonic() < deadline, "no level in a record in the current directory"
-        time.sleep(0.05)
+def _record_in(folder: Path) -> Path:
+    found = wait_until(lambda: [p for p in folder.glob("specload-*.jsonl") if b'"type":"level"' in p.read_bytes()],
+                       what="a record with a level in the current directory")
+    return found[0]  # type: ignore[index]
 
 
 def test_quit_prints_the_table_and_where_the_default_record_is(tmp_path: Path) -> None:
@@ -37,8 +33,7 @@ def test_quit_prints_the_table_and_where_the_default_record_is(tmp_path: Path) -
         rec = _record_in(tmp_path)
         assert re.fullmatch(r"specload-\d{8}-\d{6}\.jsonl", rec.name)
         tui.send(b"q")
-        assert tui.proc.wait(timeout=40) == 0
-        tui._reader.join(timeout=10)  # read to the end of what it wrote (EOF once the pty has no writer)
+        assert tui.wait_exit() == 0
     # what is left on the terminal once the dashboard's alternate screen is gone
     after = bytes(tui.output).rsplit(b"\x1b[?1049l", 1)[-1]
     text = re.sub(rb"\x1b\[[0-9;?]*[A-Za-z]", b"", after).decode(errors="replace")
@@ -80,8 +75,7 @@ def test_a_narrower_terminal_gets_the_table_fitted_to_it(tmp_path: Path, cols: i
                   rows=24 if cols == 80 else 40) as tui:
         rec = _record_in(tmp_path)
         tui.send(b"q")
-        assert tui.proc.wait(timeout=40) == 0
-        tui._reader.join(timeout=10)
+        assert tui.wait_exit() == 0
     after = bytes(tui.output).rsplit(b"\x1b[?1049l", 1)[-1]
     text = re.sub(rb"\x1b\[[0-9;?]*[A-Za-z]", b"", after).decode(errors="replace").replace("\r\n", "\n")
     assert "end: completed" in text and "…" not in text
@@ -103,13 +97,9 @@ def test_a_quit_before_the_load_leaves_no_empty_default_record(tmp_path: Path) -
     s.listen(1)  # accepts, never answers
     try:
         with TuiInPty([f"http://127.0.0.1:{s.getsockname()[1]}", "-c", "1"], cwd=tmp_path, cols=160) as tui:
-            deadline = time.monotonic() + 20
-            while not list(tmp_path.glob("specload-*.jsonl")):
-                assert time.monotonic() < deadline, "no default record file"
-                time.sleep(0.05)
+            wait_until(lambda: list(tmp_path.glob("specload-*.jsonl")), what="the default record file")
             tui.send(b"q")
-            tui.proc.wait(timeout=40)
-            tui._reader.join(timeout=10)
+            tui.wait_exit()
     finally:
         s.close()
     after = bytes(tui.output).rsplit(b"\x1b[?1049l", 1)[-1].decode(errors="replace")

@@ -11,11 +11,9 @@ Marked ``browser``; skipped with a reason when no Chromium or no textual-serve i
 
 from __future__ import annotations
 
-import asyncio
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -23,25 +21,13 @@ from pathlib import Path
 import pytest
 
 from specload.record.reader import read_record
+from tests import processes
 from tests.browser import Chromium, Page, require_chromium
+from tests.integration.conftest import free_port, listening
 from tests.integration.test_report_browser import shots_dir
 from tests.waiting import until
 
 pytestmark = pytest.mark.browser
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def listening(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-            return True
-    except OSError:
-        return False
 
 
 async def footer_drawn(page: Page, shot: Path, rows: int, box: list[float]) -> bool:
@@ -55,22 +41,14 @@ async def footer_drawn(page: Page, shot: Path, rows: int, box: list[float]) -> b
     return sum(n for n, _ in counts[1:]) > 0.02 * strip.width * strip.height
 
 
-async def until_async(cond, timeout: float):  # type: ignore[no-untyped-def]
-    async def spin() -> None:
-        while not await cond():
-            pass
-
-    await asyncio.wait_for(spin(), timeout)
-
-
 def stop(proc: subprocess.Popen) -> None:
     """End a ``tui --web`` server as Ctrl+C does (its process group), killed if it does not go."""
     if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGINT)
+        processes.kill_group(proc.pid, signal.SIGINT)
         try:
             proc.wait(timeout=20)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
+            processes.kill_group(proc.pid)
             proc.wait(timeout=5)
 
 
@@ -85,10 +63,10 @@ async def test_dashboard_in_a_browser(tmp_path: Path) -> None:
     chromium = require_chromium()
     port = free_port()
     rec = tmp_path / "web.jsonl"
-    server = subprocess.Popen(
+    server = processes.popen(
         [sys.executable, "-m", "specload.cli", "tui", "--web", "--port", str(port), "-c", "2", "-d", "60",
          "--max-tokens", "40", "--record", str(rec), "--sim-args", "--ttft-ms 20 --itl-ms 10 --quiet"],
-        stdout=(tmp_path / "web.out").open("w"), stderr=(tmp_path / "web.err").open("w"), start_new_session=True,
+        stdout=(tmp_path / "web.out").open("w"), stderr=(tmp_path / "web.err").open("w"),
     )
     try:
         await until(lambda: listening(port) or server.poll() is not None, timeout=60)
@@ -108,7 +86,7 @@ async def test_dashboard_in_a_browser(tmp_path: Path) -> None:
             box = await page.evaluate("(() => { const r = document.querySelector('.xterm-screen')"
                                       ".getBoundingClientRect(); return [r.width, r.height]; })()")
             assert box[0] <= 1400 and box[1] <= 900, box  # the whole terminal fits the window, clock included
-            await until_async(lambda: footer_drawn(page, shot, rows, box), timeout=30)
+            await until(lambda: footer_drawn(page, shot, rows, box), timeout=30, what="the footer's keys")
             assert len(page.websockets) == 1 and page.websockets[0].startswith(f"ws://127.0.0.1:{port}/ws?")
             assert page.ws_frames_received > 10
             assert all(u.startswith(f"http://127.0.0.1:{port}/") for u in page.requests), page.requests
@@ -145,7 +123,7 @@ def test_web_without_textual_serve_names_the_extra(tmp_path: Path) -> None:
     # a Python whose import of textual_serve fails: the one-line error names the extra
     env = dict(os.environ, PYTHONPATH=str(tmp_path))
     (tmp_path / "textual_serve.py").write_text("raise ImportError('not here')\n")
-    p = subprocess.run([sys.executable, "-m", "specload.cli", "tui", "--web"], capture_output=True, text=True,
+    p = processes.run([sys.executable, "-m", "specload.cli", "tui", "--web"], capture_output=True, text=True,
                        env=env, timeout=60)
     assert p.returncode == 2
     assert p.stderr.strip() == ('specload: error: --web needs textual-serve, which is not installed: '

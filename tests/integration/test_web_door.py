@@ -17,7 +17,9 @@ import aiohttp
 import pytest
 
 from specload.record.reader import read_record
-from tests.integration.test_web_browser import free_port, listening, stop
+from tests import processes
+from tests.integration.conftest import free_port, listening
+from tests.integration.test_web_browser import stop
 from tests.waiting import until
 
 SIM = ["--sim-args", "--ttft-ms 20 --itl-ms 10 --quiet"]
@@ -26,9 +28,9 @@ SECRET = "sk-web-door-secret"
 
 def start_web(tmp_path: Path, port: int, *args: str) -> tuple[subprocess.Popen, Path]:
     err = tmp_path / "web.err"
-    proc = subprocess.Popen(
+    proc = processes.popen(
         [sys.executable, "-m", "specload.cli", "tui", "--web", "--port", str(port), *args],
-        stdout=(tmp_path / "web.out").open("w"), stderr=err.open("w"), cwd=tmp_path, start_new_session=True,
+        stdout=(tmp_path / "web.out").open("w"), stderr=err.open("w"), cwd=tmp_path,
     )
     return proc, err
 
@@ -117,7 +119,7 @@ def test_web_never_overwrites_a_record(tmp_path: Path) -> None:
     pytest.importorskip("textual_serve", reason='textual-serve is the [web] extra: pip install "specload[web]"')
     rec = tmp_path / "old.jsonl"
     rec.write_text('{"type":"run"}\n')
-    p = subprocess.run([sys.executable, "-m", "specload.cli", "tui", "--web", "--port", str(free_port()),
+    p = processes.run([sys.executable, "-m", "specload.cli", "tui", "--web", "--port", str(free_port()),
                         "--record", str(rec)], capture_output=True, text=True, timeout=60)
     assert p.returncode == 2, p.stderr
     assert p.stderr.strip() == (f"specload: error: --record {rec} holds a run already: name another file "

@@ -87,10 +87,16 @@ async def start_and_kill(session: Session, server, which: tuple[int, ...]) -> tu
     """Run the session until every worker has a request in flight, then SIGKILL the ones named.
     Returns the run's task and, per killed worker, how many requests it had in flight."""
     task = asyncio.ensure_future(session.run())
-    # each worker streaming, and the server holding all four requests: what the lost ones did is
-    # then known here (in general it is not: a worker may die before or after sending)
-    await until(lambda: session.runner is not None and session.runner.in_flight == 4
-                and all(session.client.worker_in_flight) and server.stats.requests >= 4, timeout=30)
+
+    def all_four_at_the_server() -> bool:
+        # each worker streaming, and the server (on this loop: nothing moves before the kill) streaming
+        # the four the runner has in flight: none is still in a pipe to a worker, none finished but
+        # unreported (in general a worker may die before or after sending)
+        st = server.stats
+        return (session.runner is not None and session.runner.in_flight == 4
+                and all(session.client.worker_in_flight) and st.requests - st.requests_ok == 4)
+
+    await until(all_four_at_the_server, timeout=30, what="four requests streaming on two workers")
     pool = session.client
     in_flight = {i: pool.worker_in_flight[i] for i in which}
     for i in which:
@@ -112,7 +118,8 @@ async def test_a_killed_worker_is_reported_and_the_run_goes_on_without_it(sim, t
     assert sorted(ids) == list(range(16))  # every request once, none lost from the record
     assert server.stats.requests == 16  # and each sent once: nothing went to the dead worker
     lost = [r for r in data.requests if (r["error"] or {}).get("kind") == "lost"]
-    assert len(lost) == in_flight[0] >= 1
+    # (one it finished as it was killed, its result already in the pipe, is read and counts as done)
+    assert 1 <= len(lost) <= in_flight[0]
     assert all(f"worker 0 (pid {pid}) was killed by SIGKILL" in r["error"]["detail"] for r in lost)
     assert all(r["ok"] for r in data.requests if r not in lost)  # the rest ran on worker 1
     events = [e for e in data.events if e["kind"] == "worker_lost"]
@@ -130,7 +137,7 @@ async def test_worker_death_stops_the_run_when_asked(sim, tmp_path) -> None:
     data = read_record(str(rec))
     assert data.end is not None and data.end["reason"] == "stopped"
     kinds = [(r["error"] or {}).get("kind") for r in data.requests]
-    assert kinds.count("lost") == in_flight[1]
+    assert 1 <= kinds.count("lost") <= in_flight[1]
     # worker 0's requests in flight when the run stopped are cancelled, not lost
     assert kinds.count("cancelled") >= 1
     assert len(data.requests) == server.stats.requests < 1000

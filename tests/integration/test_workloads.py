@@ -7,18 +7,13 @@ Real subprocesses and real HTTP on 127.0.0.1; every run bounded in requests and 
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import orjson
 
-SPECLOAD = [sys.executable, "-m", "specload.cli"]
+from tests.processes import specload
+
 FAST_SIM = "--step-ms 2 --prefill-per-token-ms 0.001 --spec-tokens 3 --accept-rate 0.7 --quiet"
-
-
-def specload(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([*SPECLOAD, *args], capture_output=True, text=True, timeout=timeout)
 
 
 def lines(path: Path) -> list[dict]:

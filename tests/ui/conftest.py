@@ -55,11 +55,13 @@ async def quit_app(pilot, app, key: str = "q", timeout: float = 30.0) -> None:
 
 
 async def wait_for(pilot, cond: Callable[[], object], what: str, timeout: float = 10.0) -> None:
-    """Let the app run until ``cond()`` holds; fail (not hang) after ``timeout`` seconds."""
+    """Let the app run until ``cond()`` holds; fail (not hang) after ``timeout`` seconds, with what the
+    screen showed then."""
     deadline = time.monotonic() + timeout
     while not cond():
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}; the screen:\n"
+                                 + screen_text(pilot.app))
         await pilot.pause(0.05)
 
 

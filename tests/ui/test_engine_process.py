@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import sys
 import textwrap
 import threading
@@ -33,6 +32,7 @@ from specload.exitcode import ExitCode
 from specload.record.reader import read_record
 from specload.sources.engine_process import EngineStartError, ProcessSessionSource
 from specload.ui.app import SpecloadApp
+from tests import processes
 from tests.ui.conftest import live_app, load_running, screen_text, tui_config, wait_for
 
 QUIET_SIM = "--ttft-ms 5 --itl-ms 5 --spec-tokens 0 --quiet"
@@ -140,7 +140,7 @@ def test_the_engine_closes_the_record_when_the_ui_is_gone(tmp_path) -> None:
     root = Path(__file__).resolve().parents[2]
     args = ["-c", "2", "-d", "60", "--max-tokens", "200", "--record", str(record),
             "--sim-args", "--ttft-ms 5 --itl-ms 20 --spec-tokens 0 --quiet"]
-    ui = subprocess.run([sys.executable, "-c", UI_THEN_GONE, *args], cwd=root, capture_output=True, text=True,
+    ui = processes.run([sys.executable, "-c", UI_THEN_GONE, *args], cwd=root, capture_output=True, text=True,
                         timeout=60)
     assert ui.returncode == 9, ui.stderr
     engine = json.loads(ui.stdout.strip().splitlines()[-1])["engine"]
@@ -205,7 +205,7 @@ def test_a_secret_header_is_not_on_the_engine_command_line_and_an_unstarted_run_
 
 
 async def test_a_blocked_ui_loop_is_nothing_to_the_engine_process(tmp_path) -> None:
-    # as test_engine_isolation's thread test, for the process: the UI's loop held 0.5 s (a slow
+    # as test_engine_isolation's thread test, for the process: the UI's loop held 1.5 s (a slow
     # repaint) while the engine, a process of its own, measures its loop and finishes requests
     record = tmp_path / "run.jsonl"
     app, source = process_app(record, concurrency=4)
@@ -216,7 +216,7 @@ async def test_a_blocked_ui_loop_is_nothing_to_the_engine_process(tmp_path) -> N
         def block_the_ui() -> None:
             assert threading.current_thread() is threading.main_thread()
             t0 = time.perf_counter_ns()  # the session's clock (CLOCK_MONOTONIC, shared by processes)
-            time.sleep(0.5)
+            time.sleep(1.5)
             blocked.append((t0, time.perf_counter_ns()))
 
         app.call_later(block_the_ui)
@@ -226,16 +226,17 @@ async def test_a_blocked_ui_loop_is_nothing_to_the_engine_process(tmp_path) -> N
         await pilot.press("q")
         await wait_for(pilot, lambda: app.return_code is not None, "the app to exit after q", timeout=30)
     t_block0, t_block1 = blocked[0]
-    assert t_block1 - t_block0 >= 0.5e9  # the UI's loop really was held that long
+    assert t_block1 - t_block0 >= 1.5e9  # the UI's loop really was held that long
     data = read_record(str(record))
     t0 = app.frame.info.t0_ns
     during = [c for c in data.clients if c["t_s"] * 1e9 + t0 >= t_block0][:2]
     assert during, f"no loop-lag sample after the block: {data.clients}"
-    # the block would show as a lag of 500 ms or more; what a busy machine adds is the time the
-    # engine's loop waited for a CPU (the record says how much of each lag that was)
+    # the block would show as a lag of 1500 ms or more. A busy machine adds the time the engine's
+    # loop waited for a CPU (the record says how much of each lag that was) and more (203 ms not
+    # waiting for a CPU was seen at load 15): half the block tells the two apart on any machine
     worst = max(c["loop_lag_ms"] for c in during)
     own = max(c["loop_lag_ms"] - (c["lag_cpu_wait_ms"] or 0.0) for c in during)
-    assert worst < 400 and own < 100, f"the engine's loop lagged {worst} ms ({own} not waiting for a CPU)"
+    assert worst < 1500 and own < 750, f"the engine's loop lagged {worst} ms ({own} not waiting for a CPU)"
     finished = [r for r in data.requests if t_block0 < r["end_s"] * 1e9 + t0 < t_block1]
     assert len(finished) >= 4, f"only {len(finished)} requests finished while the UI was blocked"
 

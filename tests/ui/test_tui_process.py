@@ -11,6 +11,7 @@ import threading
 import pytest
 
 from specload.ui.process import lower_thread_priority
+from tests import processes
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="a thread has a nice value of its own on Linux only")
@@ -56,11 +57,10 @@ print(json.dumps({"before": before, "seen": seen, "want": {
 
 def test_run_app_applies_the_tui_process_settings_before_the_app_starts() -> None:
     import json
-    import subprocess
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[2]
-    proc = subprocess.run([sys.executable, "-c", _RUN_APP_PROBE], cwd=root, capture_output=True, text=True,
+    proc = processes.run([sys.executable, "-c", _RUN_APP_PROBE], cwd=root, capture_output=True, text=True,
                           timeout=60)
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -72,12 +72,11 @@ def test_run_app_applies_the_tui_process_settings_before_the_app_starts() -> Non
 
 
 def test_tui_process_settings_apply_the_gc_threshold_and_switch_interval_given() -> None:
-    import subprocess
 
     code = ("import gc, sys; from specload.ui.process import TuiProcess; "
             "TuiProcess(gc_threshold=(1234, 5, 67), switch_interval_s=0.0007).apply(); "
             "print(gc.get_threshold(), sys.getswitchinterval())")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    proc = processes.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr[-2000:]
     threshold, switch = proc.stdout.rsplit(" ", 1)
     assert threshold == "(1234, 5, 67)"
