@@ -17,7 +17,7 @@ import orjson
 
 from specload import __version__
 from specload.clock import SYSTEM_CLOCK, Clock
-from specload.datatypes import CrashEvent, GpuSample, RequestRecord, RunEvent, ServerSample
+from specload.datatypes import CrashEvent, GpuSample, Noted, RequestRecord, RunEvent, ServerSample
 from specload.record import schema
 from specload.secrets import Scrubber, redact_config
 from specload.stats.client_load import ClientLoad
@@ -51,6 +51,43 @@ def check_writable(path: str) -> None:
         raise RecordError(f"record path {path} is not writable: {e.strerror or e}") from None
     if not existed:
         p.unlink(missing_ok=True)
+
+
+_TAIL_BYTES = 1 << 16
+
+
+def end_abandoned(path: str, *, t0_ns: int, message: str, clock: Clock = SYSTEM_CLOCK) -> bool:
+    """End a record its writer could not close (the TUI's engine process killed), as its writer would
+    have: the torn last line, if any, cut off; an ``error`` event with ``message``; the end line,
+    reason ``error``. Nothing for a record that is missing, empty or already ended. True if written."""
+    try:
+        with open(path, "r+b") as f:
+            size = f.seek(0, os.SEEK_END)
+            keep = size
+            while keep > 0:  # back to the last complete line
+                start = max(0, keep - _TAIL_BYTES)
+                f.seek(start)
+                chunk = f.read(keep - start)
+                nl = chunk.rfind(b"\n")
+                if nl >= 0:
+                    keep = start + nl + 1
+                    break
+                keep = start
+            if keep == 0:
+                return False  # not even the header is whole
+            f.seek(max(0, keep - _TAIL_BYTES))
+            last = f.read(keep - f.tell()).rstrip(b"\n").rsplit(b"\n", 1)[-1]
+            if last.startswith(b'{"type":"end"'):
+                return False
+            f.truncate(keep)
+            f.seek(keep)
+            now = clock.now_ns()
+            f.write(orjson.dumps(schema.event_line(Noted(now, "error", message), t0_ns)) + b"\n")
+            f.write(orjson.dumps({"type": "end", "reason": "error", "elapsed_s": round((now - t0_ns) / 1e9, 6),
+                                  "ended_at": _iso(clock.wall_time())}) + b"\n")
+    except OSError:
+        return False
+    return True
 
 
 class Recorder:

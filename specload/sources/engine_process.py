@@ -9,9 +9,13 @@ niced, so the streams get a CPU first when they are short).
 
 ``ProcessSessionSource`` is the ``RunSource`` ``specload tui`` uses. The engine process is
 ``python -m specload.sources.engine_process FD``: it builds the ``Session`` from the ``RunConfig`` it
-is sent and runs it on its own event loop (uvloop when installed, as headless). It has a session of
-its own (``setsid``: no terminal, so the terminal's signals and keys reach the UI alone), its standard
-output and error go to a file (nothing it prints can tear the screen; the tail is shown if it dies).
+is sent and runs it on its own event loop (uvloop when installed, as headless). It has a process
+group of its own (the terminal's keys and signals reach the UI's, the foreground group, alone) in the
+caller's session: so it stays in the caller's kernel autogroup, with its scheduling priority (a
+session of its own, ``setsid``, put it in an autogroup of its own at the default priority, and a
+client run under ``nice`` or an autogroup of -19 starved where headless did not); its nice value is
+the caller's (the UI lowers its own threads only once the engine runs). Its standard output and error
+go to a file (nothing it prints can tear the screen; the tail explains an engine that died).
 Everything crosses one ``socketpair`` as length-prefixed pickles, nothing as argv or environment (a
 config's API key is not in ``ps``):
 
@@ -27,7 +31,8 @@ config's API key is not in ``ps``):
 * **The end**: ``run`` resolves with the session's result, sent when the engine's loop finished the
   run (the record closed, a launched server stopped); then the process exits. If the engine process
   ends without a result (killed, or an error of its own), the run ends as an ``error`` with its exit
-  status and the last line it printed. If the UI goes away (its process killed, the app closed
+  status and what its output says went wrong, and the UI writes the record's end line (reason
+  ``error``, with that cause), which the engine could not. If the UI goes away (its process killed, the app closed
   without a quit), the engine sees its end of the socket close and quits as 'q' does: the record is
   closed, in-flight requests recorded as cancelled, a launched server stopped. The quit watchdog
   (``ui/watchdog.py``) kills the engine's process group and the launched server's if a quit does not
@@ -141,7 +146,7 @@ class ProcessSessionSource:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "specload.sources.engine_process", str(theirs.fileno())],
                 pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, stdout=self._output,
-                stderr=subprocess.STDOUT, start_new_session=True)
+                stderr=subprocess.STDOUT, process_group=0)
         except OSError as e:  # no process to be had (out of memory, out of processes)
             ours.close()
             raise EngineStartError(f"the engine process could not be started: {e}") from None
@@ -246,6 +251,12 @@ class ProcessSessionSource:
         if result is None:  # the engine died without ending the run: the UI hears it ended in error
             result = self._error(self._gone_why())
             self._last = dataclasses.replace(self._last, state=ENGINE_FAILED)
+            if self.cfg.record.path and result.message:  # and its record says so: the engine cannot
+                from specload.record.writer import end_abandoned
+                from specload.secrets import Scrubber
+
+                end_abandoned(self.cfg.record.path, t0_ns=self.info.t0_ns,
+                              message=Scrubber(self.cfg.secret_values())(result.message))
             if listener is not None:
                 listener.ended(result)
         self.done.set_result(result)
@@ -476,8 +487,8 @@ async def _engine_main(sock: socket.socket) -> int:
 
 
 def main() -> None:
-    # the terminal belongs to the UI (this process has a session of its own, setsid); a SIGTERM sent
-    # here alone quits the run as 'q' does (the UI then ends with it)
+    # the terminal belongs to the UI (this process is in a group of its own, never the foreground
+    # one); a SIGTERM sent here alone quits the run as 'q' does (the UI then ends with it)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     sock = socket.socket(fileno=int(sys.argv[1]))

@@ -94,7 +94,7 @@ async def test_keys_steer_the_engine_process_and_q_closes_its_record(sim, tmp_pa
     assert any(e["kind"] == "concurrency" and e["value"] == 3 for e in data.events), data.events
 
 
-async def test_a_killed_engine_ends_the_run_as_an_error_the_user_reads(tmp_path) -> None:
+async def test_a_killed_engine_ends_the_run_as_an_error_the_user_reads_and_its_record_says(tmp_path) -> None:
     record = tmp_path / "run.jsonl"
     app, source = process_app(record)
     async with app.run_test(size=(120, 40)) as pilot:
@@ -108,8 +108,12 @@ async def test_a_killed_engine_ends_the_run_as_an_error_the_user_reads(tmp_path)
         await pilot.press("q")
         await wait_for(pilot, lambda: app.return_code is not None, "the app to exit after q")
     assert app.exit_code == ExitCode.ERROR  # what run_app exits with
-    # what the engine had written is kept (its last flush); the record has no end line: the run died
-    assert record.exists() and record.stat().st_size > 0
+    # what the engine had written is kept (its last flush), and the UI wrote the end line it could not
+    # (issue 22: the record had none, though the UI knew why)
+    data = read_record(str(record))
+    assert data.end is not None and data.end["reason"] == "error"
+    errors = [e["value"] for e in data.events if e["kind"] == "error"]
+    assert errors == ["internal error: the engine process was killed by SIGKILL"]
 
 
 UI_THEN_GONE = textwrap.dedent("""
@@ -178,6 +182,40 @@ async def test_an_app_closed_without_a_quit_still_ends_the_run_and_its_engine(si
     data = read_record(str(record))
     assert data.end is not None and data.end["reason"] == "interrupted"
     assert any(r["error"] and r["error"]["kind"] == "cancelled" for r in data.requests)  # in flight at the close
+
+
+# the engine's scheduling priority beside its caller's: a caller of its own session (so of its own
+# autogroup, whose nice a process may raise), niced, as a user runs specload under nice or autogroup
+PRIORITY = textwrap.dedent("""
+    import json, os, sys
+    from specload.sources.engine_process import ProcessSessionSource
+    from tests.ui.conftest import tui_config
+
+    os.nice(3)
+    with open("/proc/self/autogroup", "w") as f:
+        f.write("5")
+    source = ProcessSessionSource(tui_config("http://127.0.0.1:9", "-c", "1", "--no-record"))
+    try:
+        def seen(pid):
+            group = open(f"/proc/{pid}/autogroup").read().split()
+            return {"group": group[0], "autogroup_nice": int(group[-1]), "nice": os.getpriority(os.PRIO_PROCESS, pid)}
+        print(json.dumps({"ui": seen(os.getpid()), "engine": seen(source.proc.pid)}))
+    finally:
+        source._stop_process()
+""")
+
+
+@pytest.mark.skipif(not Path("/proc/self/autogroup").exists(), reason="no kernel autogroups here")
+def test_the_engine_keeps_the_callers_scheduling_priority() -> None:
+    # issue 22: the engine process started a session of its own (setsid), so a kernel autogroup of
+    # its own at the default priority, while its caller ran under nice or autogroup -19: the TUI
+    # starved 40 of 50 seconds where headless starved none
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.run([sys.executable, "-c", PRIORITY], cwd=root, capture_output=True, text=True, timeout=60,
+                          start_new_session=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    seen = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert seen["engine"] == seen["ui"] == {"group": seen["ui"]["group"], "autogroup_nice": 5, "nice": 3}
 
 
 def test_an_engine_that_does_not_start_in_time_is_one_line_and_leaves_nothing_behind() -> None:

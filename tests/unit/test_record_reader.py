@@ -126,3 +126,30 @@ def test_a_request_line_with_its_retry_time_is_read(tmp_path: Path) -> None:
     f.write_bytes(HEADER + orjson.dumps({**GOOD_REQUEST, "retries": 1, "retry_ms": 0.412}) + b"\n")
     data = read_record(str(f))
     assert data.bad_lines == 0 and data.requests[0]["retry_ms"] == 0.412
+
+
+def test_a_record_whose_writer_died_is_ended_after_its_last_whole_line(tmp_path: Path) -> None:
+    # issue 22: the TUI's engine process SIGKILLed left its record without an end line; the UI ends
+    # it (writer.end_abandoned), cutting the line the kill tore, and ends a record once only
+    from specload.clock import FakeClock
+    from specload.record.writer import end_abandoned
+
+    path = tmp_path / "r.jsonl"
+    torn = orjson.dumps(GOOD_REQUEST)[:40]
+    path.write_bytes(HEADER + orjson.dumps(GOOD_REQUEST) + b"\n" + torn)
+    clock = FakeClock()
+    t0 = clock.now_ns()
+    clock.advance(3.0)
+    assert end_abandoned(str(path), t0_ns=t0, message="the engine process was killed by SIGKILL", clock=clock)
+    data = read_record(str(path))
+    assert data.bad_lines == 0 and len(data.requests) == 1
+    assert [(e["kind"], e["value"], e["t_s"]) for e in data.events] == [
+        ("error", "the engine process was killed by SIGKILL", 3.0)]
+    assert data.end is not None and data.end["reason"] == "error" and data.end["elapsed_s"] == 3.0
+    before = path.read_bytes()
+    assert not end_abandoned(str(path), t0_ns=t0, message="again", clock=clock)  # it has its end already
+    assert path.read_bytes() == before
+    empty = tmp_path / "empty.jsonl"
+    empty.write_bytes(b"")
+    assert not end_abandoned(str(empty), t0_ns=0, message="x") and empty.read_bytes() == b""
+    assert not end_abandoned(str(tmp_path / "missing.jsonl"), t0_ns=0, message="x")
