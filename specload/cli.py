@@ -63,6 +63,19 @@ def _standard_fds() -> None:
                 setattr(sys, name, open(fd, "r" if fd == 0 else "w", closefd=False))  # noqa: SIM115
 
 
+def _signals_back() -> None:
+    """A shell starts a background job (``specload run ... &``) with SIGINT ignored, and a parent may
+    ignore SIGTERM: a Ctrl-C or kill sent before the run caught them itself was lost, and the run went
+    on to exit 0. From here on they end specload as they would in the foreground; a run, from its
+    start, turns them into a quit as 'q' does (``session/policy.catch_signals``). A SIGHUP ignored
+    by ``nohup`` stays ignored: that is what it is for."""
+    import signal
+
+    for sig, default in ((signal.SIGINT, signal.default_int_handler), (signal.SIGTERM, signal.SIG_DFL)):
+        if signal.getsignal(sig) is signal.SIG_IGN:
+            signal.signal(sig, default)
+
+
 def error_text(e: click.ClickException) -> str:
     """A click error's message on one line: click quotes what the user typed (an extra argument, a bad
     choice) as it came, and an argument holding a line break would split the error line."""
@@ -75,6 +88,7 @@ def error_text(e: click.ClickException) -> str:
 def main(argv: list[str] | None = None) -> None:
     """Run the CLI. Usage errors are one line (``specload: error: ...``, exit 2), never a usage dump."""
     _standard_fds()
+    _signals_back()
     args = list(sys.argv[1:] if argv is None else argv)
     if args[:1] == ["tui"] and "--sweep" in args:  # the dashboard over a sweep: 'specload sweep --tui ...'
         args = ["sweep", "--tui", *(a for a in args[1:] if a != "--sweep")]

@@ -22,6 +22,7 @@ from specload.datatypes import CrashEvent, OutputDiverged, RunEvent, SearchProgr
 from specload.exitcode import ExitCode
 from specload.formatting import level_line, verdict_text
 from specload.session import Session, SessionResult
+from specload.sources.local import live_view
 from specload.stats.client_load import ClientLoad
 from specload.stats.levels import LevelSummary
 from specload.stats.lossless import divergence_text
@@ -114,13 +115,13 @@ class HeadlessPrinter:
 
 def status_text(session: Session) -> str | None:
     """One line on the run so far, or None before the load starts."""
-    rs = session.runner_state()
-    if rs is None:
+    if session.runner is None:
         return None
+    rs = session.runner.snapshot()
     snap = session.stats.snapshot()
     parts = [f"{session.state_label()} C={rs.target} in flight {rs.in_flight}"]
-    if (outputs := session.outputs_view()) is not None:
-        parts.append(outputs.text(short=True))  # whether the answers are right: early, not cut off
+    if session.outputs is not None:
+        parts.append(session.outputs.view().text(short=True))  # whether the answers are right: early, not cut off
     if rs.level_index >= 0:
         level = f"level {rs.level_number}/{rs.level_count}" if rs.level_number else "manual level"
         if rs.level_total:
@@ -132,7 +133,7 @@ def status_text(session: Session) -> str | None:
     parts.append(f"{snap.tok_s:.0f} tok/s")
     failed = f", {snap.requests_failed} failed" if snap.requests_failed else ""
     parts.append(f"{snap.requests_ok}/{snap.requests_total} ok{failed}")
-    view = session.live_view()
+    view = live_view(session)
     if view is not None:
         hw = view.estimate.half_width_pct
         if hw is not None and view.estimate.estimable:
@@ -248,7 +249,7 @@ def print_summary(
             "client_saturated_levels": sorted(saturated),
             "client_starved_levels": sorted(starved),
             "record": session.cfg.record.path,
-            "workload_warnings": session.workload_warnings(),
+            "workload_warnings": session.workload_warnings,
         }
         if result.search is not None:
             extra["search"] = result.search.as_record()
@@ -269,7 +270,7 @@ def print_summary(
         console.print(level_table(levels, width=console.width))
     errs = ", ".join(f"{k} {n}" for k, n in snap.errors_by_kind) or "none"
     console.print(f"{snap.requests_ok}/{snap.requests_total} ok; errors: {errs}; end: {result.reason}")
-    for line in session.workload_warnings():
+    for line in session.workload_warnings:
         console.print(f"[yellow]⚠ workload: {escape(line)}[/]")
     for c in snap.crashes:
         # the server's text is never markup: a log line holding "[/]" must not end the run in a traceback

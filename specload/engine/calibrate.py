@@ -20,6 +20,9 @@ else from one generation request's ``usage.prompt_tokens`` minus the text's own 
 requests reach the server's counters, so each is reported (``sent``, with what the server counted)
 for the record, as the API probe's are; with vLLM and llama.cpp calibration sends none. Nothing
 here fails the run: whatever cannot be learned leaves the 1.3 tokens-a-word guess, with the reason.
+It is bounded by the run's own timeouts: each call by ``timeout_s``, the whole by ``budget_s``, and
+the first call the server does not answer in time ends it (a server that did not answer one will
+not answer the next).
 """
 
 from __future__ import annotations
@@ -118,7 +121,7 @@ async def find_tokenizer(s: aiohttp.ClientSession, base_url: str, model: str | N
         tok = Tokenizer(s, base_url, model, headers, kind, path)
         try:
             n = await tok.count(probe)
-        except (aiohttp.ClientError, TimeoutError):
+        except aiohttp.ClientError:
             n = None
         if n:  # 0 for llama.cpp asked the vLLM way: it answers {"tokens": []} to a body without content
             return tok
@@ -139,6 +142,8 @@ async def _prompt_tokens(
         status, obj = await _post_json(s, base_url + path, body, headers)
     except (aiohttp.ClientError, TimeoutError) as e:
         sent.append({"path": path, "error": type(e).__name__})
+        if isinstance(e, TimeoutError):
+            raise
         return None
     entry: dict = {"path": path, "status": status, "purpose": "prompt calibration"}
     sent.append(entry)
@@ -160,17 +165,25 @@ async def calibrate(
     *,
     headers: dict | None = None,
     timeout_s: float = 15.0,
+    connect_timeout_s: float | None = None,
+    budget_s: float | None = None,
     sent: list[dict] | None = None,
     seed: int = 0,
 ) -> TokenModel:
     """What the server counts for synthetic prompts; generation requests sent go to ``sent``."""
     sent = [] if sent is None else sent
     hdrs = dict(headers or {})
-    timeout = aiohttp.ClientTimeout(total=timeout_s)
+    timeout = aiohttp.ClientTimeout(total=timeout_s, sock_connect=connect_timeout_s)
+    t0 = asyncio.get_running_loop().time()
     try:
-        async with aiohttp.ClientSession(timeout=timeout, connector=aiohttp.TCPConnector(force_close=True)) as s:
-            return await _calibrate(s, base_url, flavour, model, hdrs, sent, random.Random(f"{seed}:calibration"))
-    except (aiohttp.ClientError, TimeoutError, OSError) as e:
+        async with asyncio.timeout(budget_s):
+            async with aiohttp.ClientSession(timeout=timeout, connector=aiohttp.TCPConnector(force_close=True)) as s:
+                return await _calibrate(s, base_url, flavour, model, hdrs, sent, random.Random(f"{seed}:calibration"))
+    except TimeoutError:
+        waited = asyncio.get_running_loop().time() - t0
+        return TokenModel(detail=f"calibration stopped after {waited:.0f} s (the server did not answer in time): "
+                                 f"lengths are a guess of {TOKENS_PER_WORD} tokens a word")
+    except (aiohttp.ClientError, OSError) as e:
         return TokenModel(detail=f"calibration failed ({type(e).__name__}): lengths are a guess of "
                                  f"{TOKENS_PER_WORD} tokens a word")
 
@@ -211,7 +224,7 @@ async def _calibrate(
             # (vLLM, llama.cpp), else from one request's usage (SGLang's endpoint takes no chat)
             try:
                 served = await tok.count_as_sent(flavour, text)
-            except (aiohttp.ClientError, TimeoutError):
+            except aiohttp.ClientError:
                 served = None
             if served is None:
                 served = await _prompt_tokens(s, base_url, flavour, model, headers, text, sent)

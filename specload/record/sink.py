@@ -100,12 +100,12 @@ class RecordSink:
             await asyncio.sleep(FLUSH_S)
             self.recorder.flush()
 
-    def close(self, reason: str, *, header: dict, failed: bool = False, message: str | None = None,
-              extra: dict | None = None) -> str | None:
-        """Write the end line. A run that failed before the record was opened still leaves a record of
-        what was seen (the crash the server printed, the error). Returns the record's own error, if
-        writing failed."""
-        if self.recorder is None and self.cfg.path and failed:
+    def close(self, reason: str, *, header: dict, message: str | None = None, extra: dict | None = None) -> str | None:
+        """Write the end line. A run that ended before the record was opened (it failed, a crash
+        stopped it, a quit or a signal while the server started or the prompts were calibrated)
+        still leaves a record of what was seen (the crash the server printed, the error) and how it
+        ended. Returns the record's own error, if writing failed."""
+        if self.recorder is None and self.cfg.path:
             try:
                 self.open(header)
                 if message and self.recorder is not None:

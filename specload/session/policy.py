@@ -13,17 +13,37 @@
 * the record cannot be written: stop (a load nobody can read back is not worth running);
 * the user quits or a signal arrives: ``interrupt``.
 
-The first reason wins: a crash that brings the server down ends the run as ``crashed``.
+The first reason wins: a crash that brings the server down ends the run as ``crashed``. Any phase
+follows the same rules: a crash (or a quit) seen while the server starts or the prompts are
+calibrated ends the start step under way (``on_stop``), or, under ``pause``, pauses the load as
+soon as it is built (``attach``). The tables at the end say what an end reason means for the exit
+status, the record's end line and the state a front end shows.
 """
 
 from __future__ import annotations
 
 import asyncio
+import signal
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from specload.datatypes import CrashEvent, RunEvent, WorkerDied
 from specload.engine.capacity import CapacityPart
 from specload.engine.runner import Runner
+from specload.engine.search import SearchResult
+from specload.exitcode import ExitCode
+from specload.stats.levels import LevelSummary
+
+
+@dataclass(frozen=True, slots=True)
+class SessionResult:
+    """How a run ended: what its front end says and exits with."""
+
+    reason: str  # completed, interrupted, stopped, crashed, server down, worker lost, error
+    exit_code: int
+    levels: tuple[LevelSummary, ...]
+    message: str | None = None  # one line for the user when reason == "error"
+    search: SearchResult | None = None  # the capacity search's result (the last one, in the TUI)
 
 
 class RunPolicy:
@@ -37,12 +57,13 @@ class RunPolicy:
         notice: Callable[[str], None],
         event: Callable[[RunEvent], None],
         now_ns: Callable[[], int],
+        on_stop: Callable[[], None] = lambda: None,
     ) -> None:
         self.on_crash = on_crash
         self.down_timeout_s = down_timeout_s
         self.stay_open = stay_open
         self.on_worker_death = on_worker_death
-        self._notice, self._event, self._now = notice, event, now_ns
+        self._notice, self._event, self._now, self._on_stop = notice, event, now_ns, on_stop
         self.runner: Runner | None = None  # set once the load is built
         self.capacity: CapacityPart | None = None  # a search under a failed server has no best point
         self.end_reason: str | None = None
@@ -51,7 +72,15 @@ class RunPolicy:
         self.diverged = False  # --check-outputs against a --baseline found an answer that is not its
         self.on_divergence = "continue"
         self._paused_for_down = False
+        self._crash_pause = False  # a crash seen before the load was built: it starts paused
         self._down_timer: asyncio.TimerHandle | None = None
+
+    def attach(self, runner: Runner) -> None:
+        """The load is built: the rules apply to it from now on, and a crash seen while starting
+        pauses it before its first request (``pause``)."""
+        self.runner = runner
+        if self._crash_pause:
+            runner.pause("crash")
 
     def stop(self, end_reason: str, runner_reason: str = "stopped", why: str | None = None) -> None:
         """End the run: no new requests, in-flight ones recorded as cancelled. ``why`` (a reason of
@@ -61,6 +90,7 @@ class RunPolicy:
         if self.runner is not None:
             self.runner.stop(runner_reason)
             self.runner.cancel_in_flight(why)
+        self._on_stop()  # a start step still waiting (the server loading, calibration) ends now
 
     def interrupt(self, reason: str = "interrupted") -> None:
         self.interrupted = True
@@ -80,13 +110,17 @@ class RunPolicy:
             self.stop("diverged", "diverged", "an output diverged from the baseline's")
 
     def crash(self, ev: CrashEvent) -> None:
-        if not ev.new or self.runner is None:
+        if not ev.new or self.on_crash == "continue":
             return
         self.server_failed(f"{ev.exception_type}: {ev.message}")
         if self.on_crash == "pause":
-            self.runner.pause("crash")
+            if self.runner is not None:
+                self.runner.pause("crash")
+            else:
+                self._crash_pause = True
         elif self.on_crash == "stop":
-            self.runner.cut("crash")
+            if self.runner is not None:
+                self.runner.cut("crash")
             self.stop("crashed", "crashed", f"server crashed ({ev.exception_type})")
 
     def health(self, ev: RunEvent, detail: str) -> None:
@@ -133,7 +167,57 @@ class RunPolicy:
         self._notice(f"{error}: stopping the run")
         asyncio.get_running_loop().call_soon(self.stop, "stopped")
 
+    def quit_reason(self, *, crashed: bool) -> str:
+        """The user quit a run that stays open (the TUI): the record and the exit status say what had
+        happened by then, as a headless run's would (after the ramp: completed; a crash: crashed)."""
+        if crashed:
+            return "crashed"
+        if self.server_down:
+            return "server down"
+        searching = self.capacity is not None and self.capacity.searching
+        return "completed" if self.runner is not None and self.runner.plan_done and not searching else "interrupted"
+
     def cancel_timers(self) -> None:
         if self._down_timer is not None:
             self._down_timer.cancel()
             self._down_timer = None
+
+
+# the run's end reason -> exit status (interrupted: by the signal, see exit_code)
+_EXIT = {"completed": ExitCode.OK, "crashed": ExitCode.CRASHED, "server down": ExitCode.SERVER_DOWN,
+         "worker lost": ExitCode.WORKER_LOST, "error": ExitCode.ERROR,
+         "diverged": ExitCode.DIVERGED}
+# the run's end reason -> the record's end line
+_END_LINE = {"server down": "stopped", "worker lost": "stopped", "error": "stopped"}
+# the run's end reason -> the state a front end shows once the run is over
+_LAST_PHASE = {"error": "error", "crashed": "crashed"}
+
+
+def catch_signals(on_signal: Callable[[int], None]) -> tuple[int, ...]:
+    """SIGINT, SIGTERM and SIGHUP (the terminal went away: a launched server, in a session of its own,
+    would be left running) quit the run from now on; the signals caught (a SIGHUP ignored by whoever
+    started us, nohup, stays ignored), for the event loop to take over once it runs."""
+    caught = tuple(s for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+                   if s != signal.SIGHUP or signal.getsignal(s) is not signal.SIG_IGN)
+    for sig in caught:
+        signal.signal(sig, lambda s, _frame: on_signal(s))
+    return caught
+
+
+def exit_code(reason: str, sig: int | None, *, diverged: bool = False) -> int:
+    if reason == "interrupted":
+        return ExitCode.for_signal(sig)
+    code = _EXIT.get(reason, ExitCode.OK)
+    # --on-divergence continue: the run went on to its end, and its answer is still no
+    return ExitCode.DIVERGED if code == ExitCode.OK and diverged else code
+
+
+def end_line(reason: str, crashed: bool) -> str:
+    """The record's end reason: a run that failed after the server crashed ended ``crashed``."""
+    return "crashed" if reason == "error" and crashed else _END_LINE.get(reason, reason)
+
+
+def last_phase(reason: str) -> str:
+    return _LAST_PHASE.get(reason, "finished")
+
+

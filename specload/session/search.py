@@ -55,8 +55,10 @@ def concurrency_cap(cfg: RunConfig) -> int:
     return max(given)
 
 
-def search_from_the_start(cfg: RunConfig, capacity: CapacityPart, runner: Runner) -> None:
+def search_from_the_start(cfg: RunConfig, capacity: CapacityPart | None, runner: Runner) -> None:
     """``--find-max``: the search decides every level (the ramp's levels only gave it its start)."""
+    if capacity is None or not cfg.capacity.find_max:
+        return
     settings = search_settings(cfg)
     runner.source = capacity.new_search(settings, concurrency_cap=concurrency_cap(cfg))
     if settings.axis == CONCURRENCY:

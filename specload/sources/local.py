@@ -10,8 +10,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from specload.datatypes import Marker
+from specload.engine.search import SearchResult
+from specload.session import search
 from specload.session.listener import NullListener, SessionListener, forwarding_listener
 from specload.sources.frame import LOG_TAIL, Frame, RunControl, RunInfo
+from specload.stats.live_judge import LiveView
 
 if TYPE_CHECKING:
     from specload.config import RunConfig
@@ -24,15 +28,15 @@ class SessionControl:
     def __init__(self, session: Session) -> None:
         self.session = session
 
-    def _take_over_from_search(self) -> None:
-        # a concurrency set by hand ends a capacity search: the user has taken the load over
-        cap = self.session.capacity
-        if cap is not None and cap.searching:
-            self.session.stop_search()
+    def _stop_search(self, *, hold_best: bool = False) -> SearchResult | None:
+        s = self.session
+        return search.stop_search(s.cfg, s.capacity, s.runner, hold_best=hold_best) if s.capacity else None
 
     def set_target(self, n: int) -> None:
         if (r := self.session.runner) is not None:
-            self._take_over_from_search()
+            # a concurrency set by hand ends a capacity search: the user has taken the load over
+            if self.session.capacity is not None and self.session.capacity.searching:
+                self._stop_search()
             r.set_target(n)
 
     def toggle_pause(self) -> None:
@@ -48,17 +52,21 @@ class SessionControl:
             r.toggle_hold()
 
     def marker(self, note: str) -> None:
-        self.session.marker(note)
+        s = self.session
+        s.fan.event(Marker(s.clock.now_ns(), note))
 
     def find_max(self, start: float | None) -> None:
-        cap = self.session.capacity
+        s = self.session
+        cap, runner = s.capacity, s.runner
         if cap is not None and cap.searching:
-            self.session.stop_search()
-        elif not self.session.start_search(start=start):
-            self.session.fan.notice("the capacity search cannot start now")
+            self._stop_search()
+        elif cap is None or runner is None or s.phase != "running":
+            s.fan.notice("the capacity search cannot start now")
+        else:
+            search.start_search(s.cfg, cap, runner, start=start)
 
     def hold_best(self) -> None:
-        result = self.session.stop_search(hold_best=True)
+        result = self._stop_search(hold_best=True)
         if result is None or result.best is None:
             self.session.fan.notice("no best point found yet")
         else:
@@ -71,23 +79,31 @@ class SessionControl:
             self.session.interrupt("interrupted")
 
 
+def live_view(session: Session) -> LiveView | None:
+    """The running level against its goal (--target-ci) and the baseline (--baseline), or None."""
+    if session.judge is None or session.runner is None:
+        return None
+    index = session.runner.snapshot().level_index
+    return session.judge.view(index) if index >= 0 else None
+
+
 def session_frame(session: Session, info: RunInfo) -> Frame:
     """The frame of a session in this process."""
-    cap = session.capacity
+    cap, runner = session.capacity, session.runner
     return Frame(
         info=info,
-        stats=session.snapshot(),
-        runner=session.runner_state(),
+        stats=session.stats.snapshot(),
+        runner=runner.snapshot() if runner is not None else None,
         state=session.state_label(),
         url=session.url,
         model=session.model,
         api=session.api,
         log=session.log_lines.tail(LOG_TAIL),
-        search=session.search_view(),
+        search=cap.view() if cap is not None else None,
         searching=cap is not None and cap.searching,
-        live=session.live_view(),
-        outputs=session.outputs_view(),
-        cut_levels=session.runner.cut_levels() if session.runner is not None else (),
+        live=live_view(session),
+        outputs=session.outputs.view() if session.outputs is not None else None,
+        cut_levels=runner.cut_levels() if runner is not None else (),
     )
 
 

@@ -379,6 +379,11 @@ class SpecloadApp(App[int]):
         if self._quitting:
             self.exit(self.exit_code)
             return
+        if result.reason == "error" and self.frame.runner is None:
+            # the run could not start (the server unreachable, a dataset that cannot be read): there is
+            # nothing to look at; the CLI says why and exits 1, as headless does
+            self.exit(self.exit_code)
+            return
         if result.reason == "error" or result.message:  # e.g. stopped because the disk is full
             self.notify(result.message or "the run failed", title="error", severity="error", timeout=30)
         else:

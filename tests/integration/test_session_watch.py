@@ -215,7 +215,7 @@ async def test_a_crash_line_printed_in_a_loop_is_one_record_line(sim, tmp_path) 
         on_crash="continue", metrics_url="off")))
     result = await asyncio.wait_for(session.run(), 40)
     assert result.reason == "completed"
-    assert session.log_seq == 20_000  # every line was read during the 3 s level
+    assert session.logs.seq == 20_000  # every line was read during the 3 s level
     crashes = read_record(str(rec)).crashes
     assert [(c["exception_type"], c["count"]) for c in crashes] == [("SIGSEGV", 1)]
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import sys
 import textwrap
 import threading
@@ -33,7 +34,7 @@ from specload.record.reader import read_record
 from specload.sources.engine_process import EngineStartError, ProcessSessionSource
 from specload.ui.app import SpecloadApp
 from tests import processes
-from tests.ui.conftest import live_app, load_running, screen_text, tui_config, wait_for
+from tests.ui.conftest import live_app, load_running, quit_app, screen_text, tui_config, wait_for
 
 QUIET_SIM = "--ttft-ms 5 --itl-ms 5 --spec-tokens 0 --quiet"
 
@@ -182,6 +183,38 @@ async def test_an_app_closed_without_a_quit_still_ends_the_run_and_its_engine(si
     data = read_record(str(record))
     assert data.end is not None and data.end["reason"] == "interrupted"
     assert any(r["error"] and r["error"]["kind"] == "cancelled" for r in data.requests)  # in flight at the close
+
+
+async def test_an_unreachable_server_is_an_error_that_ends_the_tui_with_its_reason(tmp_path) -> None:
+    # issue 22: the header said "■ finished" and the app waited for q, as after a run
+    record = tmp_path / "run.jsonl"
+    app = live_app("http://127.0.0.1:9", "-c", "1", "--record", str(record))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for(pilot, lambda: app.return_code is not None, "the app to end by itself", timeout=20)
+    assert app.exit_code == ExitCode.ERROR
+    assert app.result is not None and app.result.reason == "error"
+    assert app.result.message is not None and "cannot connect to http://127.0.0.1:9" in app.result.message
+    assert app.frame.state == "error"
+    data = read_record(str(record))  # as headless leaves it: what was seen, and why it ended
+    assert data.end is not None and [e["kind"] for e in data.events] == ["error"]
+
+
+async def test_calibration_is_shown_and_a_quit_during_it_leaves_a_record(hostile, tmp_path) -> None:
+    # issue 22: calibration said nothing while it ran (up to 15 s a call), and a quit during it left
+    # no record while "record: PATH" was printed
+    server = await hostile()
+    server.mode, server.params = "stall", {"max_s": 60}
+    record = tmp_path / "run.jsonl"
+    app = live_app(server.url, "--api", "chat", "-c", "1", "--request-timeout", "60", "--metrics-url", "off",
+                   "--no-health", "--record", str(record))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for(pilot, lambda: "… calibrating" in screen_text(app), "the header to say so", timeout=30)
+        assert any("asking the server how it counts tokens (at most 30 s)" in n.message for n in app._notifications)
+        await quit_app(pilot, app)
+    assert app.result is not None and app.result.reason == "interrupted"
+    data = read_record(str(record))
+    assert data.end is not None and data.end["reason"] == "interrupted"
+    assert data.run["target"] == server.url and data.requests == []
 
 
 # the engine's scheduling priority beside its caller's: a caller of its own session (so of its own

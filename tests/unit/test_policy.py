@@ -51,6 +51,22 @@ def crash(new: bool = True) -> CrashEvent:
 
 
 @pytest.mark.parametrize(("on_crash", "calls", "end"), [
+    ("pause", ["pause crash"], None), ("stop", [], "crashed"), ("continue", [], None)])
+def test_a_crash_before_the_load_is_built_follows_the_same_rule(on_crash, calls, end) -> None:
+    # issue 22: a crash seen while the prompts were calibrated was ignored (no runner yet): the load
+    # ran and the run ended "completed". Now stop ends the start step under way; pause pauses the
+    # load as soon as it is built, before its first request
+    stopped: list[bool] = []
+    p = RunPolicy(on_crash=on_crash, down_timeout_s=30.0, stay_open=False, on_worker_death="continue",
+                  notice=lambda _: None, event=lambda _: None, now_ns=lambda: 0, on_stop=lambda: stopped.append(True))
+    p.crash(crash())
+    assert p.end_reason == end and stopped == ([True] if end else [])
+    runner = FakeRunner()
+    p.attach(runner)  # type: ignore[arg-type]
+    assert runner.calls == calls
+
+
+@pytest.mark.parametrize(("on_crash", "calls", "end"), [
     ("pause", ["pause crash"], None), ("stop", ["cut crash", "stop crashed", "cancel"], "crashed"), ("continue", [], None)])
 def test_a_new_crash_does_what_on_crash_says(on_crash, calls, end) -> None:
     p, runner, _, _ = policy(on_crash=on_crash)

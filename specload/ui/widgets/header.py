@@ -21,6 +21,7 @@ from specload.ui.widgets.value import ValueLabel
 STATES: dict[str, tuple[str, str]] = {
     "starting": ("… starting", "wait"),
     "waiting for server": ("… waiting for server", "wait"),
+    "calibrating": ("… calibrating", "wait"),  # asking the server how it counts a prompt's tokens
     "warmup": ("◌ warming up", "wait"),
     "idle": ("◌ idle", "wait"),
     "ramping": ("▶ ramping", "run"),
@@ -30,6 +31,8 @@ STATES: dict[str, tuple[str, str]] = {
     "server down": ("✖ server down", "down"),
     "finished": ("■ finished", "done"),
     "stopped": ("■ stopped", "done"),
+    "crashed": ("✖ crashed", "down"),  # the run ended by a crash (--on-crash stop)
+    "error": ("✖ error", "down"),  # the run ended in an error (the server unreachable, the disk full)
     "engine failed": ("✖ engine failed", "down"),  # the engine process died (engine_process.py)
     "engine silent": ("⚠ engine silent", "down"),  # ... sends nothing: stopped, or its loop blocked
 }
