@@ -164,7 +164,7 @@ class ProcessSessionSource:
         ours.settimeout(None)
         if msg is None or msg[0] != "ready":
             why = msg[1] if msg is not None and msg[0] == "error" else self._gone_why()
-            self._stop_process()
+            self.close()
             raise EngineStartError(why)
         _, self.info, self._last = msg
         if on_started is not None:
@@ -200,7 +200,7 @@ class ProcessSessionSource:
             self.command("quit", None)
             with contextlib.suppress(Exception, asyncio.CancelledError):
                 await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(self.done)), TEARDOWN_WAIT_S)
-            self._stop_process()
+            self.close()
             raise
 
     # ------------------------------------------------------------------ what the app asks besides
@@ -242,7 +242,7 @@ class ProcessSessionSource:
                 self._handle(msg)
         except (OSError, pickle.PickleError, EOFError, AttributeError, ValueError) as e:
             self._result = self._result or self._error(f"the engine's message could not be read ({e})")
-        self._stop_process()
+        self.close()
         with self._lock:
             for ev in self._acks.values():
                 ev.set()  # nobody waits for an ack that will never come
@@ -306,7 +306,7 @@ class ProcessSessionSource:
             tail = f": {cause}" if cause else ""
         return f"the engine process {exit_description(code)}{tail}"
 
-    def _stop_process(self) -> None:
+    def close(self) -> None:
         """The engine process gone for sure (it exits by itself once its socket closed)."""
         with contextlib.suppress(OSError):
             self._sock.shutdown(socket.SHUT_RDWR)

@@ -599,7 +599,7 @@ class SpecloadApp(App[int]):
         self.pending_target = None
         self.notify("quitting: cancelling in-flight requests and closing the record", timeout=5)
         # with a signal, the record says interrupted, as the exit status (128 + the signal) does; a
-        # plain quit's end reason says what had happened by then (session._quit_reason)
+        # plain quit's end reason says what had happened by then (RunPolicy.quit_reason)
         self.control.quit(self._signal)
         self.set_timer(QUIT_GRACE_S, lambda: self.exit(self.exit_code))
 

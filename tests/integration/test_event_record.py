@@ -11,6 +11,7 @@ import asyncio
 import re
 from pathlib import Path
 
+from specload.sources.local import SessionControl
 from tests.virtual_runs import virtual_record
 
 DATA = Path(__file__).parent.parent / "data"
@@ -21,8 +22,8 @@ async def _keys_at_the_tui(session) -> None:
     """marker, pause and resume, hold and release, next level, a concurrency set by hand, a marker"""
     while session.runner is None or session.runner.started < 5:
         await asyncio.sleep(0.05)
-    r = session.runner
-    session.marker("first note")
+    r, control = session.runner, SessionControl(session)
+    control.marker("first note")
     r.pause()
     await asyncio.sleep(0.5)
     r.resume()
@@ -33,7 +34,7 @@ async def _keys_at_the_tui(session) -> None:
     r.next_level()
     r.set_target(3)
     await asyncio.sleep(0.5)
-    session.marker("")
+    control.marker("")
     r.stop("completed")
 
 

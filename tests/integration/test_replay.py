@@ -11,6 +11,7 @@ import pytest
 from specload.clock import FakeClock
 from specload.record.reader import read_record
 from specload.session import Session
+from specload.sources.local import SessionControl
 from specload.sources.replay import ReplaySource
 from tests import processes
 from tests.virtual_runs import virtual_record
@@ -25,7 +26,7 @@ def record(tmp_path_factory: pytest.TempPathFactory) -> Path:
         while session.phase != "running":
             await asyncio.sleep(0.05)
         await asyncio.sleep(1.0)
-        session.marker("draft model swapped")
+        SessionControl(session).marker("draft model swapped")  # what the TUI's m does
 
     return virtual_record(tmp_path_factory.mktemp("replay") / "run.jsonl", levels=(1, 4), n=12, seed=1,
                           sim={"step_ms": 8.0}, script=person)

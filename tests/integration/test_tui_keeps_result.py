@@ -88,8 +88,11 @@ def test_a_narrower_terminal_gets_the_table_fitted_to_it(tmp_path: Path, cols: i
     assert "/".join(latency(v) for v in p) in text
 
 
-def test_a_quit_before_the_load_leaves_no_empty_default_record(tmp_path: Path) -> None:
-    # a server that never answers: q while specload still waits for it
+def test_a_quit_before_the_load_leaves_a_default_record_that_says_so(tmp_path: Path) -> None:
+    # a server that never answers: q while specload still waits for it. The default record was left
+    # empty (then removed, "record: none"); a run that asked for a record now always leaves one
+    # saying how it ended (issue 22: a quit or a signal during calibration left none while
+    # "record: PATH" was printed)
     import socket
 
     s = socket.socket()
@@ -103,5 +106,7 @@ def test_a_quit_before_the_load_leaves_no_empty_default_record(tmp_path: Path) -
     finally:
         s.close()
     after = bytes(tui.output).rsplit(b"\x1b[?1049l", 1)[-1].decode(errors="replace")
-    assert "record: none (the run ended before anything was recorded)" in after
-    assert not list(tmp_path.glob("specload-*.jsonl"))
+    (path,) = tmp_path.glob("specload-*.jsonl")
+    assert f"end: interrupted\r\nrecord: {path.name}" in after, after
+    data = read_record(str(path))
+    assert data.end is not None and data.end["reason"] == "interrupted" and data.requests == []

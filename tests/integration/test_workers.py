@@ -124,7 +124,7 @@ async def test_a_killed_worker_is_reported_and_the_run_goes_on_without_it(sim, t
     assert all(r["ok"] for r in data.requests if r not in lost)  # the rest ran on worker 1
     events = [e for e in data.events if e["kind"] == "worker_lost"]
     assert len(events) == 1 and events[0]["value"]["worker"] == 0 and events[0]["value"]["left"] == 1
-    assert any("worker 0" in n and "continuing on 1 worker" in n for n in session.notices)
+    assert any("worker 0" in n and "continuing on 1 worker" in n for n in session.fan.notices)
 
 
 async def test_worker_death_stops_the_run_when_asked(sim, tmp_path) -> None:

@@ -234,7 +234,7 @@ PRIORITY = textwrap.dedent("""
             return {"group": group[0], "autogroup_nice": int(group[-1]), "nice": os.getpriority(os.PRIO_PROCESS, pid)}
         print(json.dumps({"ui": seen(os.getpid()), "engine": seen(source.proc.pid)}))
     finally:
-        source._stop_process()
+        source.close()
 """)
 
 
@@ -269,7 +269,7 @@ def test_a_secret_header_is_not_on_the_engine_command_line_and_an_unstarted_run_
         assert secret.encode() not in cmdline
         assert b"specload.sources.engine_process" in cmdline
     finally:
-        source._stop_process()  # the UI gone before it ever ran the source (app.run() failed, say)
+        source.close()  # the UI gone before it ever ran the source (app.run() failed, say)
     # the engine left without starting the run it was never asked to: no record begun
     assert source.proc.returncode == 0
     assert not record.exists() or record.read_text() == ""
