@@ -52,8 +52,8 @@ async def test_a_crash_seen_while_calibrating_stops_the_run_under_on_crash_stop(
 
     cfg = make_config(server.url, concurrency=(1,), requests_per_level=2, path=str(rec), server_log=str(log),
                       on_crash="stop", request_timeout_s=30, metrics_url="off", health=False)
-    # bounded well below one calibration call (15 s): the crash ends the wait, not its timeout
-    result = await asyncio.wait_for(Session(cfg, listener=CrashWhileCalibrating()).run(), 12)
+    # bounded (a run that ignored the crash would calibrate for 15 s, then load for 30 s a request)
+    result = await asyncio.wait_for(Session(cfg, listener=CrashWhileCalibrating()).run(), 40)
     assert (result.reason, result.exit_code) == ("crashed", ExitCode.CRASHED)
     assert server.requests == 1  # the calibration request; no load began
     data = read_record(str(rec))

@@ -39,6 +39,20 @@ def runner(app) -> RunnerState:  # a running SpecloadApp
     return rs
 
 
+def notices(app) -> list[str]:  # an App not yet running
+    """Every notice the app shows from now on, as "title: message" (a toast on screen expires after a
+    few seconds, which a busy machine can outlast; this list does not)."""
+    said: list[str] = []
+    notify = app.notify
+
+    def spy(message, *, title: str = "", **kw):
+        said.append(f"{title}: {message}" if title else str(message))
+        return notify(message, title=title, **kw)
+
+    app.notify = spy
+    return said
+
+
 async def load_running(pilot, app, started: int = 1, timeout: float = 20.0) -> None:
     """Until the load runs (``started`` requests so far, one in flight); fails if the run ends first."""
     def running() -> bool:

@@ -15,7 +15,7 @@ from specload.record.reader import read_record
 from specload.ui.app import create_app
 from specload.ui.layout import DETAIL_PANELS, Dashboard
 from specload.ui.screens import ConcurrencyScreen, HelpScreen
-from tests.ui.conftest import burst, live_app, load_running, runner, wait_for
+from tests.ui.conftest import burst, live_app, load_running, notices, runner, wait_for
 from tests.ui.fixed_data import mid_run_source
 
 
@@ -57,6 +57,7 @@ async def test_every_dashboard_key_in_bursts(sim, tmp_path) -> None:
     server = await sim(ttft_ms=5, itl_ms=100, spec_tokens=0)
     record = tmp_path / "keys.jsonl"
     app = live_app(server.url, "-c", "2,4", "-d", "60", "--max-tokens", "8", "--record", str(record))
+    said = notices(app)
     async with app.run_test(size=(100, 30)) as pilot:
         await load_running(pilot, app)
         # the concurrency dialog's digits typed before it had mounted
@@ -65,7 +66,7 @@ async def test_every_dashboard_key_in_bursts(sim, tmp_path) -> None:
             burst(app, *keys)
             await wait_for(pilot, lambda w=want: not isinstance(app.screen, ConcurrencyScreen)
                            and runner(app).target == w, f"C={want} after {' '.join(keys)}")
-            assert not [n for n in app._notifications if "not a concurrency" in n.message], keys
+            assert not [n for n in said if "not a concurrency" in n], keys
         app.key_settle_s = 0.05
         steps: list[tuple[tuple[str, ...], object]] = [
             (("up", "up", "plus"), lambda: runner(app).target == 6),

@@ -15,6 +15,9 @@ from tests.ui.conftest import live_app, load_running, quit_app, runner, wait_for
 # how long a search may take: the run's own bound (--max-duration 120); a busy 2-core machine (load 10)
 # took over 60 s to the search's first bracket
 SEARCH_S = 110.0
+# the search is what is under test, not the server watch: on a busy machine /health timed out, the
+# server counted down and the search ended void ("the server went down")
+NO_WATCH = ("--no-health", "--metrics-url", "off")
 
 
 def _text(app, selector: str) -> str:  # the app
@@ -27,7 +30,7 @@ async def test_f_runs_a_search_that_shows_on_screen_and_b_holds_its_best_point(s
     server = await sim(ttft_ms=5, itl_ms=4, spec_tokens=0, max_batch=4)
     record = tmp_path / "tui-search.jsonl"
     app = live_app(server.url, "-c", "2", "-d", "60", "--max-tokens", "10", "--ignore-eos",
-                   "--slo", "tpot_p50<=1s", "--record", str(record), "--max-duration", "120")
+                   "--slo", "tpot_p50<=1s", "--record", str(record), "--max-duration", "120", *NO_WATCH)
     async with app.run_test(size=(160, 48)) as pilot:
         await load_running(pilot, app)
         # the objective is drawn on the TPOT row: its sparkline has the limit, its text the mark
@@ -67,7 +70,8 @@ async def test_f_runs_a_search_that_shows_on_screen_and_b_holds_its_best_point(s
 
 async def test_f_again_stops_the_search_with_what_it_confirmed(sim) -> None:
     server = await sim(ttft_ms=5, itl_ms=20, spec_tokens=0, max_batch=64)
-    app = live_app(server.url, "-c", "2", "-d", "60", "--max-tokens", "10", "--ignore-eos", "--max-duration", "120")
+    app = live_app(server.url, "-c", "2", "-d", "60", "--max-tokens", "10", "--ignore-eos", "--max-duration", "120",
+                   *NO_WATCH)
     async with app.run_test(size=(80, 24)) as pilot:
         await load_running(pilot, app)
         await pilot.press("f")

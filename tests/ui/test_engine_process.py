@@ -207,9 +207,13 @@ async def test_calibration_is_shown_and_a_quit_during_it_leaves_a_record(hostile
     record = tmp_path / "run.jsonl"
     app = live_app(server.url, "--api", "chat", "-c", "1", "--request-timeout", "60", "--metrics-url", "off",
                    "--no-health", "--record", str(record))
+    said: list[str] = []  # every notice (a toast expires after a few seconds)
+    notify = app.notify
+    app.notify = lambda message, **kw: (said.append(str(message)), notify(message, **kw))[1]  # type: ignore[method-assign]
     async with app.run_test(size=(120, 40)) as pilot:
         await wait_for(pilot, lambda: "… calibrating" in screen_text(app), "the header to say so", timeout=30)
-        assert any("asking the server how it counts tokens (at most 30 s)" in n.message for n in app._notifications)
+        await wait_for(pilot, lambda: any("asking the server how it counts tokens (at most 30 s)" in m for m in said),
+                       "the notice")
         await quit_app(pilot, app)
     assert app.result is not None and app.result.reason == "interrupted"
     data = read_record(str(record))

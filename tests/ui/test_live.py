@@ -22,7 +22,7 @@ from specload.ui.screens import ConcurrencyScreen, HelpScreen, MarkerScreen
 from specload.ui.widgets.header import RunHeader
 from specload.ui.widgets.levels import LevelTable
 from specload.ui.widgets.value import ValueLabel
-from tests.ui.conftest import live_app, load_running, quit_app, runner, wait_for
+from tests.ui.conftest import live_app, load_running, notices, quit_app, runner, wait_for
 
 
 async def test_levels_fill_the_table_and_sparklines_fill(sim, tmp_path) -> None:
@@ -56,8 +56,8 @@ class _Run:
     for idle, up to 1 s, after each key: a slow stream keeps the process mostly idle), on the first
     of its long levels."""
 
-    def __init__(self, pilot: Pilot, app: SpecloadApp, record: Path) -> None:
-        self.pilot, self.app, self.record = pilot, app, record
+    def __init__(self, pilot: Pilot, app: SpecloadApp, record: Path, said: list[str]) -> None:
+        self.pilot, self.app, self.record, self.said = pilot, app, record, said
 
     @property
     def runner(self) -> RunnerState:
@@ -75,9 +75,10 @@ async def _running(sim, tmp_path: Path) -> AsyncIterator[_Run]:
     record = tmp_path / "keys.jsonl"
     app = live_app(server.url, "-c", "2,4,8", "-d", "60", "--max-tokens", "8", "--record", str(record))
     app.key_settle_s = 0.05
+    said = notices(app)
     async with app.run_test(size=(120, 40)) as pilot:
         await load_running(pilot, app)
-        yield _Run(pilot, app, record)
+        yield _Run(pilot, app, record, said)
         await quit_app(pilot, app)
 
 
@@ -108,7 +109,7 @@ async def test_dialogs_c_and_m_set_a_concurrency_and_a_marker(sim, tmp_path) -> 
         await pilot.press("a", "b", "enter")
         await pilot.pause()
         assert isinstance(app.screen, ConcurrencyScreen)  # bad input keeps the dialog
-        assert any("not a concurrency" in n.message for n in app._notifications)
+        assert any("not a concurrency" in n for n in run.said)
         app.screen.query_one(Input).value = ""
         await pilot.press("0", "enter")
         assert isinstance(app.screen, ConcurrencyScreen)  # zero is not a concurrency either

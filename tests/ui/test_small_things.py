@@ -42,22 +42,23 @@ async def test_help_names_the_palette_entry_as_it_is() -> None:
 
 
 async def test_h_at_the_end_of_the_plan_says_so(sim, tmp_path) -> None:
-    from tests.ui.conftest import live_app, runner
+    from tests.ui.conftest import live_app, notices, runner
 
     server = await sim(ttft_ms=5, itl_ms=20, spec_tokens=0)
     app = live_app(server.url, "-c", "1", "-n", "2", "--max-tokens", "8", "--record", str(tmp_path / "h.jsonl"))
+    said = notices(app)
     async with app.run_test(size=(120, 40)) as pilot:
         await wait_for(pilot, lambda: (rs := app.source.frame().runner) is not None and rs.state == "finished",
                        "the ramp to finish", timeout=30)
         await pilot.press("h")
         assert not runner(app).held
-        assert any("nothing to hold" in n.message for n in app._notifications)
+        assert any("nothing to hold" in n for n in said)
         # a level set by hand after the ramp is held; h releases it, and the load ends: said so
         await pilot.press("c", "backspace", "3", "enter")
         await wait_for(pilot, lambda: runner(app).target == 3 and runner(app).in_flight > 0, "C=3 running")
         await pilot.press("h")
         await wait_for(pilot, lambda: runner(app).state == "finished", "the load to end", timeout=20)
-        assert any("the load stops here" in n.message for n in app._notifications)
+        assert any("the load stops here" in n for n in said)
         await pilot.press("q")
         await wait_for(pilot, lambda: app.return_value is not None, "the app to exit", timeout=30)
 

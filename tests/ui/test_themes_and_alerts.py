@@ -16,7 +16,7 @@ from specload.ui.screens import CrashScreen, parse_concurrency
 from specload.ui.themes import DEFAULT_THEME, load_themes, shipped_themes_dir, user_themes_dir
 from specload.ui.widgets.crashes import CrashTable, crash_message_lines
 from specload.ui.widgets.levels import LevelTable
-from tests.ui.conftest import wait_for
+from tests.ui.conftest import notices, wait_for
 from tests.ui.fixed_data import CRASH, T0, idle_source, mid_run_source
 
 REPO_THEMES = Path(__file__).resolve().parents[2] / "themes"
@@ -50,10 +50,11 @@ def test_user_themes_override_and_broken_files_are_reported(tmp_path, monkeypatc
 
 async def test_unknown_theme_falls_back_with_a_notice() -> None:
     app = create_app(source=idle_source(), theme="no-such-theme")
+    said = notices(app)
     async with app.run_test(size=(100, 30)) as pilot:
         await pilot.pause()
         assert app.theme == DEFAULT_THEME
-        assert any("unknown theme" in n.message for n in app._notifications)
+        assert any("unknown theme" in n for n in said)
 
 
 async def test_broken_user_theme_does_not_stop_the_app(tmp_path, monkeypatch) -> None:
@@ -62,10 +63,11 @@ async def test_broken_user_theme_does_not_stop_the_app(tmp_path, monkeypatch) ->
     d.mkdir(parents=True)
     (d / "broken.toml").write_text('name = "broken"\nprimary = 12\n')
     app = create_app(source=mid_run_source(), theme="broken")
+    said = notices(app)
     async with app.run_test(size=(100, 30)) as pilot:
         await pilot.pause()
         assert app.theme == DEFAULT_THEME
-        messages = " ".join(n.message for n in app._notifications)
+        messages = " ".join(said)
         assert "broken.toml" in messages and "unknown theme 'broken'" in messages
 
 
@@ -85,6 +87,7 @@ async def test_theme_switches_live_including_builtin_ones() -> None:
 async def test_new_crash_alerts_and_opens_its_excerpt() -> None:
     source = mid_run_source(with_crash=False)
     app = create_app(source=source)
+    said = notices(app)
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.pause()
         table = app.query_one(CrashTable)
@@ -94,7 +97,7 @@ async def test_new_crash_alerts_and_opens_its_excerpt() -> None:
         app.post_message(CrashReported(CRASH))
         await wait_for(pilot, lambda: table.row_count == 1, "the crash row")
         assert table.has_class("-alert")  # the flash
-        assert any("SERVER CRASH" in (n.title or "") for n in app._notifications)
+        assert any("SERVER CRASH" in n for n in said)
         # at 80x24 the crashes panel is brought to the front
         assert app.query_one("Dashboard").shown_panel == "crashes"
         assert table.get_row(CRASH.signature)[:3] == ["✖ AttributeError", "3", "TP0, TP1"]
@@ -119,11 +122,12 @@ async def test_keys_without_a_running_load_only_notify() -> None:
     source = idle_source()
     source.control = Refusing()  # type: ignore[assignment]
     app = create_app(source=source)
+    said = notices(app)
     async with app.run_test(size=(80, 24)) as pilot:
         for key in ("up", "space", "n", "h", "c", "m", "f", "b", "right_square_bracket"):
             await pilot.press(key)
         assert app.screen.is_current and type(app.screen).__name__ == "Screen"
-        assert any("not started" in n.message for n in app._notifications)
+        assert any("not started" in n for n in said)
         await pilot.press("q")
         await wait_for(pilot, lambda: app.return_code is not None, "q to exit without a session")
 
