@@ -60,8 +60,8 @@ async def test_f_runs_a_search_that_shows_on_screen_and_b_holds_its_best_point(s
 
         await pilot.press("b")
         await wait_for(pilot, lambda: runner(app).held and runner(app).target == int(result.best.value),
-                       "the load held at the best point")
-        await wait_for(pilot, lambda: runner(app).in_flight > 0, "requests at the best point")
+                       "the load held at the best point", timeout=30)
+        await wait_for(pilot, lambda: runner(app).in_flight > 0, "requests at the best point", timeout=30)
         await quit_app(pilot, app)
     data = read_record(str(record))
     phases = [e["value"]["phase"] for e in data.events if e.get("kind") == "search"]
