@@ -55,7 +55,7 @@ async def test_a_crash_seen_while_calibrating_stops_the_run_under_on_crash_stop(
     # bounded (a run that ignored the crash would calibrate for 15 s, then load for 30 s a request)
     result = await asyncio.wait_for(Session(cfg, listener=CrashWhileCalibrating()).run(), 40)
     assert (result.reason, result.exit_code) == ("crashed", ExitCode.CRASHED)
-    assert server.requests == 1  # the calibration request; no load began
+    assert server.requests <= 1  # the calibration request (if it got there before the crash); no load
     data = read_record(str(rec))
     assert data.end is not None and data.end["reason"] == "crashed"
     assert {c["exception_type"] for c in data.crashes} == {"AttributeError"}

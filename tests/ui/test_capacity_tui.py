@@ -25,6 +25,7 @@ def _text(app, selector: str) -> str:  # the app
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(300)  # the run's own bound is 120 s; each wait below is bounded; at load 17 it took over 120 s
 async def test_f_runs_a_search_that_shows_on_screen_and_b_holds_its_best_point(sim, tmp_path) -> None:
     # 4 slots, pinned timing: throughput stops growing past C=4
     server = await sim(ttft_ms=5, itl_ms=4, spec_tokens=0, max_batch=4)

@@ -228,7 +228,7 @@ PRIORITY = textwrap.dedent("""
     from specload.sources.engine_process import ProcessSessionSource
     from tests.ui.conftest import tui_config
 
-    os.nice(3)
+    want = os.nice(3)  # the caller's nice, 3 lower than it was (a test run under nice starts above 0)
     with open("/proc/self/autogroup", "w") as f:
         f.write("5")
     source = ProcessSessionSource(tui_config("http://127.0.0.1:9", "-c", "1", "--no-record"))
@@ -236,7 +236,7 @@ PRIORITY = textwrap.dedent("""
         def seen(pid):
             group = open(f"/proc/{pid}/autogroup").read().split()
             return {"group": group[0], "autogroup_nice": int(group[-1]), "nice": os.getpriority(os.PRIO_PROCESS, pid)}
-        print(json.dumps({"ui": seen(os.getpid()), "engine": seen(source.proc.pid)}))
+        print(json.dumps({"ui": seen(os.getpid()), "engine": seen(source.proc.pid), "want": want}))
     finally:
         source.close()
 """)
@@ -252,7 +252,8 @@ def test_the_engine_keeps_the_callers_scheduling_priority() -> None:
                           start_new_session=True)
     assert proc.returncode == 0, proc.stderr[-2000:]
     seen = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert seen["engine"] == seen["ui"] == {"group": seen["ui"]["group"], "autogroup_nice": 5, "nice": 3}
+    assert seen["engine"] == seen["ui"] == {"group": seen["ui"]["group"], "autogroup_nice": 5, "nice": seen["want"]}
+    assert seen["want"] >= 3
 
 
 def test_an_engine_that_does_not_start_in_time_is_one_line_and_leaves_nothing_behind() -> None:
