@@ -180,3 +180,38 @@ async def test_an_early_sigint_to_a_background_run_is_not_swallowed(tmp_path) ->
         if where == "session":  # the run had its record: it says how it ended
             data = read_record(str(rec))
             assert data.end is not None and data.end["reason"] == "interrupted"
+
+
+
+async def test_a_crash_in_the_warm_up_or_the_drain_stops_the_run_with_exit_3(sim, tmp_path) -> None:
+    # the same rule in every phase: a crash under --on-crash stop ends the run crashed, exit 3, and the
+    # record says so. Warm-up: the simulator crashes after its 2nd request of 6 (the 3rd hangs); no
+    # level is measured. Drain: both requests of the level sent, the run waits for them (4 s each) when
+    # the server's log prints the crash; they are cut, not waited for
+    for phase in ("warm-up", "drain"):
+        log, rec = tmp_path / f"{phase}.log", tmp_path / f"{phase}.jsonl"
+        if phase == "warm-up":
+            server = await sim(ttft_ms=5, itl_ms=5, spec_tokens=0, crash_after=2, log_file=str(log))
+            fields: dict = {"warmup_requests": 6, "concurrency": (1,), "requests_per_level": 4}
+        else:
+            log.write_text("")
+            server = await sim(ttft_ms=5, itl_ms=100, spec_tokens=0)
+            fields = {"concurrency": (2,), "requests_per_level": 2, "drain": True, "max_tokens": 40}
+        cfg = make_config(server.url, path=str(rec), server_log=str(log), on_crash="stop", metrics_url="off",
+                          health=False, **fields)
+        session = Session(cfg)
+        task = asyncio.ensure_future(session.run())
+        if phase == "drain":
+            async with asyncio.timeout(30):
+                while session.runner is None or session.runner.state != "draining":
+                    await asyncio.sleep(0.01)
+            with log.open("a") as f:
+                f.write(CRASH)
+        # bounded: a run that ignored the warm-up's crash would wait for its hung request until 60 s
+        result = await asyncio.wait_for(task, 50)
+        assert (result.reason, result.exit_code) == ("crashed", ExitCode.CRASHED), phase
+        data = read_record(str(rec))
+        assert data.end is not None and data.end["reason"] == "crashed", phase
+        assert data.crashes, phase
+        if phase == "warm-up":
+            assert data.levels == [] and data.requests and all(r["warmup"] for r in data.requests)

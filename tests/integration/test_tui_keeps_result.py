@@ -110,3 +110,22 @@ def test_a_quit_before_the_load_leaves_a_default_record_that_says_so(tmp_path: P
     assert f"end: interrupted\r\nrecord: {path.name}" in after, after
     data = read_record(str(path))
     assert data.end is not None and data.end["reason"] == "interrupted" and data.requests == []
+
+
+def test_an_unreachable_server_ends_the_tui_at_once_with_exit_1_and_the_reason(tmp_path: Path) -> None:
+    # issue 22: the header said "■ finished", the app waited for q, and the exit status was 0
+    import socket
+
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()  # nothing listens there
+    rec = tmp_path / "r.jsonl"
+    with TuiInPty([f"http://127.0.0.1:{port}", "-c", "1", "--record", str(rec)], cwd=tmp_path, cols=160) as tui:
+        assert tui.proc.wait(timeout=40) == 1  # by itself: no key is sent
+        tui._reader.join(timeout=10)
+    after = bytes(tui.output).rsplit(b"\x1b[?1049l", 1)[-1].decode(errors="replace")
+    assert f"specload: error: cannot connect to http://127.0.0.1:{port}" in after, after
+    assert "Traceback" not in after
+    data = read_record(str(rec))
+    assert data.end is not None and data.end["reason"] == "stopped" and data.requests == []
