@@ -37,9 +37,9 @@ async def test_eight_gpus_at_80x24_and_160x48_from_the_engine_process(tmp_path) 
         assert [r.split()[0] for r in rows] == [f"g{i}" for i in range(8)]
         assert all(len(ln) <= 80 for ln in text.splitlines())
         await pilot.resize_terminal(160, 48)
-        await wait_for(pilot, lambda: len(gpu_lines(screen_text(app))) == 8, "the GPU rows in the wide grid")
-        wide = screen_text(app)
-        assert "─ GPUs " in wide and "─ server log " in wide  # beside each other, both bordered
+        # beside each other, both bordered (waited for: the rows of the 80x24 tab match before the relayout)
+        await wait_for(pilot, lambda: len(gpu_lines(wide := screen_text(app))) == 8 and "─ GPUs " in wide
+                       and "─ server log " in wide, "the GPU rows in the wide grid")
         await wait_for(pilot, lambda: len(app.source.frame().stats.levels) >= 1, "the level to end", timeout=30)
         await quit_app(pilot, app)
     data = read_record(str(record))
