@@ -233,7 +233,7 @@ async def test_a_flood_of_stats_lines_is_sampled_at_the_scrape_interval(sim, tmp
     started = time.monotonic()
     task = asyncio.ensure_future(session.run())
     try:  # the run lasts until every line was read (a second alone, many on a busy machine)
-        await until(lambda: session.log_seq == 50_000, timeout=50,
+        await until(lambda: session.logs.seq == 50_000, timeout=50,
                     what="the 50,000 lines read")
     finally:
         session.interrupt()
