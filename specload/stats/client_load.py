@@ -92,11 +92,13 @@ def loop_late_s() -> float:
 
 
 class RunQueueWait:
-    """The calling thread's total run-queue wait (ns) from the kernel, or None where unavailable."""
+    """The calling thread's total run-queue wait (ns) from the kernel, or None where unavailable
+    (``main=True``: the process's main thread's, which runs the engine's loop)."""
 
-    def __init__(self) -> None:
+    def __init__(self, main: bool = False) -> None:
         try:
-            self._fd: int | None = os.open("/proc/thread-self/schedstat", os.O_RDONLY)
+            self._fd: int | None = os.open("/proc/self/schedstat" if main else "/proc/thread-self/schedstat",
+                                           os.O_RDONLY)
         except OSError:
             self._fd = None
 

@@ -11,8 +11,9 @@ The checks run on a thread of their own, with its own event loop: a client whose
 saturates (10,000 streams can make each of its turns last seconds) must not time its own backlog
 as the server's answer and declare a healthy server down. Only the verdicts cross to the caller's
 loop, where the state lives (``observe`` and ``mark_down`` run there and nowhere else). A thread can
-be starved too, by other processes on a busy machine: a check that timed out while its own thread
-spent half the timeout waiting for a CPU (the kernel's run-queue wait) gives no verdict.
+be starved too, by other processes on a busy machine: a check that timed out while its own thread,
+or the main thread (which holds the interpreter's lock while it waits for a CPU, so the checks wait
+with it), spent half the timeout waiting for a CPU (the kernel's run-queue wait) gives no verdict.
 """
 
 from __future__ import annotations
@@ -203,17 +204,18 @@ class HealthMonitor:
         # New connection per check: with keep-alive, a restarted server shows up as a stale
         # pooled connection ("server disconnected") instead of the telling "connection refused".
         connector = aiohttp.TCPConnector(force_close=True)
-        rq = RunQueueWait()  # this thread's
+        waits = (RunQueueWait(), RunQueueWait(main=True))  # this thread's, the main thread's
         try:
             async with aiohttp.ClientSession(connector=connector) as session:
                 while not self._stop.is_set():
-                    t0, w0 = loop.time(), rq.read()
+                    t0, w0 = loop.time(), [w.read() for w in waits]
                     check = await self.check_once(session)
-                    w1 = rq.read()
-                    deliver(starved_check(check, None if w0 is None or w1 is None else (w1 - w0) / 1e9,
-                                          self.timeout))
+                    waited = [(b - a) / 1e9 for a, b in zip(w0, (w.read() for w in waits), strict=True)
+                              if a is not None and b is not None]
+                    deliver(starved_check(check, max(waited) if waited else None, self.timeout))
                     await asyncio.sleep(max(0.0, self.interval - (loop.time() - t0)))
         except (asyncio.CancelledError, RuntimeError):
             pass  # stopped (RuntimeError: the caller's loop closed under a delivery)
         finally:
-            rq.close()
+            for w in waits:
+                w.close()
