@@ -29,6 +29,7 @@ import asyncio
 import json
 import os
 import pickle
+import resource
 import statistics
 import subprocess
 import sys
@@ -92,12 +93,15 @@ def run_variant(url: str, a: argparse.Namespace, workers: int, tmp: Path) -> dic
     if workers > 1:
         cmd += ["--workers", str(workers)]
     load0 = os.getloadavg()[0]
+    ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.monotonic()
     p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     sampler = RssSampler(p.pid)
     _, err = p.communicate(timeout=1800)
     sampler.stop()
     wall = time.monotonic() - t0
+    ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)  # the run and its workers (waited for by it)
+    cpu_s = ru1.ru_utime - ru0.ru_utime + ru1.ru_stime - ru0.ru_stime
     if p.returncode not in (0, 1):
         raise SystemExit(f"specload exited {p.returncode}: {err[-800:]}")
     lines = [json.loads(line) for line in rec.open()]
@@ -127,11 +131,12 @@ def run_variant(url: str, a: argparse.Namespace, workers: int, tmp: Path) -> dic
     rec_t0 = wall - (end["elapsed_s"] if end else wall)
     open_kb = [kb for t, kb in sampler.samples if t_lo + 1 <= t - rec_t0 <= t_hi - 1] or [peak_kb]
     per_stream_kb = (statistics.median(open_kb) - min(base)) / a.concurrency
+    tokens = sum(r["output_tokens"] or 0 for r in reqs)
     return {
         "workers": workers, "wall_s": wall, "load": load0, "ok": ok, "requests": len(reqs), "errors": kinds,
         "complete": complete, "peak_mb": peak_kb / 1024, "per_stream_kb": per_stream_kb,
         "lag_p50": pct(lags, 50), "lag_p99": pct(lags, 99), "lag_max": max(lags, default=float("nan")),
-        "wait_p99": pct(waits, 99), "cpu": statistics.median(cpus) if cpus else float("nan"),
+        "wait_p99": pct(waits, 99), "cpu_s": cpu_s, "us_per_token": cpu_s / max(tokens, 1) * 1e6, "cpu": statistics.median(cpus) if cpus else float("nan"),
         "steady_s": len(steady), "ttft_p50": pct([r["ttft_ms"] for r in reqs if r["ttft_ms"] is not None], 50),
         "stderr": [line for line in err.splitlines() if "server down" in line or "Traceback" in line][:3],
     }
@@ -172,12 +177,7 @@ def main() -> None:
     ap.add_argument("--workers", default="1,2")
     ap.add_argument("--frames", action="store_true")
     a = ap.parse_args()
-    try:
-        import resource
-
-        soft_fd = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-    except (ImportError, OSError):
-        soft_fd = -1
+    soft_fd = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
     print(f"C={a.concurrency}, {a.requests} requests x {a.max_tokens} tokens, {a.itl_ms} ms between tokens, "
           f"--ramp-up {a.ramp_up:g}; {os.cpu_count()} CPUs, MemAvailable {mem_available_mb():.0f} MB, "
           f"ulimit -n {soft_fd}", flush=True)
@@ -185,17 +185,22 @@ def main() -> None:
             tempfile.TemporaryDirectory() as tmp:
         for w in (int(x) for x in a.workers.split(",")):
             r = run_variant(url, a, w, Path(tmp))
-            streams_per_core = a.concurrency * 100 / r["cpu"] if r["cpu"] == r["cpu"] and r["cpu"] > 0 else 0
+            # what a stream at this pace costs, whether or not the client got the CPU it needed: its
+            # CPU per token (the whole run, start-up and connection set-up included) x tokens per second
+            lo, _, hi = a.itl_ms.partition(":")
+            tok_s_per_stream = 2000 / (float(lo) + float(hi or lo))
+            streams_per_core = 1e6 / (r["us_per_token"] * tok_s_per_stream)
             print(f"\n--workers {w} (load average {r['load']:.1f} at the start, {r['wall_s']:.0f} s):\n"
                   f"  requests ok {r['ok']}/{r['requests']}, lost or failed {r['requests'] - r['ok']} "
                   f"{r['errors'] or ''}; record complete: {r['complete']}\n"
                   f"  RSS peak {r['peak_mb']:.0f} MB (target <= 1536); {r['per_stream_kb']:.1f} kB per open stream\n"
                   f"  loop lag at steady state ({r['steady_s']} s): p50 {r['lag_p50']:.1f} ms, p99 {r['lag_p99']:.1f} "
                   f"ms (target < 20), max {r['lag_max']:.1f} ms; of the p99, waiting for a CPU {r['wait_p99']:.1f} ms\n"
-                  f"  client CPU {r['cpu']:.0f}% of a core (median second); TTFT p50 {r['ttft_p50']:.0f} ms\n"
+                  f"  client CPU {r['cpu']:.0f}% of a core (median second); {r['cpu_s']:.0f} CPU s in all, "
+                  f"{r['us_per_token']:.1f} us per token received; TTFT p50 {r['ttft_p50']:.0f} ms\n"
                   f"  limits here: fds {soft_fd} per process (C={a.concurrency} needs ~{a.concurrency + 50}); memory "
                   f"~{mem_available_mb() * 1024 / max(r['per_stream_kb'], 1e-3):,.0f} streams in MemAvailable; "
-                  f"CPU ~{streams_per_core:,.0f} streams per core at this pace", flush=True)
+                  f"CPU ~{streams_per_core:,.0f} streams per core at this pace (its CPU per token)", flush=True)
             for line in r["stderr"]:
                 print(f"  stderr: {line}")
         if a.frames:
