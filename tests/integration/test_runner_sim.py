@@ -341,6 +341,7 @@ async def test_setting_a_source_ends_the_current_level(sim) -> None:
     assert sink.levels[1].requests == 6
 
 
+@pytest.mark.slow
 async def test_ramp_up_spreads_the_connections_the_server_sees(sim, tmp_path) -> None:
     """``--ramp-up 1`` at C=10: the runner starts the k-th request no sooner than (k-1)/10 s into the
     level (exactly, from the record), and the server (behind a proxy that notes each accepted

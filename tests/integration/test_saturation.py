@@ -220,6 +220,7 @@ async def test_a_saturated_client_never_declares_a_healthy_server_down(tmp_path,
     assert data.end is not None and data.end["requests"] == len(data.requests)
 
 
+@pytest.mark.slow
 async def test_a_connect_timeout_on_a_late_loop_is_the_clients_not_the_servers(sim) -> None:
     """The server accepts at once, but the client's loop takes 0.3 s a turn (saturated), so a new
     connection's set-up (several turns) outlasts the 0.4 s connect timeout: that failure is
