@@ -356,9 +356,11 @@ FLEXIBLE = ("errors",)  # wraps within its cell (``fitted_table`` gives it 20 ch
 
 
 def fitted_table(headers: list[str], rows: list[list[str]], width: int, *, title: str | None = None,
-                 left: tuple[str, ...] = (), markup: bool = False, importance: tuple[str, ...] = IMPORTANCE) -> Any:  # a rich Group
+                 left: tuple[str, ...] = (), markup: bool = False, importance: tuple[str, ...] = IMPORTANCE,
+                 keys: tuple[str, ...] = KEY_COLUMNS) -> Any:  # a rich Group
     """Rows of cells under ``headers`` as one rich table, or as the parts ``fit_columns`` wraps it into
-    at ``width``: never a cut cell (a column too wide even alone folds its cells rather than ellipsis).
+    at ``width`` (``keys``: the columns every part repeats): never a cut cell (a column too wide even
+    alone folds its cells rather than ellipsis).
     ``markup``: the cells are rich markup (the comparison's verdict colours); else plain text (error
     kinds and labels from a file are never markup)."""
     from rich.console import Group
@@ -374,7 +376,7 @@ def fitted_table(headers: list[str], rows: list[list[str]], width: int, *, title
             widths.append(min(max(words, 20), max((t.cell_len for t in column), default=0)))
         else:
             widths.append(max((t.cell_len for t in column), default=0))
-    parts = fit_columns(headers, widths, width, importance=importance)
+    parts = fit_columns(headers, widths, width, importance=importance, keys=keys)
     tables = []
     for n, part in enumerate(parts):
         t = Table(title=title if n == 0 else None, header_style="bold", show_edge=False, pad_edge=False)
@@ -403,12 +405,13 @@ def _width(text: str) -> int:
 
 
 def fit_columns(headers: list[str], cell_widths: list[int], width: int, *,
-                importance: tuple[str, ...] = IMPORTANCE) -> list[list[tuple[int, str]]]:
+                importance: tuple[str, ...] = IMPORTANCE,
+                keys: tuple[str, ...] = KEY_COLUMNS) -> list[list[tuple[int, str]]]:
     """The parts a table of these headers (and widest cells per column) is printed in at ``width``
     characters: per part, (column index, header text) in the table's order; see the rule above.
     ``cell_widths[i]`` is the widest cell of column i (for a wrapping column: the width it wraps at)."""
     n = len(headers)
-    keys = [i for i in range(n) if headers[i] in KEY_COLUMNS] or [0]
+    key_cols = [i for i in range(n) if headers[i] in keys] or [0]
 
     def header(i: int, fold: bool) -> str:
         # a header folds only where that narrows its column (not "good %" over wider cells)
@@ -427,15 +430,15 @@ def fit_columns(headers: list[str], cell_widths: list[int], width: int, *,
     if need(every, True) <= width:
         return [part(every)]
     rank = {name: r for r, name in enumerate(importance)}
-    order = sorted((i for i in every if i not in keys), key=lambda i: (rank.get(headers[i], len(rank)), i))
+    order = sorted((i for i in every if i not in key_cols), key=lambda i: (rank.get(headers[i], len(rank)), i))
     parts: list[list[int]] = []
     while order:
-        cols = list(keys)
+        cols = list(key_cols)
         for i in list(order):
             if need(sorted(cols + [i]), True) <= width:
                 cols.append(i)
                 order.remove(i)
-        if len(cols) == len(keys):  # not even one more column fits beside the keys: it goes alone with them
+        if len(cols) == len(key_cols):  # not even one more column fits beside the keys: it goes alone with them
             cols.append(order.pop(0))
         parts.append(sorted(cols))
     return [part(p) for p in parts]

@@ -20,6 +20,7 @@ import statistics
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from specload.formatting import fitted_table
 from specload.record.runs import Run, RunReadError, load_run
 from specload.report.compare import Side, compare, fmt_value, to_json
 from specload.report.lossless import add_to_json
@@ -398,27 +399,21 @@ def render(result: dict, console: Console, *, title: str = "") -> None:
     console.print(ct)
     levels = result["levels"]
     if levels:
-        lt = Table(header_style="bold", show_edge=False, pad_edge=False)
-        lt.add_column("level", justify="right")
-        lt.add_column("configuration")
-        lt.add_column(f"{p.label}", justify="right")
-        lt.add_column(f"×{base}", justify="right")
-        lt.add_column("verdict")
-        for shown in SHOWN:
-            lt.add_column(f"{METRICS[shown].label} {METRICS[shown].unit}", justify="right")
         outputs = any((s.get("outputs") or {}).get("verdict") for lv in levels for s in lv["sides"].values())
-        if outputs:
-            lt.add_column("outputs")
+        headers = ["level", "configuration", p.label, f"×{base}", "verdict",
+                   *(f"{METRICS[x].label} {METRICS[x].unit}" for x in SHOWN), *(["outputs"] if outputs else [])]
+        rows = []
         for lv in levels:
             for i, name in enumerate(lv["sides"]):
                 m = _metric(lv, name, primary)
                 verdict = "baseline" if name == base else _MARK.get(str((m or {}).get("verdict")), "")
-                row: list[Any] = [lv["key"] if i == 0 else "", Text(name), _est(primary, m), _ratio(m), verdict]
-                row += [_est(x, _metric(lv, name, x)) for x in SHOWN]
+                row = [lv["key"] if i == 0 else "", name, _est(primary, m), _ratio(m), verdict,
+                       *(_est(x, _metric(lv, name, x)) for x in SHOWN)]
                 if outputs:
                     row.append(((lv["sides"][name].get("outputs") or {}).get("verdict")) or "")
-                lt.add_row(*row, end_section=i == len(lv["sides"]) - 1)
-        console.print(lt)
+                rows.append(row)
+        console.print(fitted_table(headers, rows, console.width, left=("configuration", "verdict", "outputs"),
+                                   importance=tuple(headers), keys=("level", "configuration")))
     if result.get("schedule_text"):
         console.print(f"[bold]best by level[/]: {escape(result['schedule_text'])}", highlight=False)
     for x in result.get("crossovers", []):

@@ -172,3 +172,32 @@ def test_port_in_use() -> None:
         port = s.getsockname()[1]
         assert port_in_use("127.0.0.1", port)
     assert not port_in_use("127.0.0.1", port)
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_the_table_is_never_cut(width: int) -> None:
+    """The sweep's level table at the terminal's width: wrapped into parts that each repeat the level
+    and the configuration, no name or figure cut, no line wider than the width."""
+    import io
+
+    from rich.console import Console
+
+    from specload.report.sweep import render
+
+    def side(v: float, ratio: float | None, verdict: str | None) -> dict:
+        est = {"value": v, "ci_low": v * 0.9, "ci_high": v * 1.1, "ratio": ratio, "verdict": verdict,
+               "ratio_ci_low": ratio and ratio * 0.9, "ratio_ci_high": ratio and ratio * 1.1}
+        return {"metrics": {"throughput": est, "ttft_p50": {**est, "value": v / 10}, "tpot_p50": {**est, "value": 3.0}}}
+
+    names = ["baseline-config", "speculative-num-steps=3 topk=1"]
+    levels = [{"key": f"C={c}", "concurrency": c, "sides": {names[0]: side(1000.0 * c, None, None),
+                                                          names[1]: side(1234.5 * c, 1.2345, "better")}}
+              for c in (1, 16)]
+    result = {"primary": "throughput", "baseline": names[0], "min_effect": 0.02, "levels": levels,
+              "configs": [{"name": n, "status": "ok", "runs": [{"status": "ok"}], "startup_s": 1.0, "args": "-x",
+                           "crash": None} for n in names], "schedule_text": "", "crossovers": [], "notes": []}
+    out = io.StringIO()
+    render(result, Console(file=out, width=width, color_system=None), title="sw")
+    text = out.getvalue()
+    assert max(len(line) for line in text.splitlines()) <= width
+    assert "…" not in text and text.count(names[1]) >= 2 and "19,752 [17,777, 21,727]" in text
