@@ -454,13 +454,14 @@ def describe(cause: dict[str, Any]) -> str:
         parts.append(f"{cause['exception_type']}: {cause.get('error', '')}{frame}{ranks}")
     elif cause.get("message"):
         parts.append(str(cause["message"]))
+    said = " ".join(parts)
     if cause.get("at_concurrency"):
         parts.append(f"during C={cause['at_concurrency']}")
-    elif cause.get("kind") == "failed_to_start":
+    elif cause.get("kind") == "failed_to_start" and "before it was ready" not in said:
         parts.append("before it was ready")
-    elif cause.get("phase") == "ready":
+    elif cause.get("kind") == "crashed" and cause.get("phase") == "ready":
         parts.append("during the warm-up")
-    if cause.get("exit"):
+    if cause.get("exit") and cause["exit"] not in said:  # the session's message may say it already
         parts.append(f"server {cause['exit']}")
     return "; ".join(parts)[:400]
 

@@ -201,3 +201,19 @@ def test_the_table_is_never_cut(width: int) -> None:
     text = out.getvalue()
     assert max(len(line) for line in text.splitlines()) <= width
     assert "…" not in text and text.count(names[1]) >= 2 and "19,752 [17,777, 21,727]" in text
+
+
+def test_a_root_cause_in_one_line() -> None:
+    from specload.report.sweep import describe
+
+    exited = {"kind": "failed_to_start", "exit": "exited with code 127",
+              "message": "launched server exited with code 127 before it was ready: bash: srv: command not found"}
+    assert describe(exited) == exited["message"]  # said once, not again after it
+    crash = {"kind": "crashed", "exception_type": "AttributeError", "error": "no draft_model_runner",
+             "innermost_frame": "eagle_worker_v2.py:431 in forward", "ranks": ["TP0", "TP1"], "at_concurrency": 16,
+             "exit": "exited with code 1", "phase": "load"}
+    assert describe(crash) == ("AttributeError: no draft_model_runner at eagle_worker_v2.py:431 in forward on TP0, "
+                               "TP1; during C=16; server exited with code 1")
+    assert describe({**crash, "at_concurrency": None, "phase": "ready", "exit": None}).endswith("; during the warm-up")
+    assert describe({"kind": "failed_to_start", "message": "port 8000 is in use"}) == \
+        "port 8000 is in use; before it was ready"
