@@ -36,3 +36,31 @@ def test_no_module_imports_a_private_name_of_another() -> None:
                 if private and base.startswith("specload") and f"{base}.{imported}" not in modules:
                     found.append(f"{name} imports {imported} from {base}")
     assert not found, found
+
+
+# a module bound to a name: ``import specload.x.y as z``, ``import specload.x.y`` (bound as the dotted
+# path) or ``from specload.x import y`` where y is a module
+IMPORT_AS = re.compile(r"^[ \t]*import[ \t]+(specload[\w.]*)(?:[ \t]+as[ \t]+(\w+))?[ \t]*$", re.M)
+
+
+def test_no_module_reaches_a_private_name_through_another_module() -> None:
+    # ``from specload import headless`` then ``headless._install_loop()`` ties the modules as the
+    # import of the name does
+    modules = {_module(p): p for p in ROOT.rglob("*.py")}
+    found = []
+    for name, path in modules.items():
+        text = path.read_text(encoding="utf-8")
+        bound = {m.group(2) or m.group(1): m.group(1) for m in IMPORT_AS.finditer(text)}
+        for m in FROM_IMPORT.finditer(text):
+            base = m.group(1)
+            for item in re.sub(r"#[^\n]*", "", m.group(2)).strip("() \n").split(","):
+                words = item.split()
+                if words and f"{base}.{words[0]}" in modules:
+                    bound[words[-1]] = f"{base}.{words[0]}"
+        for alias, module in bound.items():
+            if module == name:
+                continue
+            for hit in re.finditer(rf"(?<![\w.]){re.escape(alias)}\.(_[A-Za-z]\w*)", text):
+                if not hit.group(1).startswith("__"):
+                    found.append(f"{name} reaches {module}.{hit.group(1)}")
+    assert not found, found
