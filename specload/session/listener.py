@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from specload.datatypes import CrashEvent, RunEvent
-    from specload.session import SessionResult
+    from specload.session.policy import SessionResult
     from specload.stats.client_load import ClientLoad
     from specload.stats.levels import LevelSummary
 
