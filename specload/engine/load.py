@@ -1,16 +1,9 @@
 """Open-loop arrivals: the gaps between requests sent at a rate (``--rate``, ``--burstiness``).
-
-The plan they serve is data (``specload.plan``); ``LevelSpec`` and ``LoadPlan`` are imported here
-too because engine/trace.py still imports them from this module.
-"""
+The plan they serve is data (``specload.plan``)."""
 
 from __future__ import annotations
 
 import random
-
-from specload.plan import LevelSpec, LoadPlan
-
-__all__ = ["Arrivals", "LevelSpec", "LoadPlan"]
 
 
 class Arrivals:

@@ -27,8 +27,9 @@ from dataclasses import dataclass, replace
 import orjson
 
 from specload.engine.datasets import PromptError, first_byte, read_lines, read_once
-from specload.engine.load import Arrivals, LevelSpec, LoadPlan
+from specload.engine.load import Arrivals
 from specload.engine.prompts import OPENING, TokenModel, fill_words
+from specload.plan import LevelSpec, LoadPlan
 
 BLOCK_TOKENS = 512
 MAX_TOKENS_PER_ROW = 10_000_000
