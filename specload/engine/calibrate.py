@@ -34,7 +34,8 @@ import aiohttp
 import orjson
 
 from specload.engine.api import CHAT, PATHS, build_body, read_full_response
-from specload.engine.prompts import OPENING, TOKENS_PER_WORD, VOCABULARY, TokenModel, synthetic_text
+from specload.engine.datasets import TOKENS_PER_WORD
+from specload.engine.words import OPENING, VOCABULARY, TokenModel, synthetic_text
 
 _PARALLEL = 8  # tokenize requests in flight at once
 

@@ -28,7 +28,7 @@ import orjson
 
 from specload.engine.datasets import PromptError, first_byte, read_lines, read_once
 from specload.engine.load import Arrivals
-from specload.engine.prompts import OPENING, TokenModel, fill_words
+from specload.engine.words import OPENING, TokenModel, fill_words
 from specload.plan import LevelSpec, LoadPlan
 
 BLOCK_TOKENS = 512

@@ -110,7 +110,7 @@ async def calibrate_prompts(cfg: RunConfig, prompts: PromptSource, url: str, api
     counters, so they are recorded, as the API probe's are. With ``--tokens-per-word`` the user's
     figure is taken and nothing is sent."""
     from specload.engine.calibrate import calibrate
-    from specload.engine.prompts import TokenModel
+    from specload.engine.words import TokenModel
 
     sent: list[dict] = []
     given = cfg.request.tokens_per_word

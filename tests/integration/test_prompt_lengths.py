@@ -12,7 +12,7 @@ import statistics
 import pytest
 
 from specload.config import RunConfig
-from specload.engine.prompts import TokenModel, synthetic_text
+from specload.engine.words import TokenModel, synthetic_text
 from specload.record.reader import read_record
 from specload.session import NullListener, Session
 from specload.sim.model import estimate_chat_tokens

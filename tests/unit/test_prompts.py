@@ -8,16 +8,9 @@ import statistics
 
 import pytest
 
-from specload.engine.datasets import load_dataset
-from specload.engine.prompts import (
-    OPENING,
-    TOKENS_PER_WORD,
-    VOCABULARY,
-    PromptError,
-    PromptSource,
-    TokenModel,
-    synthetic_text,
-)
+from specload.engine.datasets import TOKENS_PER_WORD, load_dataset
+from specload.engine.prompts import PromptError, PromptSource
+from specload.engine.words import OPENING, VOCABULARY, TokenModel, synthetic_text
 from specload.plan import Lengths
 from specload.sim import tokenizer
 

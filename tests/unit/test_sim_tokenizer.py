@@ -3,7 +3,8 @@ its prefix cache (whole blocks from the start, LRU)."""
 
 from __future__ import annotations
 
-from specload.engine.prompts import TOKENS_PER_WORD, VOCABULARY
+from specload.engine.datasets import TOKENS_PER_WORD
+from specload.engine.words import VOCABULARY
 from specload.sim import tokenizer
 from specload.sim.prefix_cache import PrefixCache
 

@@ -8,8 +8,9 @@ import pytest
 
 from specload.config import ConfigError, RunConfig
 from specload.engine.datasets import PromptError
-from specload.engine.prompts import OPENING, VOCABULARY, PromptSource, TokenModel
+from specload.engine.prompts import PromptSource
 from specload.engine.trace import Trace, TraceArrivals, TraceRow, read_trace, trace_plan
+from specload.engine.words import OPENING, VOCABULARY, TokenModel
 from specload.plan import build_plan
 from specload.sim import tokenizer
 
