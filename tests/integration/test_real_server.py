@@ -377,7 +377,7 @@ def test_connection_close_after_stream_is_retried_not_double_counted(tmp_path: P
 
     # A new connection per request (the workaround REPORT.md names): nothing fails, nothing retries.
     reqs = record_requests(fresh)
-    assert len(reqs) == 32 and all(r["ok"] for r in reqs), Counter(str(r["error"]) for r in reqs)
+    assert len(reqs) == 64 and all(r["ok"] for r in reqs), Counter(str(r["error"]) for r in reqs)
     assert all(r["retries"] == 0 for r in reqs)
     assert log_all.count("launch_slot_") - served == 64
     assert m2["llamacpp:tokens_predicted_total"] - m1["llamacpp:tokens_predicted_total"] == 64 * 32
