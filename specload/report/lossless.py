@@ -216,11 +216,8 @@ def _html_side(doc: dict, o: dict) -> str:
     e = lambda v: _html.escape(str(v))  # noqa: E731
     a, b = o.get("baseline"), o.get("side")
     rows, examples = [], []
-    for lv in doc.get("levels", []):
-        sides = lv.get("sides", {})
-        mine, noise = sides.get(b, {}).get("outputs"), sides.get(a, {}).get("outputs")
-        if not mine:
-            continue
+
+    def row(key: object, mine: dict, noise: dict | None) -> str:
         sh = mine.get("identical_share")
         ident = f"{mine['identical']}" + (f" ({100 * sh[0]:.1f}% [{100 * sh[1]:.1f}, {100 * sh[2]:.1f}])" if sh else "")
         fd = mine.get("first_divergence")
@@ -233,9 +230,16 @@ def _html_side(doc: dict, o: dict) -> str:
         else:
             floor = "–"
         v = mine.get("verdict") or "–"
-        rows.append(f"<tr><td>{e(lv.get('key'))}</td><td>{mine['compared']}</td><td>{e(ident)}</td>"
-                    f"<td>{mine['near_tie']}</td><td>{mine['divergent']}</td><td>{e(where)}</td><td>{e(floor)}</td>"
-                    f'<td><span class="verdict {e(v)}">{e(v)}</span></td></tr>')
+        return (f"<tr><td>{e(key)}</td><td>{mine['compared']}</td><td>{e(ident)}</td>"
+                f"<td>{mine['near_tie']}</td><td>{mine['divergent']}</td><td>{e(where)}</td><td>{e(floor)}</td>"
+                f'<td><span class="verdict {e(v)}">{e(v)}</span></td></tr>')
+
+    for lv in doc.get("levels", []):
+        sides = lv.get("sides", {})
+        mine, noise = sides.get(b, {}).get("outputs"), sides.get(a, {}).get("outputs")
+        if not mine:
+            continue
+        rows.append(row(lv.get("key"), mine, noise))
         for x in mine.get("examples", []):
             why = "near-tie" if x.get("near_tie") else "not a near-tie"
             examples.append(
@@ -244,6 +248,10 @@ def _html_side(doc: dict, o: dict) -> str:
                 f"<td><div class=\"answer\">…{e(x.get('before', '')[-24:])}<mark>{e(x.get('a', ''))}</mark></div></td>"
                 f"<td><div class=\"answer\">…{e(x.get('before', '')[-24:])}<mark>{e(x.get('b', ''))}</mark></div></td></tr>")
     overall = o.get("overall", {})
+    if rows and overall.get("compared") is not None:
+        floor = [f for f in o.get("noise_floor", []) if isinstance(f, dict)]
+        pooled = {k: sum(f.get(k, 0) for f in floor) for k in ("compared", "near_tie", "divergent")}
+        rows.append(row("all", overall, pooled))
     notes = "".join(f'<p class="note">{e(n)}</p>' for n in o.get("notes", []))
     ex = (f'<h3>Divergent prompts, from the divergence on</h3><div class="table-wrap"><table class="levels answers">'
           f'<thead><tr><th class="text">where</th><th class="text">{e(a)}</th><th class="text">{e(b)}</th></tr></thead>'

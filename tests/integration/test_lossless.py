@@ -138,6 +138,12 @@ def test_report_shows_outputs_in_json_text_and_html(records: dict[str, Path], tm
     page = html.read_text()
     assert "Is it lossless? bug" in page and "Divergent prompts, from the divergence on" in page
     assert '<span class="verdict diverges">diverges</span>' in page
+    # the levels pooled, as the text table's "all" row: every prompt compared, B's verdict, A's noise floor
+    overall = compare_outputs(load_run(str(records["base"])), load_run(str(records["bug"]))).overall  # type: ignore[union-attr]
+    (all_row,) = re.findall(r"<tr><td>all</td>(.*?)</tr>", page)
+    cells = re.findall(r"<td>(.*?)</td>", all_row)
+    assert cells[0] == str(N * len(LEVELS)) and cells[2:4] == [str(overall.near_tie), str(overall.divergent)]
+    assert cells[5] == f"0.0% (0/{N})" and 'class="verdict diverges"' in cells[6]
 
 
 def test_live_divergence_stops_a_headless_run(records: dict[str, Path], tmp_path: Path) -> None:
