@@ -65,6 +65,15 @@ def _no_process_outlives_its_test() -> Iterator[None]:
     processes.kill_since(started)
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # the tests that run the real llama-server share one worker: two such servers at once on a
+    # 2-core machine starve each other (and every other test) past their timeouts
+    for item in items:
+        if item.get_closest_marker("real_server") and not item.get_closest_marker("xdist_group"):
+            item.add_marker(pytest.mark.xdist_group("real_server"))
+
+
 def pytest_sessionfinish() -> None:
     processes.kill_since(0)  # what a module- or session-scoped fixture left
 
