@@ -25,15 +25,22 @@ from typing import Any
 # the processes started so far in this pytest process, in order (pid = pgid: each leads its own
 # group); the conftest notes how many there were when a test began and kills the ones after
 _started: list[subprocess.Popen | asyncio.subprocess.Process] = []
+_alone: set[int] = set()  # of those, the ones started in the test's own session: killed alone
 
 SPECLOAD = [sys.executable, "-m", "specload.cli"]  # the CLI of this tree, as `specload` runs it
 
 
-def popen(argv: Sequence[str | os.PathLike[str]], **kw: Any) -> subprocess.Popen:
-    """``subprocess.Popen`` in a session of its own, killed with its group when the test ends."""
+def popen(argv: Sequence[str | os.PathLike[str]], *, own_session: bool = True, **kw: Any) -> subprocess.Popen:
+    """``subprocess.Popen`` in a session of its own, killed with its group when the test ends.
+
+    ``own_session=False``: in the test's session, killed alone at the end. For processes whose CPU
+    share a test arranges: with the kernel's autogroup scheduling each session is a group of its own
+    that gets its fair share, so a SCHED_IDLE process in another session than its hog is not starved."""
     kw.pop("start_new_session", None)
-    proc = subprocess.Popen(argv, start_new_session=True, **kw)
+    proc = subprocess.Popen(argv, start_new_session=own_session, **kw)
     _started.append(proc)
+    if not own_session:
+        _alone.add(proc.pid)
     return proc
 
 
@@ -92,7 +99,12 @@ def kill_since(n: int) -> None:
     """Kill the group of each process started after the ``n``-th, and reap the ones that are ours."""
     procs, _started[n:] = _started[n:], []
     for proc in procs:
-        kill_group(proc.pid)
+        if proc.pid in _alone:
+            _alone.discard(proc.pid)
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+        else:
+            kill_group(proc.pid)
     for proc in procs:
         if isinstance(proc, subprocess.Popen):
             with contextlib.suppress(subprocess.TimeoutExpired):

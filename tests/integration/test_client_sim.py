@@ -51,15 +51,19 @@ async def test_multi_token_chunks_count_from_usage_and_itl_is_per_token(sim) -> 
         recs = [await c.send("x", request_id=i) for i in range(3)]
     assert all(r.ok for r in recs)
     assert sum(r.output_tokens for r in recs) == server.stats.completion_tokens_sent
+    gaps: list[int] = []
+    itl: list[float] = []
     for r in recs:
         assert r.output_tokens == 60
         assert r.chunks < r.output_tokens  # several tokens per chunk
-        gaps = r.chunk_gaps_ns()
-        itl = r.itl_per_token_ns()
-        # per-token ITL divides each gap by the tokens per chunk: smaller than the raw gap
-        assert statistics.median(itl) < statistics.median(gaps) * 0.8
-        # TPOT over tokens: (E2E - TTFT) / (n - 1) is well under the 10 ms step with ~2.5+ tok/step
-        assert r.tpot_ns / 1e6 < 7.0
+        gaps += r.chunk_gaps_ns()
+        itl += r.itl_per_token_ns()
+        # TPOT over tokens, not chunks: what followed the first token over the 59 after it
+        assert r.tpot_ns == pytest.approx((r.e2e_ns - r.ttft_ns) / 59)
+    # per-token ITL divides each gap by the tokens that came with it: smaller than the chunk gaps on
+    # average (~2.5 tokens a chunk). Means, not medians: a client read late gets several chunks in one
+    # read, whose gaps are 0 (the median of the gaps was 0 on a busy machine), and the mean still holds
+    assert statistics.fmean(itl) < statistics.fmean(gaps) * 0.8
 
 
 async def test_continuous_usage_gives_exact_tokens_per_chunk(sim) -> None:

@@ -3,6 +3,7 @@ starts, do not outlive the test, whether it ends, fails or times out."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -37,3 +38,11 @@ def test_the_end_of_a_test_kills_what_its_children_left_running() -> None:
     processes.kill_since(n)  # what the conftest does once a test's teardown is done
     wait_until(lambda: pid_gone(grandchild), what="the orphaned sleeper")
     assert processes.mark() == n
+
+
+def test_a_child_in_the_tests_own_session_is_killed_alone() -> None:
+    n = processes.mark()
+    child = processes.popen(["sleep", "300"], own_session=False)
+    assert os.getsid(child.pid) == os.getsid(0)  # (where autogroup scheduling puts it with the test)
+    processes.kill_since(n)
+    assert child.wait(10) == -9 and processes.mark() == n

@@ -141,15 +141,18 @@ def test_a_process_that_gets_no_cpu_is_starved_not_saturated(tmp_path) -> None:
     try:
         url = sim.stdout.readline().split("listening on ")[1].strip()
         rec = tmp_path / "starved.jsonl"
+        # specload and the hog in the test's session: with autogroup scheduling, a session is a group
+        # with its fair share, and a SCHED_IDLE specload in a session of its own was never starved
         run = processes.popen(
             [sys.executable, "-m", "specload.cli", "run", url, "-c", "2", "-d", "6", "--max-tokens", "30",
              "--ignore-eos", "--api", "chat", "--no-health", "--metrics-url", "off", "--record", str(rec)],
-            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, own_session=False,
         )
         wait_until(lambda: running(run) and rec.exists() and b'"type":"request"' in rec.read_bytes(),
                    what="the load to run")
         cpu = min(os.sched_getaffinity(0))
-        hog = processes.popen([sys.executable, "-c", "import time\nend = time.time() + 2\nwhile time.time() < end: pass"])
+        hog = processes.popen([sys.executable, "-c", "import time\nend = time.time() + 2\nwhile time.time() < end: pass"],
+                              own_session=False)
         os.sched_setaffinity(hog.pid, {cpu})
         _starve(run.pid, cpu)
         hog.wait(30)
