@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import click
 
-from specload.cli_options import click_options
+from specload.cli_options import GroupedCommand, click_options
 from specload.config import ConfigError, RunConfig
 from specload.exitcode import ExitCode
 from specload.options import build, check_fields, option, positive
@@ -32,6 +32,8 @@ class OutputOptions:
     """How ``specload run`` prints its result (not part of the run's configuration)."""
 
     as_json: bool = option(False, "--json", help="Print the summary as JSON on stdout.")
+    no_record: bool = option(False, "--no-record", help="No record: without --record a run records to "
+                             "specload-DATE-TIME.jsonl in the current directory.")
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,8 +50,6 @@ class TuiOptions:
                        'closing the page ends the run; the printed URL carries its token). Needs: pip install "specload[web]".')
     web_host: str = option("127.0.0.1", "--host", help="With --web: the address to listen on (this machine only "
                            "by default).")
-    no_record: bool = option(False, "--no-record", help="No record: without --record the dashboard records "
-                             "to specload-DATE-TIME.jsonl in the current directory.")
     web_port: int = option(8765, "--port", help="With --web: the port to listen on.",
                            check=lambda v: None if 1 <= v <= 65535 else "must be a port number, 1 to 65535")
 
@@ -57,7 +57,7 @@ class TuiOptions:
         check_fields(self)
 
 
-def _serve_web(tui: TuiOptions, cfg: RunConfig) -> None:
+def _serve_web(tui: TuiOptions, out: OutputOptions, cfg: RunConfig) -> None:
     """``tui --web``: serve the dashboard until interrupted; its one run has these same options and
     records to a file named now, never one that holds a run already."""
     from specload.ui.web import WebError, serve
@@ -65,7 +65,7 @@ def _serve_web(tui: TuiOptions, cfg: RunConfig) -> None:
     given = cfg.record.path
     if given and os.path.isfile(given) and os.path.getsize(given) > 0:
         _fail(f"--record {given} holds a run already: name another file (a record is never overwritten)")
-    cfg, note = default_record(cfg, tui.no_record)
+    cfg, note = default_record(cfg, out.no_record)
     if note and note.startswith("no record"):
         _fail(note[len("no record: "):])
     argv = sys.argv[sys.argv.index("tui") + 1:] if "tui" in sys.argv else []
@@ -77,8 +77,7 @@ def _serve_web(tui: TuiOptions, cfg: RunConfig) -> None:
     except OSError as e:
         _fail(f"cannot listen on {tui.web_host}:{tui.web_port}: {e.strerror or e}", ExitCode.ERROR)
     finally:
-        if path and not given and os.path.isfile(path) and os.path.getsize(path) == 0:
-            os.remove(path)  # made for the run, which never came
+        _drop_unused(path, given)  # made for the run, which never came
     sys.exit(0)
 
 
@@ -98,25 +97,68 @@ def _config_or_exit(params: dict, *, ui: bool) -> RunConfig:
     return dataclasses.replace(cfg, command=shlex.join(["specload", *sys.argv[1:]]))
 
 
-def run_headless(cfg: RunConfig, *, as_json: bool) -> int:
+def run_headless(cfg: RunConfig, *, as_json: bool, no_record: bool = False) -> int:
+    """A headless run; it records, as the dashboard does, to a file named by the time unless told
+    otherwise (a long sweep is never lost to a closed terminal); the note goes to stderr."""
     from specload.headless import run_headless as _run
 
-    return _run(cfg, as_json=as_json)
+    if no_record and cfg.record.path:
+        _fail("--no-record and --record do not go together")
+    given = cfg.record.path
+    cfg, note = default_record(cfg, no_record)
+    if note:
+        click.echo(f"specload: {note}", err=True)
+    try:
+        return _run(cfg, as_json=as_json)
+    finally:
+        _drop_unused(cfg.record.path, given)
 
 
-@click.command("run")
+def _drop_unused(path: str | None, given: str | None) -> None:
+    """The file made for the default record, left empty (the run never started): removed."""
+    if path and not given and os.path.isfile(path) and os.path.getsize(path) == 0:
+        os.remove(path)
+
+
+EXAMPLES = (
+    ("the built-in simulator, ramped (no URL: it is started and used)", "specload run -c 1,4,16,64"),
+    ("a server, 64 requests per level, with latency objectives",
+     "specload run http://127.0.0.1:8000 -c 1,4,16,64 -n 64 --slo 'ttft_p99<=500ms,tpot_p50<=30ms'"),
+    ("a new configuration against a recorded baseline, repeated until decided",
+     "specload run http://127.0.0.1:8000 -c 1,4,16,64 --baseline base.jsonl --until-decided"),
+    ("the highest concurrency that meets the objectives",
+     "specload run http://127.0.0.1:8000 --find-max --slo 'ttft_p99<=1s'"),
+    ("watch the server's log for crashes while loading it",
+     "specload run http://127.0.0.1:8000 -c 16 --server-log server.log --on-crash stop"),
+    ("the table and the report of a record afterwards",
+     "specload report specload-20260101-120000.jsonl --html report.html"),
+)
+
+
+@click.command("run", cls=GroupedCommand, examples=EXAMPLES)
 @click_options(RunConfig, OutputOptions)
 def run_command(**params: object) -> None:
-    """Run a load headless (no UI). With no URL, the built-in simulator is started and used."""
+    """Run a load headless (no UI). With no URL, the built-in simulator is started and used.
+    Without --record, the run records to specload-DATE-TIME.jsonl here (--no-record: none)."""
     out = build(OutputOptions, params, ui=False)
     cfg = _config_or_exit(params, ui=False)
-    sys.exit(run_headless(cfg, as_json=out.as_json))
+    sys.exit(run_headless(cfg, as_json=out.as_json, no_record=out.no_record))
 
 
-@click.command("tui")
+TUI_EXAMPLES = (
+    ("the dashboard on the built-in simulator", "specload tui"),
+    ("a server, its log watched for crashes", "specload tui http://127.0.0.1:8000 --server-log server.log"),
+    ("against a baseline, verdicts live", "specload tui http://127.0.0.1:8000 -c 1,4,16,64 --baseline base.jsonl"),
+    ("a record played back", "specload tui --replay specload-20260101-120000.jsonl --speed 4"),
+    ("in a browser (the printed URL carries its token)", "specload tui --web"),
+)
+
+
+@click.command("tui", cls=GroupedCommand, examples=TUI_EXAMPLES)
 @click_options(RunConfig, OutputOptions, TuiOptions)
 def tui_command(**params: object) -> None:
-    """The live dashboard. With no URL, the built-in simulator is started and ramped."""
+    """The live dashboard. With no URL, the built-in simulator is started and ramped. Without
+    --record, the run records to specload-DATE-TIME.jsonl here (--no-record: none)."""
     out = build(OutputOptions, params, ui=False)
     try:
         tui = build(TuiOptions, params, ui=True)
@@ -127,22 +169,20 @@ def tui_command(**params: object) -> None:
     cfg = _config_or_exit(params, ui=not tui.headless)
     if cfg.compare.schedule_from and not tui.headless:
         _fail("--schedule-from replays a schedule headless: use 'specload run --schedule-from ...'")
-    if tui.no_record and cfg.record.path:
+    if out.no_record and cfg.record.path:
         _fail("--no-record and --record do not go together")
     if tui.web:
         if tui.headless:
             _fail("--web and --headless do not go together")
-        _serve_web(tui, cfg)
+        _serve_web(tui, out, cfg)
     if tui.headless:
-        sys.exit(run_headless(cfg, as_json=out.as_json))
+        sys.exit(run_headless(cfg, as_json=out.as_json, no_record=out.no_record))
     given = cfg.record.path
-    cfg, note = default_record(cfg, tui.no_record)
+    cfg, note = default_record(cfg, out.no_record)
     from specload.ui.app import run_app
 
     code = run_app(cfg, theme=tui.theme, notice=note)
-    path = cfg.record.path
-    if path and not given and os.path.isfile(path) and os.path.getsize(path) == 0:
-        os.remove(path)  # the file made for the default record, left empty: a quit before the load
+    _drop_unused(cfg.record.path, given)  # a quit before the load
     sys.exit(code)
 
 

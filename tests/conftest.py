@@ -13,6 +13,9 @@ empty config directory, so a developer's own key or theme files never reach a se
 Every process a test starts through ``tests.processes`` is killed with its process group when the
 test ends; bounded waits are in ``tests.waiting``; what integration tests share is in
 ``tests/integration/conftest.py``.
+Every test runs in a directory of its own (the repository on ``PYTHONPATH`` for the subprocesses that
+import ``tests``): a run records to ``specload-DATE-TIME.jsonl`` in the current directory by default,
+and that must never be the repository.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
 
 import pytest
 from hypothesis import settings as hypothesis_settings
@@ -44,6 +48,7 @@ hypothesis_settings.register_profile("explore", max_examples=1000, deadline=None
 hypothesis_settings.load_profile("explore" if os.environ.get("SPECLOAD_HYPOTHESIS") == "explore" else "suite")
 
 SimFactory = Callable[..., Awaitable[SimServer]]
+REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(autouse=True)
@@ -54,6 +59,8 @@ def _isolated_environment(tmp_path_factory: pytest.TempPathFactory, monkeypatch:
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.mktemp("xdg")))
     # pytest-xdist's workers have COLUMNS=80, which tables now honour: a test that wants a width sets it
     monkeypatch.delenv("COLUMNS", raising=False)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p))
+    monkeypatch.chdir(tmp_path_factory.mktemp("cwd"))
 
 
 @pytest.fixture(autouse=True)

@@ -345,3 +345,25 @@ def test_tables_in_a_pipe_are_fitted_to_columns_never_cut(sim_url: str, tmp_path
     _table_lines_fit(cmp.stdout, 80)
     assert "C=1" in cmp.stdout and "C=2" in cmp.stdout and "verdict" in cmp.stdout
 
+
+def test_a_headless_run_records_by_default(sim_url: str, tmp_path: Path) -> None:
+    """As the dashboard does: without --record a run records to specload-DATE-TIME.jsonl in the current
+    directory (a long sweep is never lost), and says so; --no-record records nothing; a run that
+    never starts leaves no empty file behind."""
+    args = ["run", sim_url, "-c", "1,2", "-n", "4", "--max-tokens", "8"]
+    p = run(args, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    (rec,) = tmp_path.glob("specload-*.jsonl")
+    assert re.fullmatch(r"specload-\d{8}-\d{6}\.jsonl", rec.name)
+    assert f"recording to {rec.name}" in p.stderr and f"record: {rec.name}" in p.stdout
+    data = read_record(str(rec))
+    assert [lv["concurrency"] for lv in data.levels] == [1, 2] and data.end["reason"] == "completed"
+    rec.unlink()
+    quiet = run([*args, "--no-record"], cwd=tmp_path)
+    assert quiet.returncode == 0 and "recording to" not in quiet.stderr
+    assert not list(tmp_path.glob("*.jsonl"))
+    both = run([*args, "--no-record", "--record", "x.jsonl"], cwd=tmp_path)
+    assert both.returncode == 2 and "--no-record and --record" in both.stderr
+    gone = run(["run", f"http://127.0.0.1:{free_port()}", "-c", "1", "-n", "1"], cwd=tmp_path)
+    assert gone.returncode == 1, gone.stderr
+    assert not [f for f in tmp_path.iterdir() if f.stat().st_size == 0]  # nothing empty left
