@@ -3,7 +3,9 @@ levels of the runner (drained, recorded like any level, so ``report`` shows the 
 as it ends (in a thread: evaluation bootstraps) and asks for more requests while a verdict straddles
 its limit. Everything it does is an ``on_event`` (the record's ``search`` events) and ``view()`` (the
 TUI). ``stop()`` keeps what completed probes established; ``abort()`` (a crash, the server down) gives
-no best point; a probe cut short is never used.
+no best point; a probe cut short is never used, nor one the client could not measure (starved or
+saturated in at least half of its one-second samples, ``CLIENT_SHARE``: the search repeats or
+excludes it).
 """
 
 from __future__ import annotations
@@ -30,6 +32,9 @@ from specload.stats.levels import LevelSummary
 from specload.stats.slo import Interval, SloSpec
 
 T = TypeVar("T")
+# a probe whose client was starved or saturated in at least this share of its one-second samples was
+# not measured (its latencies hold the client's own delays); a second now and then is not that
+CLIENT_SHARE = 0.5
 
 
 async def off_loop(fn: Callable[..., T], *args: object, **kwargs: object) -> T:
@@ -99,6 +104,7 @@ class SearchDriver:
         self._probe_levels: set[int] = set()
         self._current: _Current | None = None
         self._result: SearchResult | None = None
+        self._client: dict[int, list[str | None]] = {}  # probe level -> its client samples' flags
 
     # ------------------------------------------------------------------ info
 
@@ -158,6 +164,18 @@ class SearchDriver:
         the session)."""
         if self._own_collector and rec.level_index in self._probe_levels:
             self.collector.add(rec)
+
+    def client_sample(self, level_index: int, flag: str | None) -> None:
+        """One second of the client's load during level ``level_index``: None, "starved" or "saturated"."""
+        if level_index in self._probe_levels:
+            self._client.setdefault(level_index, []).append(flag)
+
+    def _client_limit(self, level_index: int) -> str | None:
+        samples = self._client.get(level_index, [])
+        flagged = [f for f in samples if f]
+        if not samples or len(flagged) < CLIENT_SHARE * len(samples):
+            return None
+        return "saturated" if "saturated" in flagged else "starved"
 
     # ------------------------------------------------------------------ level source
 
@@ -242,7 +260,7 @@ class SearchDriver:
         ev = await self._evaluate(cur.level_index)
         if self._current is not cur:
             return
-        outcome = self._outcome(cur, ev, complete=True)
+        outcome = replace(self._outcome(cur, ev, complete=True), client=self._client_limit(cur.level_index))
         self.search.observe(outcome)
         self._current = None
         sat = self.search.saturated(outcome)
@@ -256,6 +274,7 @@ class SearchDriver:
             "throughput_tok_s": outcome.throughput.as_list(),
             "bracket": list(self.search.bracket()),
             "saturated": sat,
+            "client": outcome.client,
             "plateau_tok_s": _r(self.search.plateau()),
         })
 
@@ -335,6 +354,11 @@ class CapacityPart:
     def on_record(self, rec: RequestRecord) -> None:
         if self.collect_all or self.collector.get(rec.level_index) is not None:
             self.collector.add(rec)
+
+    def client_sample(self, level_index: int, flag: str | None) -> None:
+        """One second of the client's load (None, "starved", "saturated"), for the search's probes."""
+        if self.driver is not None and not self.driver.finished:
+            self.driver.client_sample(level_index, flag)
 
     def new_search(self, settings: SearchSettings, *, concurrency_cap: int = 1024) -> SearchDriver:
         """A search to hand to the runner (``Runner.source`` before the run, or ``set_source`` during it).

@@ -35,6 +35,10 @@ class ProbeOutcome:
     goodput_tok_s: Interval | None = None
     good_share: Interval | None = None
     in_flight: float | None = None  # mean requests in flight (the concurrency a rate probe held)
+    # the client could not measure this probe: "starved" (another process held its CPU) or "saturated"
+    # (its own CPU was the limit). Such a probe is never the knee, and a starved one that would be the
+    # limit is measured again once; the limit it still sets is the client's, said so
+    client: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,11 +119,13 @@ class SearchResult:
     reason: str  # found, not reached, none acceptable, max probes, time budget, stopped, crashed
     best: ProbeOutcome | None
     bracket: tuple[float | None, float | None]  # (last acceptable, first unacceptable)
-    limited_by: str | None  # objectives, saturation, or None (not reached / no result)
+    limited_by: str | None  # objectives, saturation, client, or None (not reached / no result)
     knee: Knee
     probes: tuple[ProbeOutcome, ...]  # complete probes, in the order they ran
     undecided: tuple[float, ...]  # probes whose objectives were still undecided at the cap
     message: str  # one line for people
+    # the first measurements of probes repeated because the client could not measure them (``client``)
+    excluded: tuple[ProbeOutcome, ...] = ()
 
     def as_record(self) -> dict:
         b = self.best
@@ -133,6 +139,7 @@ class SearchResult:
             "knee": {"value": self.knee.value, "below": self.knee.below, "reached": self.knee.reached},
             "undecided": list(self.undecided),
             "probes": [_outcome_record(p) for p in self.probes],
+            "excluded": [{**_outcome_record(p), "client": p.client} for p in self.excluded],
         }
 
 
@@ -214,6 +221,8 @@ class CapacitySearch:
     _end: str | None = None  # why the search is over
     _abort_detail: str | None = None
     _abort_what: str = "crashed"
+    _excluded: list[ProbeOutcome] = field(default_factory=list)  # probes the client could not measure
+    _retry: float | None = None  # a starved probe's load, to measure again
 
     def __post_init__(self) -> None:
         if self.min_requests > self.settings.min_requests:
@@ -247,26 +256,32 @@ class CapacitySearch:
     def _sorted(self) -> list[ProbeOutcome]:
         return sorted(self._done, key=lambda p: p.value)
 
-    def plateau(self) -> float | None:
-        """The plateau's throughput, once a step of at most one growth factor has been seen to add
-        (almost) nothing (decided with confidence); None until then. A flat step's lower load is
-        already on the plateau: its throughput and that of every probe above it are averaged, so
-        one level measured a few percent high or low does not move the knee."""
+    def _plateau_start(self) -> float | None:
+        """The lower load of the first flat step (see ``plateau``), or None."""
         st = self.settings
         ordered = self._sorted()
-        start = None
         for i, a in enumerate(ordered):
             for b in ordered[i + 1:]:
                 if b.value > a.value * st.growth * 1.0001:
                     break
                 if _side(efficiency(a, b, floor=st.level_noise), st.min_efficiency) is True:
-                    start = a.value
-                    break
-            if start is not None:
-                break
+                    return a.value
+        return None
+
+    def _client_on_plateau(self) -> bool:
+        """A probe the client could not measure is on the plateau: the knee read from it is not the server's."""
+        start = self._plateau_start()
+        return start is not None and any(p.client is not None for p in self._done if p.value >= start)
+
+    def plateau(self) -> float | None:
+        """The plateau's throughput, once a step of at most one growth factor has been seen to add
+        (almost) nothing (decided with confidence); None until then. A flat step's lower load is
+        already on the plateau: its throughput and that of every probe above it are averaged, so
+        one level measured a few percent high or low does not move the knee."""
+        start = self._plateau_start()
         if start is None:
             return None
-        on = [p.throughput.value for p in ordered if p.value >= start]
+        on = [p.throughput.value for p in self._sorted() if p.value >= start]
         return sum(on) / len(on)
 
     def saturated(self, p: ProbeOutcome) -> bool:
@@ -301,18 +316,20 @@ class CapacitySearch:
         if self._current is not None:
             raise RuntimeError("the current probe has not been observed")
         s = self.settings
-        if self._done and len(self._done) >= s.max_probes:
+        if self._done and len(self._done) + len(self._excluded) >= s.max_probes:
             self._finish("max probes")
             return None
         if self._done and s.budget_s is not None and elapsed_s >= s.budget_s:
             self._finish("time budget")
             return None
-        value = self._next_value()
+        retry, self._retry = self._retry, None
+        value = retry if retry is not None else self._next_value()
         if value is None:
             return None
         self._number += 1
         base = s.probe_requests(value)
-        plan = ProbePlan(self._number, value, base, base * s.max_looks, self.phase, self.bracket())
+        plan = ProbePlan(self._number, value, base, base * s.max_looks, "repeat" if retry is not None else self.phase,
+                         self.bracket())
         self._current = _Probe(plan)
         return plan
 
@@ -384,8 +401,17 @@ class CapacitySearch:
         if self._current is None:
             raise RuntimeError("no probe is running")
         self._current = None
-        if outcome.complete:
-            self._done.append(outcome)
+        if not outcome.complete:
+            return
+        before = (self.bracket()[1], self.knee().value)  # the limit: the first unacceptable load, the knee
+        self._done.append(outcome)
+        if (outcome.client == "starved" and outcome.value not in {p.value for p in self._excluded}
+                and (self.bracket()[1], self.knee().value) != before):
+            # the limit would be a load measured while another process held the client's CPU: once
+            # more, in place of this measurement
+            self._done.remove(outcome)
+            self._excluded.append(outcome)
+            self._retry = outcome.value
 
     def stop(self, reason: str = "stopped") -> None:
         """End the search where it stands (user's stop key, the run's end); the result keeps what the
@@ -409,8 +435,12 @@ class CapacitySearch:
     # ---------------------------------------------------------------- result
 
     def knee(self) -> Knee:
+        """The lowest saturated probe; none while the plateau holds a probe the client could not measure
+        (its low figure may be the client's, not the server's)."""
         ordered = self._sorted()
         below = None
+        if self._client_on_plateau():
+            return Knee(None, None, False)
         for p in ordered:
             if self.saturated(p):
                 return Knee(p.value, below, True)
@@ -433,7 +463,8 @@ class CapacitySearch:
             msg = f"the server {self._abort_what} ({self._abort_detail or 'no detail'}); no best point"
             if held:
                 msg += f" (loads that held before the crash: up to {v(max(held))})"
-            return SearchResult(self.settings.axis, reason, None, (lo, hi), None, knee, self.probes, undecided, msg)
+            return SearchResult(self.settings.axis, reason, None, (lo, hi), None, knee, self.probes, undecided, msg,
+                                tuple(self._excluded))
 
         best: ProbeOutcome | None = None
         limited_by: str | None = None
@@ -449,6 +480,8 @@ class CapacitySearch:
                 best = self._find(lo)
         elif lo is not None:
             best = self._find(lo)
+        if hi_p is not None and (hi_p.client is not None or (limited_by == "saturation" and self._client_on_plateau())):
+            limited_by = "client"  # the limit was read from loads the client could not measure
         if best is not None and reason == "none acceptable":
             reason = "found"  # the lowest load is already the knee, and the objectives hold there
         if best is None:
@@ -464,7 +497,8 @@ class CapacitySearch:
                 msg = f"best {v(best.value)}: objectives held and throughput still grew up to the highest load probed"
             else:
                 where = f"between {v(best.value)} and {v(hi)}" if hi is not None and hi != best.value else ""
-                why = {"objectives": "the objectives", "saturation": "saturation"}.get(limited_by or "", "")
+                why = {"objectives": "the objectives", "saturation": "saturation",
+                       "client": "what the client could measure"}.get(limited_by or "", "")
                 msg = f"best {v(best.value)}" + (f", limited by {why}" if why else "")
                 if where and best.value != hi:
                     msg += f" (the limit lies {where})"
@@ -472,4 +506,15 @@ class CapacitySearch:
                     msg += f"; search ended early: {reason}"
         if knee.reached:
             msg += f"; knee at {v(knee.value)}" + (f" (after {v(knee.below)})" if knee.below is not None else "")
-        return SearchResult(self.settings.axis, reason, best, (lo, hi), limited_by, knee, self.probes, undecided, msg)
+        what = {"starved": "starved (another process held its CPU)", "saturated": "at its own CPU limit"}
+        start = self._plateau_start()
+        limited = [p for p in self._sorted() if p.client is not None
+                   and (p.value == hi or (start is not None and p.value >= start))]
+        if limited:
+            msg += "; measured with the client " + ", ".join(
+                f"{what.get(p.client or '', p.client)} at {v(p.value)}" for p in limited[:3]) + (
+                ": not the server's limit (fewer processes on this machine, or --workers)")
+        if self._excluded:
+            msg += "; measured again: " + ", ".join(f"{v(p.value)}" for p in self._excluded)
+        return SearchResult(self.settings.axis, reason, best, (lo, hi), limited_by, knee, self.probes, undecided, msg,
+                            tuple(self._excluded))

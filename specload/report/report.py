@@ -136,6 +136,8 @@ def search_progress_line(v: dict) -> str | None:
         obj = v.get("objectives")
         obj_s = "" if obj == "none" else f"objectives {obj}, "
         sat = " (at the plateau)" if v.get("saturated") else ""
+        if v.get("client"):
+            sat += f" (client {v['client']}: never the knee; measured again if it moves the limit)"
         return (f"probe {_at(axis, v.get('value'))}: {obj_s}{_iv(v.get('throughput_tok_s'))} tok/s{sat}; "
                 f"bracket {_at(axis, lo)} .. {_at(axis, hi)}")
     if phase == "result":
@@ -308,8 +310,9 @@ class _ReportCommand(GreedyCommand):
               help="Differences smaller than this (percent; error rate: points) are 'no difference'.")
 @click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
 @click.option("--csv", "as_csv", is_flag=True, help="Print as CSV (one row per level, run and metric).")
-@click.option("--slo", metavar="SPEC", help="One record: judge its levels against these objectives (goodput), "
-                                             "as a run with --slo would have (see README, Capacity).")
+@click.option("--slo", metavar="SPEC", help="Judge the levels against these objectives (goodput), as a run "
+                                             "with --slo would have (see README, Capacity); several records: "
+                                             "the highest concurrency under them, per side.")
 @click.option("--html", "html", type=click.Path(dir_okay=False), metavar="FILE.html",
               help="Also write an offline HTML report: descriptions, tables, interactive charts, timelines.")
 @click.option("--wide", is_flag=True, help="One record: every level figure (means with standard deviations, "
@@ -382,8 +385,6 @@ def report_command(records: tuple[str, ...], vs: tuple[str, ...], baseline: str 
             except OutputError as e:
                 _usage(str(e))
         return
-    if spec is not None:
-        _usage("--slo judges one record; give one file")
     from specload.report.compare import compare, render, to_csv_rows, to_json
     from specload.report.lossless import add_to_json
     from specload.report.lossless import compare_sides as compare_outputs_of
@@ -398,6 +399,7 @@ def report_command(records: tuple[str, ...], vs: tuple[str, ...], baseline: str 
     doc = to_json(c)
     for oc in checked:
         add_to_json(doc, oc)
+    capacity = side_capacity(sides, spec) if spec is not None else None
     try:
         write_outputs(sides, doc if (html or plot) else None, html=html, plot=plot)
     except OutputError as e:
@@ -405,6 +407,8 @@ def report_command(records: tuple[str, ...], vs: tuple[str, ...], baseline: str 
     if as_json:
         import orjson
 
+        if capacity is not None:
+            doc = {**doc, "capacity": capacity}
         sys.stdout.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n")
     elif as_csv:
         import csv
@@ -420,6 +424,42 @@ def report_command(records: tuple[str, ...], vs: tuple[str, ...], baseline: str 
         render(c, console)
         for oc in checked:
             render_outputs(oc, console)
+        if capacity is not None:
+            console.print(capacity_line(capacity), highlight=False)
+
+
+def side_capacity(sides: list, spec: SloSpec) -> dict:
+    """``report A B --slo``: per side, the highest concurrency whose levels met the objectives (every
+    run of the side, judged from its requests as ``report RUN --slo`` would), with each level's verdict."""
+    from specload.stats.goodput import capacity_under, goodput_of_levels
+
+    out: dict = {"slo": spec.text(), "sides": {}}
+    for side in sides:
+        levels = [lv for run in side.runs for lv in run.levels if lv.n]
+        try:
+            judged = goodput_of_levels(spec, levels)
+        except ValueError as e:
+            _usage(str(e))
+        best, verdicts = capacity_under(levels, judged)
+        out["sides"][side.label] = {"max_concurrency": best, "levels": [[c, v] for c, v in verdicts]}
+    return out
+
+
+def capacity_line(capacity: dict) -> str:
+    """``max C under SLO ttft_p99<=1s: base=12, new=16 (base: C=16 missed; ...)``."""
+    sides = capacity["sides"]
+    head = ", ".join(f"{label}={'none' if d['max_concurrency'] is None else d['max_concurrency']}"
+                     for label, d in sides.items())
+    why = []
+    for label, d in sides.items():
+        missed = [c for c, v in d["levels"] if v == "missed"]
+        undecided = [c for c, v in d["levels"] if v == "undecided"]
+        parts = ([f"missed from C={missed[0]}"] if missed else []) + (
+            [f"undecided at C={','.join(map(str, undecided))}"] if undecided else [])
+        if not missed and d["max_concurrency"] is not None:
+            parts.append("none missed: the limit lies above the highest level run")
+        why.append(f"{label}: {'; '.join(parts)}")
+    return f"max C under SLO {capacity['slo']}: {head} ({' · '.join(why)})"
 
 
 def _usage(msg: str) -> None:

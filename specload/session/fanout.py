@@ -280,8 +280,12 @@ class Fanout:
         self.stats.on_client_load(load.cpu_pct, load.loop_lag_ms, load.saturated, load.starved)
         runner = self.policy.runner if self.policy is not None else None
         level = runner.target if runner is not None else 0
-        if self.judge is not None and runner is not None and (load.saturated or load.starved):
-            index = runner.snapshot().level_index  # a --baseline verdict of this level would not be sound
-            self.judge.client_flag(index, "client_saturated" if load.saturated else "client_starved")
+        flag = "saturated" if load.saturated else "starved" if load.starved else None
+        if runner is not None and (self.judge is not None or self.capacity is not None):
+            index = runner.snapshot().level_index
+            if self.judge is not None and flag is not None:  # a --baseline verdict of this level would not be sound
+                self.judge.client_flag(index, f"client_{flag}")
+            if self.capacity is not None:  # nor a capacity probe the client could not measure
+                self.capacity.client_sample(index, flag)
         self.record.client(load, level)
         self.listener.client_load(load, level)

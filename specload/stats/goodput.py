@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from array import array
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -362,13 +363,49 @@ class LevelCollector:
         self._levels.pop(index, None)
 
 
+def _no_itl(spec: SloSpec) -> None:
+    if any(o.metric == "itl" for o in spec.objectives):
+        raise ValueError("ITL objectives cannot be judged from a record: its request lines keep no per-token gaps")
+
+
+def goodput_of_levels(spec: SloSpec, levels: Iterable[LevelRequests], *, seed: int = 0) -> dict[int, LevelGoodput]:
+    """Goodput of a run's levels (``runs.Run.levels``: a record or another tool's file) against ``spec``,
+    as ``goodput_from_lines`` judges a record's lines; ValueError for ITL objectives."""
+    _no_itl(spec)
+    out = {}
+    for lv in levels:
+        cols = LevelRequestColumns(lv.index, lv.concurrency, spec, open_loop=lv.open_loop)
+        named = {k: getattr(lv, k) for k in ("start_s", "end_s", "ttft_ms", "tpot_ms", "e2e_ms", "output_tokens")}
+        for i in range(lv.n):
+            line = {k: float(a[i]) for k, a in named.items() if a is not None and not math.isnan(a[i])}
+            kind = lv.error_kind[i] if i < len(lv.error_kind) else None
+            cols.add_line({**line, "ok": bool(lv.ok[i]), "error": None if lv.ok[i] else {"kind": kind or "error"}})
+        g = evaluate_level(cols, seed=seed).goodput
+        if g is not None:
+            out[lv.index] = g
+    return out
+
+
+def capacity_under(levels: Iterable[LevelRequests], goodput: dict[int, LevelGoodput]) -> tuple[int | None, list]:
+    """The highest concurrency whose objectives were met with no lower level missing them (None: none
+    met), and each closed-loop level's (concurrency, verdict) in the order of concurrency."""
+    verdicts = sorted((lv.concurrency, goodput[lv.index].verdict) for lv in levels
+                      if lv.index in goodput and not lv.open_loop)
+    best = None
+    for c, verdict in verdicts:
+        if verdict == MISSED:
+            break
+        if verdict == MET:
+            best = c
+    return best, verdicts
+
+
 def goodput_from_lines(spec: SloSpec, requests: list[dict], *, open_loop: bool = False,
                        seed: int = 0) -> dict[int, LevelGoodput]:
     """Goodput of every level of a record against ``spec`` (``specload report RUN --slo SPEC``): what
     the run would have shown with these objectives. ITL objectives need per-token gaps, which request
     lines do not keep: ValueError with a one-line message."""
-    if any(o.metric == "itl" for o in spec.objectives):
-        raise ValueError("ITL objectives cannot be judged from a record: its request lines keep no per-token gaps")
+    _no_itl(spec)
     levels: dict[int, LevelRequestColumns] = {}
     for d in requests:
         idx = d.get("level_index")

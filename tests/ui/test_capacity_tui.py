@@ -47,9 +47,12 @@ async def test_f_runs_a_search_that_shows_on_screen_and_b_holds_its_best_point(s
         await pilot.press("f")
         await wait_for(pilot, lambda: app.source.frame().searching, "the search to start")
         await wait_for(pilot, lambda: "probe" in _text(app, "#load-level"), "the probe on the load panel")
-        await wait_for(pilot, lambda: app.search is not None and app.search.bracket[1] is not None,
+        # a bracket (or already the end: a probe the client could not measure is measured again)
+        await wait_for(pilot, lambda: app.search is not None and (app.search.bracket[1] is not None
+                                                                  or app.search.result is not None),
                        "a bracket", timeout=SEARCH_S)
-        assert chart_title(app.search).startswith("search: ")
+        if app.search.result is None:
+            assert chart_title(app.search).startswith("search: ")
         await wait_for(pilot, lambda: app.search is not None and app.search.result is not None, "the search to end",
                        timeout=SEARCH_S)
         result = app.search.result

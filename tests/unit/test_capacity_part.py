@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 
 from specload.engine.capacity import CapacityPart
 from specload.engine.search import SearchSettings
@@ -41,3 +42,26 @@ def test_without_objectives_only_a_searchs_probes_are_kept() -> None:
     for rec in closed_loop(2, 10, lambda i: 100.0):
         part.on_record(rec)
     assert part.collector.get(0) is None
+
+
+def test_a_probe_whose_client_was_starved_half_the_time_is_measured_again() -> None:
+    """The session's one-second client samples reach the search: a probe starved in at least half of
+    them, which would set the limit, is measured again; a starved second now and then is not that."""
+    part = CapacityPart(None, collect_all=False)
+    driver = part.new_search(SearchSettings(requests=10, min_requests=10, throughput_ci=1.0))
+    events: list[dict] = []
+    driver._on_event = events.append
+    for index, flags in enumerate((["starved", None, None, None], ["starved", "starved", None, None])):
+        spec = asyncio.run(driver.next_level(index))
+        assert spec is not None, events
+        for flag in flags:
+            part.client_sample(index, flag)
+        # one stream's worth at either load: the starved C=2 reads flat, which would make C=1 the knee
+        for rec in closed_loop(1, 10, lambda i: 100.0):
+            part.on_record(replace(rec, level_index=index, level=spec.concurrency))
+        assert asyncio.run(driver.more_requests(index, 10)) == 0
+    asyncio.run(driver.next_level(2))
+    observed = [e for e in events if e.get("phase") == "observed"]
+    assert [e["client"] for e in observed] == [None, "starved"]
+    probes = [e for e in events if e.get("phase") == "probe"]
+    assert probes[-1]["step"] == "repeat" and probes[-1]["value"] == 2 * probes[0]["value"]

@@ -8,6 +8,7 @@ was probed.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 import pytest
 
@@ -45,7 +46,9 @@ def outcome(value: float, t: float, objectives: str = NONE, *, rel: float = 0.01
 
 def drive(search: CapacitySearch, curve: Callable[[float], float],
           objectives: Callable[[float, int], str] = lambda c, n: NONE,
-          rel: Callable[[int], float] = lambda n: 0.01, elapsed: Callable[[int], float] = lambda i: 0.0) -> list[float]:
+          rel: Callable[[int], float] = lambda n: 0.01, elapsed: Callable[[int], float] = lambda i: 0.0,
+          client: Callable[[float, int], str | None] = lambda c, k: None) -> list[float]:
+    """``client(load, k)``: what the client was at the k-th probe of that load (None: fine)."""
     probed = []
     i = 0
     while (plan := search.next_probe(elapsed(i))) is not None:
@@ -58,8 +61,11 @@ def drive(search: CapacitySearch, curve: Callable[[float], float],
             if not more:
                 break
             started += more
-        search.observe(outcome(plan.value, curve(plan.value), objectives(plan.value, started), rel=rel(started),
-                               requests=started))
+        flag = client(plan.value, probed.count(plan.value))
+        # a client that could not keep up measured less than the server gave
+        t = curve(plan.value) * (0.5 if flag else 1.0)
+        final = outcome(plan.value, t, objectives(plan.value, started), rel=rel(started), requests=started)
+        search.observe(replace(final, client=flag))
     return probed
 
 
@@ -272,3 +278,42 @@ def test_settings_checks() -> None:
     assert CapacitySearch(SearchSettings(), min_requests=381).settings.probe_requests(1) == 384
     assert SearchSettings(requests=50).probe_requests(16) == 64
     assert SearchSettings(axis=RATE, start=5.0, min_requests=35).probe_requests(5.0) == 44
+
+
+def test_a_starved_probe_is_measured_again_and_never_the_knee() -> None:
+    """It said "limited by saturation; knee at C=12" on a C=16 probe it had flagged as CPU-starved: a
+    starved probe that would move the limit is measured again; one the client still could not measure
+    is never the knee, and the limit is named as the client's."""
+    once = CapacitySearch(SearchSettings())
+    probed = drive(once, batch_limited(8), client=lambda c, k: "starved" if (c, k) == (16, 1) else None)
+    r = once.result()
+    assert probed[:6] == [1, 2, 4, 8, 16, 16]  # measured again, fine the second time: as if never starved
+    assert r.best is not None and r.best.value == 8 and r.knee.value == 8 and r.limited_by == "saturation"
+    assert [p.value for p in r.excluded] == [16] and "measured again: C=16" in r.message
+    assert all(p.client is None for p in r.probes)
+
+    # a server that still scales at C=16, where the starved client reads it flat twice: that plateau is
+    # the client's; no knee is claimed and the limit is the client's, not saturation
+    twice = CapacitySearch(SearchSettings())
+    probed = drive(twice, lambda c: 1000.0 * c, client=lambda c, k: "starved" if c >= 16 else None)
+    r = twice.result()
+    assert probed[:6] == [1, 2, 4, 8, 16, 16] and probed.count(16) == 2
+    assert not r.knee.reached and r.limited_by == "client"
+    assert "limited by what the client could measure" in r.message and "saturation" not in r.message
+    assert "client starved (another process held its CPU) at C=16" in r.message
+    assert r.as_record()["excluded"][0]["client"] == "starved"
+
+
+def test_a_client_at_its_own_limit_is_not_measured_again_nor_the_knee() -> None:
+    s = CapacitySearch(SearchSettings())
+    probed = drive(s, lambda c: 1000.0 * c, client=lambda c, k: "saturated" if c >= 16 else None)
+    r = s.result()
+    assert probed.count(16) == 1 and not r.excluded  # more of the same client would not measure it
+    assert not r.knee.reached and r.limited_by == "client" and "client at its own CPU limit at C=16" in r.message
+
+
+def test_a_starved_probe_that_moves_no_limit_is_not_measured_again() -> None:
+    """Only a probe that would set the limit is repeated: a starved first probe on the way up is kept."""
+    s = CapacitySearch(SearchSettings(max_probes=3))
+    probed = drive(s, lambda c: 1000.0 * c, client=lambda c, k: "starved" if c == 1 else None)
+    assert probed == [1, 2, 4] and not s.result().excluded
