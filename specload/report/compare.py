@@ -12,6 +12,7 @@ here reads files: ``record.runs`` does.
 from __future__ import annotations
 
 import math
+import os
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -654,7 +655,7 @@ EXPLAIN_THROUGHPUT = (
 def side_text(c: Comparison, s: Side) -> str:
     """What a side is, after its label: its file, or how many files and whether they repeat a level."""
     if s.repeats == 1:
-        return s.runs[0].source
+        return os.path.basename(s.runs[0].source)
     if any(len(r.per_run) > 1 for lc in c.levels if (r := lc.result(s.label, c.primary)) is not None):
         return f"{s.repeats} runs"
     return f"{s.repeats} files, no level repeated"

@@ -26,11 +26,23 @@ WORKLOAD_KEYS = ("api", "prompt_source", "dataset", "prompt_tokens", "shared_pre
 UNSOUND_FLAGS = frozenset({"client_saturated", "client_starved", "shape"})
 
 
+# token lengths within this share of each other are the same workload (the README's 5 %): a peer tool
+# reports the mean its prompts had, specload the length it asked for (126 vs 128 is not a difference)
+LENGTH_KEYS = ("prompt_tokens", "shared_prefix_tokens")
+LENGTH_TOLERANCE = 0.05
+
+
 def workload_differences(base: dict, other: dict) -> list[str]:
     """How two runs' workloads differ (``key a vs b``), in ``WORKLOAD_KEYS`` order; a key that either
-    side's source does not know (None: a peer tool's file) is not compared."""
+    side's source does not know (None: a peer tool's file) is not compared; lengths within
+    ``LENGTH_TOLERANCE`` are the same."""
+    def same(k: str, a: object, b: object) -> bool:
+        if k in LENGTH_KEYS and isinstance(a, int | float) and isinstance(b, int | float) and a and b:
+            return abs(b / a - 1) <= LENGTH_TOLERANCE
+        return a == b
+
     return [f"{k} {base[k]!r} vs {other[k]!r}" for k in WORKLOAD_KEYS
-            if base.get(k) is not None and other.get(k) is not None and base[k] != other[k]]
+            if base.get(k) is not None and other.get(k) is not None and not same(k, base[k], other[k])]
 
 
 def workload_warnings(shape: dict, speculative: bool) -> list[str]:

@@ -141,6 +141,11 @@ def test_the_soundness_rule() -> None:
     base = {"api": "chat", "dataset": "builtin (sha256 1)", "max_tokens": 128, "temperature": None}
     assert workload_differences(base, {**base, "temperature": 0.0}) == []  # a side that does not say
     assert workload_differences(base, {**base, "max_tokens": 256}) == ["max_tokens 128 vs 256"]
+    # prompt lengths follow the README's 5 %: 1.6 % apart (a peer tool's mean vs the length asked) is
+    # the same workload, 10 % apart is not
+    with_len = {**base, "prompt_tokens": 128}
+    assert workload_differences(with_len, {**with_len, "prompt_tokens": 126}) == []
+    assert workload_differences(with_len, {**with_len, "prompt_tokens": 141}) == ["prompt_tokens 128 vs 141"]
     assert unsound_reason([]) is None and unsound_reason([], ["errors: b: 1/40 failed"]) is None
     assert "client_saturated" in (unsound_reason([], ["client_saturated: b: 3 s"]) or "")
     assert "max_tokens" in (unsound_reason(["max_tokens 128 vs 256"]) or "")
