@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from specload.report.timeseries import TimeSeries, build_time_series
+from specload.report.timeseries import TimeSeries, build_time_series, crash_label
 from specload.secrets import redact_command
 from specload.stats.level_metrics import level_keys
 
@@ -53,6 +53,9 @@ class ReportLevel:
     metrics: dict[str, dict] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     key: str = ""  # "C=4", or "C=4 #2" for the second level at C=4 (levels set by key repeat)
+    # the terminal table's tok/s (every token of the level over its active time, fill and drain
+    # included), beside the steady-state figure of ``metrics["throughput"]`` the verdicts use
+    level_tok_s: float | None = None
 
 
 @dataclass
@@ -90,6 +93,8 @@ class ReportPage:
     comparison_notes: list[str] = field(default_factory=list)  # method, threshold, unsound flags
     comparison: dict | None = None  # the comparison's JSON (its outputs section: report/lossless.py)
     summary_html: str = ""  # a section of its own before the runs (a sweep's configurations and verdicts)
+    crossover: str | None = None  # the headline metric's crossover, one sentence (the JSON has them all)
+    primary: str = "throughput"  # the metric of the comparison's verdicts
     generated_at: str = field(
         default_factory=lambda: _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
     )
@@ -118,7 +123,9 @@ def page_from_runs(sides: Sequence[Any], comparison: dict | None = None, *, titl
     if title is None:
         title = "specload report: " + " vs ".join(s.label for s in series)
     return ReportPage(runs=runs, series=series, title=title, baseline=baseline, comparison_notes=notes,
-                      comparison=comparison)
+                      comparison=comparison,
+                      crossover=crossover_note(comparison) if comparison is not None else None,
+                      primary=str((comparison or {}).get("primary") or "throughput"))
 
 
 def _metric_cell(est: Any) -> dict:
@@ -193,7 +200,7 @@ def _levels_alone(run: Any) -> list[ReportLevel]:
             metrics["itl_p50"] = itl
         n, ok, errors = _counts([lv])
         key = f"C={lv.concurrency}" + (f" #{k + 1}" if k else "")
-        out.append(ReportLevel(lv.concurrency, n, ok, errors, metrics, _level_notes(lv), key))
+        out.append(ReportLevel(lv.concurrency, n, ok, errors, metrics, _level_notes(lv), key, _level_tok_s([lv])))
     return out
 
 
@@ -232,7 +239,7 @@ def _series_from_comparison(sides: Sequence[Any], comparison: dict) -> list[Repo
                 notes.insert(0, f"headline ({comparison.get('primary')}): {headline.replace('_', ' ')}")
             series[label].levels.append(
                 ReportLevel(int(lvj["concurrency"]), n or None, ok if lvs else None, errors, metrics, notes,
-                            lvj["key"])
+                            lvj["key"], _level_tok_s(lvs))
             )
     return [series[s.label] for s in sides]
 
@@ -244,13 +251,32 @@ def _comparison_notes(c: dict) -> list[str]:
     ]
     for f in c.get("shape_flags", []):
         out.append(f"{f.get('side')}: {f.get('detail')}")
-    for x in c.get("crossovers", []):
-        out.append(
-            f"{x.get('side')} crosses the baseline on {x.get('metric')} between C={x['between'][0]} and "
-            f"C={x['between'][1]} (about C={x.get('at')}): {x.get('below')} below, {x.get('above')} above"
-        )
     out.extend(str(n) for n in c.get("notes", []))
     return out
+
+
+def crossover_note(c: dict) -> str | None:
+    """The headline metric's crossovers in one sentence (decided ones; else the point estimates',
+    said so); the other metrics' are in the JSON, not in a row of banners."""
+    from specload.stats.level_metrics import METRICS as COMPARED
+
+    mine = [x for x in c.get("crossovers", []) if x.get("metric") == c.get("primary")]
+    shown = [x for x in mine if x.get("decided")] or mine
+    if not shown:
+        return None
+    spec = COMPARED.get(str(c.get("primary")))
+    name = spec.label if spec is not None else str(c.get("primary"))
+    parts = [f"{x.get('side')} is {x.get('below')} up to C={x['between'][0]} and {x.get('above')} from "
+             f"C={x['between'][1]} (crossing near C≈{float(x.get('at') or 0):.0f})" for x in shown]
+    tail = "" if any(x.get("decided") for x in shown) else " (point estimates only: not decided on both sides)"
+    return f"Crossover on {name}: " + "; ".join(parts) + tail + "."
+
+
+def _level_tok_s(levels: Sequence[Any]) -> float | None:
+    """The terminal table's tok/s of one level (its level line); None for repeats or a source without one."""
+    if len(levels) != 1 or levels[0].summary is None:
+        return None
+    return levels[0].summary.throughput_tok_s
 
 
 def report_run(run: Any, *, side: str = "") -> ReportRun:
@@ -338,3 +364,19 @@ def tool_summary_text(s: dict) -> str:
         if s.get(k) is not None:
             parts.append(f"{label} {s[k]:.2f} (server, whole run)")
     return "\n".join(parts)
+
+
+def crash_lines(page: ReportPage) -> list[str]:
+    """One line per crash signature of the page's runs: the page's answer and the plot say it first."""
+    out = []
+    for run in page.runs:
+        seen: set[str] = set()
+        for c in run.crashes:
+            sig = str(c.get("signature") or c.get("message"))
+            if sig in seen:
+                continue
+            seen.add(sig)
+            t = c.get("first_seen_s", c.get("t_s"))
+            at = f" at {t:.1f} s" if isinstance(t, int | float) else ""
+            out.append(f"{run.label}: server crashed{at}: {crash_label(c)}")
+    return out

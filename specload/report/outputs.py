@@ -85,11 +85,12 @@ def write_outputs(sides: Sequence[Any], comparison: dict | None, *, html: str | 
     if html is not None:
         write_page(html, page)
     if plot is not None:
+        from specload.report.figures import crash_lines
         from specload.report.plot import PlotError, render_plot
 
         try:
             with atomic_output(plot) as tmp:
-                size = render_plot(page.series, tmp, title=page.title)
+                size = render_plot(page.series, tmp, title=page.title, crashes=crash_lines(page))
         except PlotError as e:
             raise OutputError(str(e).replace(str(tmp), plot)) from None
         except OSError as e:

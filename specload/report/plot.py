@@ -64,8 +64,10 @@ def _points(run: ReportSeries, metric: str) -> tuple[list[int], list[float], lis
     return xs, ys, lo, hi
 
 
-def render_plot(runs: Sequence[ReportSeries], path: str | Path, *, title: str | None = None, dpi: int = 90) -> int:
-    """Write the figure to ``path`` (.png or .svg); returns the file's size in bytes."""
+def render_plot(runs: Sequence[ReportSeries], path: str | Path, *, title: str | None = None, dpi: int = 90,
+                crashes: Sequence[str] = ()) -> int:
+    """Write the figure to ``path`` (.png or .svg); returns the file's size in bytes. ``crashes``: a
+    line per server crash, drawn in red above the panels (a crashed run's plot says so)."""
     path = Path(path)
     if path.suffix.lower() not in FORMATS:
         raise PlotError(f"--plot {path}: the file must end in .png or .svg")
@@ -93,6 +95,12 @@ def render_plot(runs: Sequence[ReportSeries], path: str | Path, *, title: str | 
         ax.grid(True, alpha=0.3)
         if not ax.lines:
             ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes, color="0.5")
+    for run in runs:  # a level a crash cut, marked where its throughput is drawn
+        for lv in run.levels:
+            t = (lv.metrics.get("throughput") or {}).get("value")
+            if t is not None and any(n.startswith("cut by") and "crash" in n for n in lv.notes):
+                flat[0].annotate("✖ crash", (lv.concurrency, t), textcoords="offset points", xytext=(6, -12),
+                                 color="#C0392B", fontsize=9, fontweight="bold")
     ax = flat[5]
     for i, run in enumerate(runs):
         color = RUN_COLORS[i % len(RUN_COLORS)]
@@ -119,7 +127,14 @@ def render_plot(runs: Sequence[ReportSeries], path: str | Path, *, title: str | 
     ]
     fig.legend(handles=handles, loc="outside lower center", ncols=min(len(runs), 4), fontsize=9, frameon=False)
     note = "error bars: 95% intervals" if any_interval else "no intervals in these runs"
-    fig.suptitle(f"{title or 'specload'} · p50 solid ●, p99 dashed ▲ · {note}", fontsize=12)
+    head = f"{title or 'specload'} · p50 solid ●, p99 dashed ▲ · {note}"
+    if crashes:
+        shown = [c if len(c) <= 150 else c[:147] + "..." for c in crashes[:3]]
+        more = [f"(and {len(crashes) - 3} more)"] if len(crashes) > 3 else []
+        fig.suptitle(head + "\n" + "\n".join(f"✖ {c}" for c in [*shown, *more]), fontsize=12, color="#C0392B",
+                     fontweight="bold")
+    else:
+        fig.suptitle(head, fontsize=12)
     try:
         # a fixed salt for the SVG's element ids, which are random otherwise
         with plt.rc_context({"svg.hashsalt": "specload"}):

@@ -249,6 +249,9 @@ def _server_series(
         for src in ordered:
             pts = [(line["t_s"], line[f]) for line in by_source[src]
                    if _num(line.get(f)) is not None and _num(line.get("t_s")) is not None]
+            if f == "gen_tok_s":
+                pts = windowed_rate(pts, [_interval(line) for line in by_source[src]
+                                          if _num(line.get(f)) is not None and _num(line.get("t_s")) is not None])
             if pts:
                 t = np.array([p[0] for p in pts], dtype=np.float64)
                 v = np.array([p[1] for p in pts], dtype=np.float64)
@@ -259,6 +262,37 @@ def _server_series(
                     used.append(src)
                 break
     return out, ", ".join(used) or None
+
+
+RATE_WINDOW_S = 1.0  # a server rate is drawn over at least this long
+
+
+def _interval(line: dict) -> float | None:
+    extra = line.get("extra")
+    return _num(extra.get("interval_s")) if isinstance(extra, dict) else None
+
+
+def windowed_rate(pts: list[tuple[float, float]], intervals: list[float | None],
+                  window_s: float = RATE_WINDOW_S) -> list[tuple[float, float]]:
+    """A counter's rate samples (time, rate over the sample's interval) merged until each covers at
+    least ``window_s``: the same tokens over a longer span. A sample 0.1 s after the last one held a
+    single scheduler step's tokens and drew a spike (1,600 tok/s from a server making 300); the
+    merged rate is the tokens of the window over its length, nothing smoothed away. Samples without
+    an interval are kept as they are."""
+    out: list[tuple[float, float]] = []
+    tokens = span = 0.0
+    for (t, rate), dt in zip(pts, intervals, strict=True):
+        if dt is None or dt <= 0:
+            out.append((t, rate))
+            continue
+        tokens += rate * dt
+        span += dt
+        if span >= window_s * 0.95:  # a one-second poll that came a little early is a whole window
+            out.append((t, tokens / span))
+            tokens = span = 0.0
+    if span > 0:
+        out.append((pts[-1][0], tokens / span))
+    return out
 
 
 def _bin_means(t: np.ndarray, v: np.ndarray, bin_s: float, nbins: int) -> tuple[np.ndarray, np.ndarray]:

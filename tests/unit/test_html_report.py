@@ -99,3 +99,25 @@ def test_acceptance_by_category_is_on_the_page_escaped_and_only_when_a_run_has_c
     assert EVIL not in section and "&lt;/script&gt;" in section  # a category name from a file is text
     assert section.count('class="missing">–') == 1  # its C=4 requests carried no counts
     assert "server (/metrics, whole level)</td><td>52%" in section
+
+
+def test_the_page_leads_with_the_answer_one_crossover_and_the_crash() -> None:
+    from specload.report.figures import crossover_note
+
+    p = page()
+    p.crossover = crossover_note({"primary": "throughput", "crossovers": [
+        {"metric": "throughput", "side": "new", "between": [4, 16], "at": 9.2, "below": "worse", "above": "better",
+         "decided": True},
+        {"metric": "tpot_p50", "side": "new", "between": [1, 4], "at": 2, "below": "better", "above": "worse",
+         "decided": True}]})
+    p.runs[0].crashes = [{"exception_type": "EngineDeadError", "message": "engine died", "first_seen_s": 12.5}]
+    p.series[1].levels[0].level_tok_s = 101.0  # the terminal's figure, 16 % off the steady state
+    text = render(p)
+    answer = text[text.index("<h2>The answer</h2>"):text.index("<h2>Runs</h2>")]
+    assert text.index("<h2>The answer</h2>") < text.index("<h2>Levels</h2>")
+    assert "✖ base: server crashed at 12.5 s: EngineDeadError: engine died" in answer
+    assert answer.count('class="crossover"') == 1 and "Crossover on output tok/s: new is worse up to C=4" in answer
+    assert "TPOT" not in answer.split('class="crossover"')[1].split("</p>")[0]  # one metric's, not every one
+    assert "×1.200" in answer and 'class="verdict better"' in answer
+    assert "120.0 here, 101.0 there" in answer  # why the page's tok/s and the terminal's differ
+    assert "[no interval]" not in text

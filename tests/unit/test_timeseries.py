@@ -147,3 +147,17 @@ def test_a_long_run_keeps_its_size_bounded() -> None:
     assert ts is not None and ts.bin_s == 15.0 and len(ts.t_s) <= 3601  # 36,010 s: just over 10 s bins
     t, v = ts.server["running"]
     assert len(t) <= 3601 and np.mean(v) == pytest.approx(3.0, abs=0.01)  # the mean of 0..6
+
+
+def test_a_server_rate_is_drawn_over_a_second_or_more_not_a_spike_per_short_poll() -> None:
+    """A /metrics poll 0.1 s after the last one held one scheduler step's tokens: 3,000 tok/s from a
+    server making 300. It is merged with the next until the window is a second long: the same tokens
+    over their own span (the token total is unchanged)."""
+    lines = [{"type": "server", "t_s": t, "source": "metrics", "gen_tok_s": r, "extra": {"interval_s": dt}}
+             for t, r, dt in ((1.0, 300.0, 1.0), (1.1, 3000.0, 0.1), (2.1, 270.0, 1.0), (3.1, 310.0, 1.0))]
+    ts = build_time_series([cols([(0.0, 3.5, 50.0, 5.0, 10, True, None)])], [], [], lines, end_s=4.0)
+    assert ts is not None
+    t, v = ts.server["gen_tok_s"]
+    assert t == [1.0, 2.1, 3.1] and max(v) < 600
+    assert v[1] == pytest.approx((3000 * 0.1 + 270 * 1.0) / 1.1)
+    assert sum(x * dt for x, dt in zip(v, (1.0, 1.1, 1.0), strict=True)) == pytest.approx(300 + 300 + 270 + 310)
