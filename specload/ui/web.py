@@ -24,6 +24,7 @@ textual-serve and used from there). textual-serve is the optional extra ``speclo
 from __future__ import annotations
 
 import ipaddress
+import logging
 import re
 import secrets
 import shlex
@@ -153,6 +154,13 @@ def serve(tui_argv: list[str], *, host: str = "127.0.0.1", port: int = 8765, rec
 
         state = "ready"  # ready -> running -> ended
 
+        def initialize_logging(self) -> None:
+            """textual-serve's logging, with the token masked: aiohttp's access log prints each
+            request line, and the page's is ``GET /?token=...`` (the Referer of the next ones too)."""
+            super().initialize_logging()
+            for handler in logging.getLogger().handlers:
+                handler.addFilter(mask_token)
+
         async def on_startup(self, app: web.Application) -> None:
             """Nothing: textual-serve prints its logo and the command, whose options may hold a
             secret (a --header with a key); the banner above says where the page is."""
@@ -207,6 +215,18 @@ def serve(tui_argv: list[str], *, host: str = "127.0.0.1", port: int = 8765, rec
         print("specload: WARNING anyone who can open the page can change the load (keys work there)",
               file=sys.stderr, flush=True)
     server.serve()
+
+
+_TOKEN = re.compile(r"(token=)[^&\s\"']+")
+
+
+def mask_token(record: logging.LogRecord) -> bool:
+    """A logging filter: the message with every ``token=VALUE`` as ``token=***`` (the dashboard's
+    token is a secret: only the banner that hands it to the user shows it)."""
+    text = record.getMessage()
+    if "token=" in text:
+        record.msg, record.args = _TOKEN.sub(r"\1***", text), ()
+    return True
 
 
 NOTES = {

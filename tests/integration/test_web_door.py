@@ -113,6 +113,8 @@ async def test_web_door_and_one_run(tmp_path: Path) -> None:
     shown = err.read_text() + (tmp_path / "web.out").read_text()
     assert "Traceback" not in shown, shown[-1500:]
     assert SECRET not in shown  # textual-serve printed the command, --header and all
+    # aiohttp's access log printed each "GET /?token=...": only the banner hands the token out
+    assert shown.count(token) == 1 and "token=***" in shown, shown[-1500:]
 
 
 def test_web_never_overwrites_a_record(tmp_path: Path) -> None:
