@@ -99,7 +99,8 @@ def level_line(s: LevelSummary) -> str:
         line += f" | {gpu_text(s.gpu)}"
     j = s.judged
     if j is not None:
-        line += f" | {j.metric} +-{_f(j.half_width_pct)}%" + (f" ({j.done})" if j.done else "")
+        if j.half_width_pct is not None:  # no interval yet: nothing to say ("+--%")
+            line += f" | {j.metric} +-{_f(j.half_width_pct)}%" + (f" ({j.done})" if j.done else "")
         if j.baseline is not None:
             line += f" | vs baseline {ratio_interval(j)} {verdict_text(j.verdict)}"
     return line

@@ -77,6 +77,8 @@ class ReplayControls:
     else moves a record."""
 
     held = False
+    # the dashboard's load keys it serves: the others do nothing to a record, and are not shown
+    keys = frozenset({"pause", "next_level"})
 
     def __init__(self, source: ReplaySource) -> None:
         self._source = source

@@ -613,6 +613,8 @@ class LevelColumns:
         first = hit[0][0]
         lost = int(np.count_nonzero(np.frombuffer(self.failed_ends_ns, dtype=np.float64) >= first)) \
             if len(self.failed_ends_ns) else 0
+        if not cut_ns and not lost:
+            return None  # a pause while requests streamed took nothing out ("active 10.9 of 10.9 s")
         return hit[0][2], max(0.0, (b - a - cut_ns) / 1e9), lost
 
     def summary(self, until_ns: int | None = None) -> LevelSummary:

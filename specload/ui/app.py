@@ -29,6 +29,7 @@ from pathlib import Path
 from textual import events, messages
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
+from textual.notifications import SeverityLevel
 from textual.reactive import var
 from textual.timer import Timer
 from textual.widgets import Footer
@@ -118,6 +119,9 @@ class SpecloadApp(App[int]):
         {"quit_run", "pause", "conc", "scale", "set_concurrency", "next_level", "hold", "marker", "crashes",
          "find_max", "hold_best", "help", "panel"}
     )
+
+    LOAD_ACTIONS = frozenset({"pause", "conc", "scale", "set_concurrency", "next_level", "hold", "marker",
+                              "find_max", "hold_best"})
 
     snapshot: var[StatsSnapshot | None] = var(None)
     runner_state: var[RunnerState | None] = var(None)
@@ -212,7 +216,7 @@ class SpecloadApp(App[int]):
         self.query_one(CrashTable).t0_ns = self.frame.info.t0_ns
         self.query_one(LatencyPanel).set_objectives(self.frame.info.slo)
         for text, severity in self.startup_notices:
-            self.notify(text, severity=severity, timeout=8)  # type: ignore[arg-type]
+            self.notify(text, severity=severity, timeout=5)  # type: ignore[arg-type]
         self.sample()
         self.set_interval(self.refresh_s, self.sample)
         if self.after_start is not None:
@@ -270,8 +274,14 @@ class SpecloadApp(App[int]):
 
     # ------------------------------------------------------------------ pushed events
 
+    def notify(self, message: str, *, title: str = "", severity: SeverityLevel = "information",
+               timeout: float | None = None, markup: bool = False) -> None:
+        """Textual's toast, its text never markup: a notice naming 'pip install specload[gpu]' lost its
+        '[gpu]' (the dashboard's texts that want a style pass markup=True)."""
+        super().notify(message, title=title, severity=severity, timeout=timeout, markup=markup)
+
     def on_session_notice(self, msg: SessionNotice) -> None:
-        self.notify(msg.text, timeout=6)
+        self.notify(msg.text, timeout=4)
 
     def on_run_event_posted(self, msg: RunEventPosted) -> None:
         match msg.event:
@@ -321,7 +331,7 @@ class SpecloadApp(App[int]):
             return
         self._saturated_levels.add(key)
         self.notify(load.warning(msg.level).split(" ", 2)[-1],
-                    title="⚠ client starved" if load.starved else "⚠ client saturated", severity="warning", timeout=8)
+                    title="⚠ client starved" if load.starved else "⚠ client saturated", severity="warning", timeout=5)
 
     def _on_signal(self, sig: int, _frame: object) -> None:
         """A signal handler (main thread, between any two bytecodes): arm the watchdog, then quit from
@@ -424,7 +434,11 @@ class SpecloadApp(App[int]):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         # the dashboard's keys only while it is shown: in a dialog, 'q' and 'c' are text and arrows
         # move the cursor
-        return not (action in self.DASHBOARD_ACTIONS and len(self.screen_stack) > 1)
+        if action in self.DASHBOARD_ACTIONS and len(self.screen_stack) > 1:
+            return False
+        # a control that serves only some load keys (a replay: pause and next) hides the others
+        served = getattr(type(self.control), "keys", None)  # a class's declaration, not a call through a proxy
+        return not (served is not None and action in self.LOAD_ACTIONS and action not in served)
 
     async def on_event(self, event: events.Event) -> None:
         # our dialogs take their keys here, in the app's queue, in order (keys.py)
@@ -548,6 +562,20 @@ class SpecloadApp(App[int]):
         """Hold the load at the best point found (stopping a search that still runs)."""
         if self._steerable() is not None:
             self._steer(lambda c: c.hold_best())
+
+    def deliver_screenshot(self, filename: str | None = None, path: str | None = None,
+                           time_format: str | None = None) -> str | None:
+        """The palette's Screenshot: saved in the current directory (Textual's default, ~/Downloads,
+        is missing on a server) and said where; in a browser (--web) the page downloads it."""
+        if self.is_web:
+            return super().deliver_screenshot(filename, path, time_format)
+        try:
+            saved = self.save_screenshot(filename, path or os.getcwd(), time_format)
+        except OSError as e:
+            self.notify(f"screenshot not saved: {e.strerror or e}", severity="error")
+            return None
+        self.notify(f"screenshot saved to {saved}", timeout=6)
+        return None
 
     def get_system_commands(self, screen):  # Textual's signature
         yield from super().get_system_commands(screen)

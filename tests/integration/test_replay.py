@@ -81,6 +81,13 @@ async def test_the_dashboard_plays_a_record(record: Path) -> None:
     src = ReplaySource(read_record(str(record)), speed=1.0, clock=clock)
     app = create_app(source=src)
     async with app.run_test(size=(160, 48)) as pilot:
+        # the footer offers the keys a record answers to (pause, next), not the load's (C±1, hold, ...)
+        from tests.ui.conftest import screen_text
+
+        await pilot.pause()
+        footer = next((ln for ln in screen_text(app).splitlines() if "Quit" in ln), "")
+        assert "Pause" in footer and "Next" in footer and "Quit" in footer
+        assert not any(k in footer for k in ("C±1", "Set", "Hold", "Mark")), footer
         clock.advance(1.0)
         app.sample()
         await pilot.press("space")  # the dashboard's pause key pauses the playback

@@ -3,6 +3,7 @@ that is not there, a key that ended a load without a word, sparklines that made 
 
 from __future__ import annotations
 
+import math
 import re
 
 from specload.engine.runner import MAX_CONCURRENCY
@@ -96,6 +97,17 @@ async def test_long_server_log_lines_wrap_instead_of_being_cut() -> None:
     async with app.run_test(size=(160, 48)) as pilot:
         await wait_for(pilot, lambda: "short line" in screen_text(app), "the log on screen")
         assert "THE-END" in screen_text(app)
+        # its continuation lines hang under the first (each log line reads as one)
+
+        def hanging() -> bool:
+            rows = screen_text(app).splitlines()
+            at = [i for i, r in enumerate(rows) if "AttributeError: " in r and "'NoneType'" not in r]
+            if not at or at[-1] + 1 >= len(rows):
+                return False
+            first, nxt = rows[at[-1]].index("AttributeError"), rows[at[-1] + 1]
+            return nxt[first:first + 2] == "  " and nxt[first + 2:first + 6] == "xxxx"
+
+        await wait_for(pilot, hanging, "a hanging indent under the log line", timeout=5)
 
 
 async def test_at_120x40_the_crashes_and_the_log_stay_in_view_with_the_levels() -> None:
@@ -123,3 +135,34 @@ async def test_at_120x40_the_crashes_and_the_log_stay_in_view_with_the_levels() 
     async with app.run_test(size=(80, 24)) as pilot:  # too small: one panel at a time, as before
         await pilot.pause()
         assert visible(app, LevelTable) and not app.query_one(CrashTable).display
+
+
+async def test_the_palettes_screenshot_is_saved_here_and_says_where(tmp_path, monkeypatch) -> None:
+    """Textual saved it in ~/Downloads, which a server has not: it failed. Now the current directory,
+    and a notification names the file."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path / "no-home"))
+    app = create_app(source=mid_run_source())
+    async with app.run_test(size=(100, 30)) as pilot:
+        (shot,) = [c for c in app.get_system_commands(app.screen) if c.title == "Screenshot"]
+        shot.callback()
+        await wait_for(pilot, lambda: list(tmp_path.glob("*.svg")), "the screenshot in the current directory",
+                       timeout=10)
+        (svg,) = tmp_path.glob("*.svg")
+        await wait_for(pilot, lambda: any(svg.name in n.message for n in app._notifications), "where it is")
+        assert "<svg" in svg.read_text()[:500]
+
+
+def test_the_throughput_axis_has_even_round_ticks_from_zero() -> None:
+    """plotext's own y ticks skipped one (625, 521, 417, 208, 104): the chart now sets round, evenly
+    spaced ones from 0 to just above the highest level."""
+    from specload.ui.widgets.levels import nice_ticks
+
+    for top in (0.3, 1.0, 104.0, 687.5, 9500.0, 48213.0):
+        ticks = nice_ticks(top)
+        steps = {round(b - a, 9) for a, b in zip(ticks, ticks[1:], strict=False)}
+        assert ticks[0] == 0 and ticks[-1] >= top and ticks[-2] < top and len(steps) == 1, (top, ticks)
+        (step,) = steps
+        mantissa = step / 10 ** math.floor(math.log10(step))
+        assert any(abs(mantissa - m) < 1e-9 for m in (1, 2, 2.5, 5)), (top, step)
+        assert 3 <= len(ticks) <= 6

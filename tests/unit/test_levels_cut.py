@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from specload.datatypes import ErrorKind, RequestRecord
+from specload.formatting import level_line
 from specload.stats.levels import LevelBook, LevelSummary
 
 S = 1_000_000_000
@@ -79,6 +80,19 @@ def test_a_pause_cuts_only_the_time_no_request_was_in_flight() -> None:
     assert s.active_s == pytest.approx(17.0)  # 40 - (35 - 12)
     assert s.throughput_tok_s == pytest.approx(1700 / 17)
     assert s.cut == "pause" and s.lost == 0
+
+
+def test_a_pause_while_requests_streamed_cut_nothing_and_says_nothing() -> None:
+    """"cut by pause: active 10.9 of 10.9 s" was said of a level whose pause came while its requests
+    streamed on: nothing was cut, so nothing is said."""
+    book = LevelBook()
+    book.open(0, 1)
+    book.cut_begin("pause", 4 * S)
+    book.cut_end(6 * S)
+    s = level(book, [rec(0, 10, 1000)])  # in flight through the whole pause
+    assert s.cut is None and s.active_s is None and s.lost is None
+    assert s.throughput_tok_s == pytest.approx(100.0)
+    assert "cut by" not in level_line(s)
 
 
 def test_a_crash_during_a_pause_cuts_from_the_pause_on_and_is_named() -> None:

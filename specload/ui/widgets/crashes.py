@@ -107,7 +107,8 @@ def crash_cells(c: CrashEvent, type_w: int, procs_w: int, message_w: int) -> tup
 class CrashTable(KeyedTable):
     DEFAULT_CSS = """
     CrashTable { height: 1fr; background: $surface; }
-    CrashTable > .datatable--header { color: $error; }
+    CrashTable > .datatable--header { color: $text-muted; }
+    CrashTable.-has-crashes > .datatable--header { color: $error; }
     CrashTable.-alert { background: $specload-flash; }
     """
     BORDER_TITLE = "crashes (e: excerpt)"
@@ -185,6 +186,9 @@ class CrashTable(KeyedTable):
             if self.crashes.get(c.signature) != c:
                 self.show_crash(c)
         self.set_class(bool(self.crashes), "-has-crashes")
+        # nothing to show in the crash and error panels: the wide grid gives their row's room to the
+        # levels and the log (at 160x48 they sat mostly empty)
+        self.app.query_one("Dashboard").set_class(not snap.crashes and not snap.errors_by_kind, "-quiet")
 
     def flash(self, seconds: float = 2.0) -> None:
         self.add_class("-alert")

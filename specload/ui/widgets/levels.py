@@ -193,7 +193,8 @@ class KneeChart(PlotextPlot):
         plt.clear_figure()
         sv = self.search
         rate_axis = sv is not None and sv.axis == "rate"
-        plt.title(chart_title(sv))
+        # the panel's border says what the chart is; the plot's own title only says where a search is
+        plt.title(chart_title(sv) if sv is not None else "")
         plt.xlabel("request rate (req/s)" if rate_axis else "concurrency")
         plt.ylabel("tok/s")
         # a manual level may repeat a concurrency: the latest measurement of each load is plotted
@@ -219,7 +220,9 @@ class KneeChart(PlotextPlot):
             if len(xs) == 1:
                 plt.xlim(xs[0] - 1, xs[0] + 1)
             top = max(ys) if max(ys) > 0 else 1
-            plt.ylim(0, top * 1.1)
+            ticks = nice_ticks(top * 1.1)
+            plt.ylim(0, ticks[-1])
+            plt.yticks(ticks, [f"{t:g}" for t in ticks])
             if sv is not None:
                 self._draw_search(sv, top)
         self.refresh()
@@ -236,6 +239,16 @@ class KneeChart(PlotextPlot):
         elif sv.result.best is not None and sv.result.best.value > 0:
             plt.scatter([math.log2(sv.result.best.value)], [sv.result.best.throughput.value], marker="*",
                         color=self._colour("specload-good"))
+
+
+def nice_ticks(top: float, most: int = 5) -> list[float]:
+    """0, then evenly spaced round values (steps of 1, 2, 2.5 or 5 times a power of ten) up to the
+    first at or above ``top``: plotext's own ticks skipped one (625, 521, 417, 208, 104)."""
+    raw = top / max(1, most - 1)
+    power = 10 ** math.floor(math.log10(raw)) if raw > 0 else 1.0
+    step = next(m * power for m in (1, 2, 2.5, 5, 10) if m * power >= raw)
+    n = math.ceil(top / step - 1e-9)
+    return [round(i * step, 10) for i in range(n + 1)]
 
 
 def tick_loads(loads: list[float], most: int = 6) -> list[float]:

@@ -98,7 +98,8 @@ class LoadPanel(Widget):
         elif rs.sourced and sv is not None and sv.current is not None:
             where = probe_text(sv)
         elif rs.sourced and rs.state == "finished":
-            where = "search done · b holds the best point"
+            best = sv is not None and sv.result is not None and sv.result.best is not None
+            where = "search done · b holds the best point" if best else "search done · no best point"
         elif rs.level_number == 0:
             where = f"manual level C={rs.target}"
         else:

@@ -9,6 +9,7 @@ lines per refresh: a person cannot read faster than that and the UI must stay ch
 from __future__ import annotations
 
 import re
+import textwrap
 from collections.abc import Iterable
 from typing import Any
 
@@ -23,6 +24,18 @@ CRASH_LINE = re.compile(
     r"Traceback \(most recent call last\)|^\s+File \"|\b\w*(Error|Exception)\b:|\bFATAL\b|\bCRITICAL\b|"
     r"Segmentation fault|core dumped|terminate called|what\(\):|CUDA error|\bpanicked\b"
 )
+
+
+HANG = "  "  # a wrapped line's continuation is indented by this: each log line reads as one
+
+
+def hang(line: str, width: int | None) -> str:
+    """``line`` wrapped at ``width`` with a hanging indent (as it is when it fits, or no width yet)."""
+    if width is None or len(line) <= width:
+        return line
+    wrapper = textwrap.TextWrapper(width=width, subsequent_indent=HANG, break_on_hyphens=False,
+                                   replace_whitespace=False, tabsize=4)
+    return "\n".join(wrapper.wrap(line)) or line
 
 
 class LogTail(RichLog):
@@ -77,6 +90,7 @@ class LogTail(RichLog):
         fresh.reverse()
         crash_style = Style(color=self.app.theme_variables.get("specload-crash-line"), bold=True)
         for _, line in fresh:
-            self.write(Text(line, style=crash_style) if CRASH_LINE.search(line) else Text(line), width=self._wrap_width)
+            text = hang(line, self._wrap_width)
+            self.write(Text(text, style=crash_style) if CRASH_LINE.search(line) else Text(text), width=self._wrap_width)
         self.last_seq = fresh[-1][0]
         return len(fresh)
