@@ -394,6 +394,10 @@ class SimServer:
                 outcome, resp = await self._stream(request, seq, fmt, fault, fault_after)
                 return resp
             return await self._whole(request, req, seq, fmt, fault)
+        except ConnectionResetError:
+            # the client left mid-answer (aiohttp does not cancel the handler; the write fails): a
+            # real server notes an aborted request, it prints no traceback a crash detector reads
+            raise asyncio.CancelledError from None
         finally:
             self._live.discard(seq)
             if not self._live:
