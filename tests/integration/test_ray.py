@@ -142,7 +142,8 @@ async def test_a_killed_actor_stops_the_run_when_asked(ray_instance, sim, tmp_pa
     data = read_record(str(rec))
     assert data.end is not None and data.end["reason"] == "stopped"
     kinds = [(r["error"] or {}).get("kind") for r in data.requests]
-    assert kinds.count("lost") == in_flight and kinds.count("cancelled") >= 1
+    # the other actor's requests in flight at the stop are cancelled (none, if it had none then)
+    assert kinds.count("lost") == in_flight and set(kinds) <= {None, "lost", "cancelled"}
     assert len(data.requests) == len({r["id"] for r in data.requests}) < 1000
 
 

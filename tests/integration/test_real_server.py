@@ -456,10 +456,12 @@ def test_sigterm_hang_ends_in_stalls_and_bounded_run(tmp_path: Path) -> None:
     """SIGTERM with 8 streams open and 8 queued: llama-server hangs; --stall-timeout ends those requests."""
     rec = tmp_path / "hung.jsonl"
     stall_s = 2.0  # the server-down timeout is longer, so silent streams end as stalls, not cancelled
+    # more requests than waves of stalls can end before the server is found down (on a busy machine
+    # the health verdict comes late: 64 requests stalled out first and the run "completed", exit 5)
     with OwnServer(tmp_path / "server.log") as srv:
         proc = SpecloadProcess(
             srv.url,
-            ["--server-log", str(srv.log_path), "--api", "chat", "-c", "16", "-n", "64", "--max-tokens", "4000",
+            ["--server-log", str(srv.log_path), "--api", "chat", "-c", "16", "-n", "1000", "--max-tokens", "4000",
              "--stall-timeout", str(stall_s), "--max-duration", "60", "--down-timeout", str(stall_s + 6),
              "--record", str(rec), "--json"],
             tmp_path, rec, name="hung",
