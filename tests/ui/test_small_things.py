@@ -166,3 +166,23 @@ def test_the_throughput_axis_has_even_round_ticks_from_zero() -> None:
         mantissa = step / 10 ** math.floor(math.log10(step))
         assert any(abs(mantissa - m) < 1e-9 for m in (1, 2, 2.5, 5)), (top, step)
         assert 3 <= len(ticks) <= 6
+
+
+async def test_a_level_that_started_no_request_leaves_no_empty_row() -> None:
+    """Quick key changes (12, 13, 14 pressed in a row) ended levels before any request of theirs and
+    left "12 – – –" rows: a level with no request gets none."""
+    import dataclasses
+
+    from specload.sources.static import StaticSource
+    from specload.ui.widgets.levels import LevelTable
+    from tests.ui.fixed_data import LEVELS, T0, level, mid_run_snapshot
+
+    empty = dataclasses.replace(level(len(LEVELS), 12, 0.0, 20.0, 10.0), requests=0, ok=0, output_tokens=0)
+    snap = dataclasses.replace(mid_run_snapshot(False), levels=(*LEVELS, empty))
+    app = create_app(source=StaticSource(snap, t0_ns=T0))
+    async with app.run_test(size=(160, 48)) as pilot:
+        table = app.query_one(LevelTable)
+        await wait_for(pilot, lambda: table.row_count == len(LEVELS), "the levels' rows")
+        await pilot.pause()
+        assert table.row_count == len(LEVELS)
+        assert not any(line.lstrip("│ ").startswith("12 ") for line in screen_text(app).splitlines())

@@ -142,7 +142,8 @@ class LevelTable(KeyedTable):
         if snap is None or len(snap.levels) == self._ended:
             return
         for s in snap.levels:  # rows already shown compare equal and are left alone
-            self.show_level(s)
+            if s.requests or s.cut is not None:  # a level a quick key change ended before any request: no row
+                self.show_level(s)
         self._ended = len(snap.levels)
 
     def watch_cut_levels(self, levels: tuple[LevelSummary, ...]) -> None:
