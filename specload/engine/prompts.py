@@ -59,6 +59,7 @@ class ConversationPrompt:
     category: str | None = None
     system: str | None = None
     max_tokens: int | None = None  # a drawn output length, for each turn (None: --max-tokens)
+    ident: str | None = None  # --check-outputs: the dataset row ("builtin:42"); each turn adds ":t2"
 
 
 def prompt_hash(text: str) -> str:
@@ -129,8 +130,10 @@ class PromptSource:
         self.multi_turn = multi_turn
         self.think = ThinkTime.parse(think_time)
         self._think_rng = random.Random(f"{seed}:think-time")
+        self._index = list(range(len(convs or ())))  # each conversation's row in the dataset
         if multi_turn and convs is not None:
-            convs = [c for c in convs if len(c.turns) > 1]
+            self._index = [i for i, c in enumerate(convs) if len(c.turns) > 1]
+            convs = [convs[i] for i in self._index]
             if not convs:
                 raise PromptError("--multi-turn: the dataset has no row of two or more user turns")
         self.rows = len(convs) if convs else 0
@@ -172,10 +175,12 @@ class PromptSource:
         return replace(prompt, ident=(self._ident(), prompt_hash(prompt.text))) if self.identify else prompt
 
     def _ident(self) -> str:
-        n = self._last
+        return self._ident_of(self._last)
+
+    def _ident_of(self, n: int) -> str:
         if self._convs:
             name = self.dataset.name if self.dataset is not None else "text"
-            return f"{name}:{n % len(self._convs)}"
+            return f"{name}:{self._index[n % len(self._convs)]}"
         if self.trace is not None:
             return f"trace:{n % len(self.trace.rows)}"
         return f"synthetic:s{self.seed}:{n}"
@@ -203,7 +208,8 @@ class PromptSource:
         self.sent = n + 1
         conv = next(self._cycle)
         max_tokens = self.output_lengths.draw(self._rng) if self.output_lengths is not None else None
-        return ConversationPrompt(n + 1, conv.turns, conv.category, conv.system, max_tokens)
+        ident = self._ident_of(n) if self.identify else None
+        return ConversationPrompt(n + 1, conv.turns, conv.category, conv.system, max_tokens, ident)
 
     def think_s(self) -> float:
         """Seconds to wait before a conversation's next turn (``--think-time``)."""

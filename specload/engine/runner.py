@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from typing import Protocol
@@ -54,7 +55,7 @@ from specload.engine.level_end import (
     Step,
 )
 from specload.engine.load import Arrivals
-from specload.engine.prompts import ConversationPrompt, Prompt, PromptSource
+from specload.engine.prompts import ConversationPrompt, Prompt, PromptSource, prompt_hash
 from specload.plan import LevelSpec, LoadPlan
 from specload.stats.levels import LevelBook, LevelSummary
 
@@ -566,7 +567,10 @@ class Runner:
             rec = await self.client.send(list(history), request_id=current[0], level=level.spec.concurrency,
                                          level_index=level.index, max_tokens=conv.max_tokens, reply=True)
             reply = rec.reply
-            self._finished(replace(rec, category=conv.category, conversation=conv.number, turn=n, reply=None))
+            rec = replace(rec, category=conv.category, conversation=conv.number, turn=n, reply=None)
+            if conv.ident is not None:  # --check-outputs: the turn, and all it was sent (an earlier answer too)
+                rec = replace(rec, prompt_id=f"{conv.ident}:t{n}", prompt_sha=prompt_hash(json.dumps(history)))
+            self._finished(rec)
             if not rec.ok:
                 return
             history.append({"role": "assistant", "content": reply or ""})

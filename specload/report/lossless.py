@@ -84,7 +84,8 @@ def compare_outputs(a: Run, b: Run, *, near_tie: float = NEAR_TIE_NATS) -> Outpu
                      "since a near-tie cannot be shown")
     if sum(lv.mismatched for lv in levels):
         notes.append(f"{sum(lv.mismatched for lv in levels)} prompts had other texts in the two runs (other "
-                     "--prompt-tokens, dataset or server tokenizer): not compared")
+                     "--prompt-tokens, dataset or server tokenizer; with --multi-turn, an earlier turn's answer in "
+                     "the history): not compared")
     return OutputsComparison(a.label, b.label, near_tie, levels, self_divergence(aa, near_tie=near_tie), tuple(notes))
 
 

@@ -15,7 +15,8 @@ the token holding that character, where it is known: llama-server sends no logpr
 tokens its speculation accepted). They pair up by level (concurrency and its
 occurrence, as the comparison of figures pairs levels), prompt identity and the prompt's n-th
 appearance in that level; a pair whose prompt texts differ (another --prompt-tokens, another
-dataset file of the same name) is not compared but counted as ``mismatched``.
+dataset file of the same name, a --multi-turn turn whose history holds an earlier turn's other answer) is
+not compared but counted as ``mismatched``.
 
 The share identical carries a Wilson score interval (95 %), which stays inside [0, 1] and is honest
 at 0 or n out of n, where the normal approximation gives a zero-width interval.

@@ -224,3 +224,33 @@ def test_headless_status_line_shows_the_identical_share_as_answers_arrive(record
     assert all(0 <= same <= n < 16 for same, n in counts) and counts == sorted(counts, key=lambda c: c[1])
     assert any("DIVERGE" in s for s in statuses) or counts[-1][0] == counts[-1][1], statuses
     assert "outputs at C=1 against the baseline:" in text  # and the level's tally at its end
+
+
+def test_multi_turn_answers_compare_turn_by_turn(tmp_path: Path) -> None:
+    """--check-outputs --multi-turn: each turn is named by its conversation's row in the dataset and
+    its number, and report A B pairs the turns. A turn's prompt is its whole history: after a turn
+    that answered otherwise, the next is another prompt, not compared (not a false divergence)."""
+    from specload.engine.datasets import load_dataset
+
+    fields = {**CHECK, "dataset": "builtin:chat", "multi_turn": True}
+    recs = {name: virtual_record(tmp_path / f"{name}.jsonl", levels=(2,), n=12, seed=3, label=name,
+                                 sim={"step_ms": 5, **sim}, fields=fields)
+            for name, sim in (("base", {"spec_tokens": 0}), ("spec", {"spec_tokens": 3, "accept_rate": 0.8}),
+                              ("bug", {"spec_tokens": 3, "accept_rate": 0.8, "spec_bug_rate": 0.3}))}
+    rows = load_dataset("builtin:chat").conversations
+    reqs = [r for r in read_record(str(recs["base"])).requests if not r.get("warmup")]
+    assert reqs and all(r["ok"] for r in reqs)
+    for r in reqs:  # "builtin:chat:ROW:tTURN": the row holds that many user turns, the record says which
+        name, row, turn = r["prompt_id"].rsplit(":", 2)
+        assert name == "builtin:chat" and turn == f"t{r['turn']}" and len(rows[int(row)].turns) > 1
+        assert r["turn"] <= len(rows[int(row)].turns) and r["output"]["text"]
+    assert max(r["turn"] for r in reqs) > 1 and len({r["prompt_sha"] for r in reqs}) == len(reqs)
+
+    oc = _compare(recs, "base", "spec")
+    assert oc.overall.compared == len(reqs) and oc.overall.verdict == "lossless" and oc.overall.mismatched == 0
+    bug = _compare(recs, "base", "bug")
+    assert bug.overall.verdict == "diverges" and bug.overall.divergent > 0
+    assert bug.overall.compared + bug.overall.mismatched == len(reqs) and bug.overall.mismatched > 0
+    assert any("an earlier turn's answer" in n for n in bug.notes)
+    ex = [x for lv in bug.levels for x in lv.examples]
+    assert ex and all(re.fullmatch(r"builtin:chat:\d+:t\d+", x.prompt) for x in ex)
