@@ -14,6 +14,7 @@ import asyncio
 import os
 import shutil
 import sys
+from collections.abc import Sequence
 from collections.abc import Set as AbstractSet
 from typing import TYPE_CHECKING
 
@@ -191,10 +192,11 @@ def run_headless(cfg: RunConfig, *, as_json: bool) -> int:
     return result.exit_code
 
 
-def print_tui_end(result: SessionResult | None, record_path: str | None, stream=None) -> None:
-    """After the TUI quits: the level table a headless run prints, how the run ended and where its
-    record is (the dashboard's screen is gone with the alternate screen; a two-minute ramp once left
-    nothing behind)."""
+def print_tui_end(result: SessionResult | None, record_path: str | None, stream=None,
+                  cfg: RunConfig | None = None) -> None:
+    """After the TUI quits: the level table a headless run prints, the per-category verdicts against
+    a --baseline (``cfg``), how the run ended and where its record is (the dashboard's screen is gone
+    with the alternate screen; a two-minute ramp once left nothing behind)."""
     from rich.console import Console
 
     from specload.report.report import level_table, output_width
@@ -207,6 +209,11 @@ def print_tui_end(result: SessionResult | None, record_path: str | None, stream=
     try:
         if levels:
             console.print(level_table(levels, width=console.width))
+        by_category = baseline_by_category(cfg, levels) if cfg is not None else None
+        if by_category is not None:
+            from specload.report.compare import render_categories
+
+            render_categories(by_category, console)
         if result is not None:
             console.print(f"end: {result.reason}", highlight=False)
         if record_path and os.path.isfile(record_path) and os.path.getsize(record_path) == 0:
@@ -253,7 +260,7 @@ def print_summary(
         }
         if result.search is not None:
             extra["search"] = result.search.as_record()
-        by_category = _baseline_by_category(session, levels)
+        by_category = baseline_by_category(session.cfg, levels)
         if by_category is not None:
             from specload.report.compare import to_json
 
@@ -275,7 +282,7 @@ def print_summary(
     for c in snap.crashes:
         # the server's text is never markup: a log line holding "[/]" must not end the run in a traceback
         console.print(f"[red]crash[/] {escape(c.exception_type)}: {escape(c.message)} (x{c.count})", highlight=False)
-    by_category = _baseline_by_category(session, levels)
+    by_category = baseline_by_category(session.cfg, levels)
     if by_category is not None:
         from specload.report.compare import render_categories
 
@@ -289,14 +296,14 @@ def print_summary(
         console.print(f"record: {session.cfg.record.path}", highlight=False)
 
 
-def _baseline_by_category(session: Session, levels: list[LevelSummary]) -> Comparison | None:
+def baseline_by_category(cfg: RunConfig, levels: Sequence[LevelSummary]) -> Comparison | None:
     """With --baseline, --record and a dataset's categories: the record against the baseline as
     ``report BASE RUN`` judges them, for its per-category verdicts (the live judge gives the
-    level's); None when there is nothing to judge or a file cannot be read."""
+    level's; headless and the TUI show them at the end); None when there is nothing to judge or a
+    file cannot be read."""
     from specload.record.runs import RunReadError, load_run
     from specload.report.compare import Side, compare
 
-    cfg = session.cfg
     base, path = cfg.compare.baseline, cfg.record.path
     if not base or not path or not any(s.categories for s in levels):
         return None

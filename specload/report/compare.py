@@ -756,12 +756,7 @@ def render(c: Comparison, console: Console) -> None:
                                left=tuple(sheaders), markup=True))
 
     render_categories(c, out)
-    notes = []
-    for lc in shared:
-        for f in lc.flags:
-            notes.append(f"{lc.key}: {f.detail}")
-    for f in c.shape_flags:
-        notes.append(f"request shape differs: {f.detail}")
+    notes = unsound_notes(c, shared)
     if notes:
         out.print("[yellow bold]unsound comparisons[/]")
         for n in notes:
@@ -792,14 +787,25 @@ def render(c: Comparison, console: Console) -> None:
 def render_categories(c: Comparison, out: Console) -> None:
     """Per other side, each category's per-request tok/s and acceptance (the requests' own) against the
     baseline's, level by level; fitted to the console's width."""
+    for table in category_tables(c, out.width):
+        out.print(table)
+
+
+def unsound_notes(c: Comparison, levels: Sequence[LevelComparison] | None = None) -> list[str]:
+    """Why verdicts read unsound: each level's flags (of ``levels``, default all), the request shape."""
+    notes = [f"{lc.key}: {f.detail}" for lc in (c.levels if levels is None else levels) for f in lc.flags]
+    return notes + [f"request shape differs: {f.detail}" for f in c.shape_flags]
+
+
+def category_tables(c: Comparison, width: int) -> list:  # rich Tables
+    """``render_categories``'s tables, fitted to ``width`` (the TUI shows them at the ramp's end)."""
     from rich.markup import escape
 
     from specload.formatting import fitted_table
 
     keys = [lc for lc in c.levels if lc.categories]
-    if not keys:
-        return
-    for s in c.others:
+    tables: list = []
+    for s in c.others if keys else ():
         rows = []
         for cat in sorted({cat for lc in keys for cat in lc.categories}):
             cells = []
@@ -813,9 +819,10 @@ def render_categories(c: Comparison, out: Console) -> None:
                 cells.append("  ".join(parts) or "-")
             rows.append([escape(cat), *cells])
         headers = ["category", *(str(lc.key) for lc in keys)]
-        out.print(fitted_table(headers, rows, out.width, title=f"by category: {s.label} / {c.baseline.label} "
-                               "(per-request tok/s; accept rate of the requests' own counts)",
-                               left=tuple(headers), markup=True))
+        tables.append(fitted_table(headers, rows, width, title=f"by category: {s.label} / {c.baseline.label} "
+                                   "(per-request tok/s; accept rate of the requests' own counts)",
+                                   left=tuple(headers), markup=True))
+    return tables
 
 
 def crossover_text(x: Crossover) -> str:

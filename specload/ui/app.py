@@ -25,6 +25,7 @@ import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from textual import events, messages
 from textual.app import App, ComposeResult, SystemCommand
@@ -59,7 +60,7 @@ from specload.ui.messages import (
     SessionNotice,
 )
 from specload.ui.process import TUI_PROCESS, TuiProcess
-from specload.ui.screens import ConcurrencyScreen, CrashScreen, HelpScreen, MarkerScreen
+from specload.ui.screens import CategoryScreen, ConcurrencyScreen, CrashScreen, HelpScreen, MarkerScreen
 from specload.ui.themes import DEFAULT_THEME, FALLBACK_DARK, VARIABLE_DEFAULTS, load_themes
 from specload.ui.watchdog import QuitWatchdog
 from specload.ui.widgets.crashes import CrashTable
@@ -71,6 +72,9 @@ from specload.ui.widgets.logtail import LogTail
 from specload.ui.widgets.metrics import LatencyPanel, ThroughputPanel
 from specload.ui.widgets.server import ErrorsPanel, ServerPanel
 from specload.warmup import install_loop
+
+if TYPE_CHECKING:
+    from specload.report.compare import Comparison
 
 REFRESH_S = 0.25  # the sampling period: 4 Hz is smooth for people and negligible for the engine
 # The log tail is pulled every 4th sample (1 Hz): a growing log changes its virtual size, which
@@ -107,6 +111,7 @@ class SpecloadApp(App[int]):
         Binding("h", "hold", "Hold", priority=True),
         Binding("m", "marker", "Mark", priority=True),
         Binding("e", "crashes", "Crashes", show=False, priority=True),
+        Binding("v", "categories", "By category", show=False, priority=True),
         # the capacity search: f starts it (or stops one running), b holds the load at its best point
         Binding("f", "find_max", "Find max", show=False, priority=True),
         Binding("b", "hold_best", "Best", show=False, priority=True),
@@ -117,7 +122,7 @@ class SpecloadApp(App[int]):
     # the actions of those keys that belong to the dashboard (ctrl+c's interrupt works everywhere)
     DASHBOARD_ACTIONS = frozenset(
         {"quit_run", "pause", "conc", "scale", "set_concurrency", "next_level", "hold", "marker", "crashes",
-         "find_max", "hold_best", "help", "panel"}
+         "categories", "find_max", "hold_best", "help", "panel"}
     )
 
     LOAD_ACTIONS = frozenset({"pause", "conc", "scale", "set_concurrency", "next_level", "hold", "marker",
@@ -158,6 +163,8 @@ class SpecloadApp(App[int]):
         self._saturated_levels: set[tuple[int, bool]] = set()  # (level, starved) already announced
         self.startup_notices: list[tuple[str, str]] = []
         self._loop: asyncio.AbstractEventLoop | None = None
+        self.by_category: Comparison | None = None  # --baseline: each category judged, at the ramp's end
+        self._judging = False
         self.watchdog = QuitWatchdog(process_groups=self._process_groups, exit_code=lambda: self.exit_code)
         # The watchdog ends the whole process: only when the app is the process (run_app, run_replay),
         # never when it runs inside another one (tests under App.run_test(), an embedding program),
@@ -268,9 +275,29 @@ class SpecloadApp(App[int]):
             self.query_one(TopRow).add_class("-outputs")
         self.outputs = f.outputs
         self.cut_levels = f.cut_levels
+        rs, cfg = f.runner, getattr(self.source, "cfg", None)
+        if (rs is not None and rs.plan_done and rs.state == "finished" and not self._judging
+                and isinstance(cfg, RunConfig) and cfg.compare.baseline):
+            self._judging = True  # once: the ramp's levels are all in the record now
+            self.run_worker(lambda: self._judge_categories(cfg, f.stats.levels), thread=True, exit_on_error=False)
         if self._ticks % LOG_EVERY == 0:
             self.log_tail = f.log
         self._ticks += 1
+
+    def _judge_categories(self, cfg: RunConfig, levels: tuple[LevelSummary, ...]) -> None:
+        """In a thread: the record against the baseline by category (``report BASE RUN``'s verdicts)."""
+        from specload.headless import baseline_by_category
+
+        c = baseline_by_category(cfg, levels)
+        if c is not None:
+            self.call_from_thread(self.call_later, self._categories_judged, c)
+
+    async def _categories_judged(self, c: Comparison) -> None:
+        self.by_category = c
+        if len(self.screen_stack) == 1:  # not over a dialog the user has open
+            await self.action_categories()
+        else:
+            self.notify("the ramp is over: v shows the verdicts by category", timeout=8)
 
     # ------------------------------------------------------------------ pushed events
 
@@ -546,6 +573,19 @@ class SpecloadApp(App[int]):
             return
         await open_modal(self, CrashScreen(crashes, self.frame.info.t0_ns))
 
+    async def action_categories(self) -> None:
+        if self.by_category is None:
+            self.notify("verdicts by category: with --baseline, --record and a dataset's categories, at the "
+                        "ramp's end", timeout=4)
+            return
+        from rich.text import Text
+
+        from specload.report.compare import category_tables, unsound_notes
+
+        c = self.by_category
+        notes = [Text(f"⚠ {n}", style="yellow") for n in unsound_notes(c)]
+        await open_modal(self, CategoryScreen([*category_tables(c, max(40, self.size.width - 8)), *notes]))
+
     async def action_help(self) -> None:
         await open_modal(self, HelpScreen())
 
@@ -678,7 +718,7 @@ def run_app(cfg: RunConfig, theme: str | None = None, notice: str | None = None)
     app.after_start = TUI_PROCESS.after_start
     code = app.run()
     result = app.result
-    print_tui_end(result, cfg.record.path)
+    print_tui_end(result, cfg.record.path, cfg=cfg)
     if result is not None and result.message:
         sys.stderr.write(f"specload: error: {result.message}\n")
     return code if isinstance(code, int) else app.exit_code

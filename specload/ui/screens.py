@@ -1,4 +1,5 @@
-"""Modal screens: typing an exact concurrency, a marker note, the key help and a crash's full excerpt.
+"""Modal screens: typing an exact concurrency, a marker note, the key help, a crash's full excerpt and
+the per-category verdicts against a --baseline.
 
 All share ``Modal`` (the look, and escape to cancel). Each returns its answer through ``dismiss`` and
 the app applies it, so the screens know nothing of the session. Bad input (a concurrency that is not a positive whole number) keeps the modal open with
@@ -109,6 +110,7 @@ KEYS_HELP = (
     ("h", "hold the current level / resume the ramp"),
     ("m", "marker with an optional note (into the record)"),
     ("e", "crash excerpts"),
+    ("v", "verdicts by category against --baseline (shown at the ramp's end)"),
     ("f", "capacity search from the current load (--slo objectives) / stop it"),
     ("b", "hold the load at the best point the search found"),
     ("← / →", "switch panel (small terminals)"),
@@ -194,3 +196,27 @@ class CrashScreen(Modal[None]):
             head += f"\nthen {x.exception_type}: {x.message}{on}" + (f" (×{x.count})" if x.count > 1 else "")
         self.query_one("#crash-head", Static).update(head)
         self.query_one("#crash-excerpt", Static).update(c.excerpt)
+
+
+class CategoryScreen(Modal[None]):
+    """``--baseline`` with a dataset's categories, at the ramp's end: each category judged against the
+    baseline, level by level, in ``report BASE RUN``'s tables (a mix may win on code, lose on chat)."""
+
+    DEFAULT_CSS = """
+    CategoryScreen > Vertical { width: 95%; padding: 0 1; }
+    CategoryScreen VerticalScroll { height: auto; max-height: 1fr; }
+    """
+    BINDINGS = [Binding("escape,q,v", "cancel", "Close")]
+
+    def __init__(self, tables: list) -> None:  # rich Tables
+        super().__init__()
+        self.tables = tables
+
+    def compose(self) -> ComposeResult:
+        from rich.console import Group
+
+        with Vertical():
+            yield Label("Verdicts by category against the baseline", classes="modal-title")
+            with VerticalScroll():
+                yield Static(Group(*self.tables), id="category-tables")
+            yield Label("escape: close · v: show again", classes="modal-hint")
