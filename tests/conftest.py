@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 
@@ -51,16 +52,34 @@ SimFactory = Callable[..., Awaitable[SimServer]]
 REPO = Path(__file__).resolve().parents[1]
 
 
+@pytest.fixture(scope="session")
+def _empty_config_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    # one per pytest process (each xdist worker has its own), read-only: specload only reads its config
+    # directory (themes), and a test that writes one sets XDG_CONFIG_HOME to its own tmp_path. (A
+    # directory per test cost the unit tier seconds: each mktemp lists every directory made before it.)
+    d = tmp_path_factory.mktemp("xdg")
+    d.chmod(0o555)
+    yield d
+    d.chmod(0o755)
+
+
+@pytest.fixture(scope="session")
+def _working_dirs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("cwd")
+
+
 @pytest.fixture(autouse=True)
-def _isolated_environment(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+def _isolated_environment(_empty_config_dir: Path, _working_dirs: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # a developer's key would be sent (and must be masked) in every session test; theme files in
     # ~/.config/specload/themes would change snapshots and notices
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.mktemp("xdg")))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(_empty_config_dir))
     # pytest-xdist's workers have COLUMNS=80, which tables now honour: a test that wants a width sets it
     monkeypatch.delenv("COLUMNS", raising=False)
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p))
-    monkeypatch.chdir(tmp_path_factory.mktemp("cwd"))
+    # a working directory of its own (a headless run records there by default); made with mkdtemp, as
+    # mktemp's numbering reads every directory made before
+    monkeypatch.chdir(tempfile.mkdtemp(dir=_working_dirs))
 
 
 @pytest.fixture(autouse=True)
