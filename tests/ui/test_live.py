@@ -9,6 +9,7 @@ nothing sleeps blindly. Keys that go together share one run (each run costs a pr
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -21,8 +22,9 @@ from specload.ui.app import SpecloadApp
 from specload.ui.screens import ConcurrencyScreen, HelpScreen, MarkerScreen
 from specload.ui.widgets.header import RunHeader
 from specload.ui.widgets.levels import LevelTable
+from specload.ui.widgets.metrics import span_text
 from specload.ui.widgets.value import ValueLabel
-from tests.ui.conftest import live_app, load_running, notices, quit_app, runner, wait_for
+from tests.ui.conftest import live_app, load_running, notices, quit_app, runner, screen_text, wait_for
 
 
 async def test_levels_fill_the_table_and_sparklines_fill(sim, tmp_path) -> None:
@@ -44,6 +46,13 @@ async def test_levels_fill_the_table_and_sparklines_fill(sim, tmp_path) -> None:
                        "throughput sparkline data", timeout=5)
         await wait_for(pilot, lambda: bool(app.query_one("#lat-ttft").query_one(Sparkline).data),
                        "TTFT sparkline data", timeout=5)
+        # latencies are drawn in a band with its min–max written on the row (from zero: a solid wall)
+        def banded() -> bool:
+            ttft = app.query_one("#lat-ttft").query_one(Sparkline).data or [math.nan]
+            row = next(r for r in screen_text(app).splitlines() if "TTFT " in r)
+            return f" {span_text(min(ttft), max(ttft))} " in row and "█" * 8 not in row
+
+        await wait_for(pilot, banded, "the TTFT row in its band, with its scale", timeout=5)
         assert len(sparks) >= 5
         assert app.snapshot is not None and app.snapshot.tokens_total >= 8 * 8
         await quit_app(pilot, app)

@@ -87,6 +87,35 @@ async def test_a_small_wobble_of_throughput_is_not_drawn_as_a_cliff() -> None:
     assert bars == "████", bars  # on a scale from zero, 98 and 99 are (nearly) full bars
 
 
+def _bars(data: list[float], width: int, band: bool = True, limit: float | None = None) -> str:
+    import io
+
+    from rich.console import Console
+    from rich.style import Style
+
+    from specload.ui.widgets.metrics import _LimitBars
+
+    out = io.StringIO()
+    Console(file=out, width=width, color_system=None).print(
+        _LimitBars(data, width, limit, Style(), Style(), band), end="")
+    return out.getvalue()
+
+
+def test_a_steady_latency_is_a_low_line_with_its_scale_not_a_wall() -> None:
+    # from zero, a steady 26-28 ms TTFT filled the row: a solid wall that hid a doubling
+    steady = [26.0, 27.0, 28.0, 26.5] * 10
+    row = _bars(steady, 40)
+    assert row.endswith(" 26–28"), row  # the band's min–max (ms, as the row's numbers) at the row's end
+    bars = row[: -len(" 26–28")]
+    assert len(bars) == 34 and set(bars) <= set("▁▂▃▄"), bars  # low, not full
+    spiked = _bars([26.0] * 30 + [52.0] * 10, 40)
+    assert spiked.startswith("▁" * 10) and "█" in spiked and spiked.endswith(" 26–52"), spiked
+    narrow = _bars(steady, 10)
+    assert len(narrow) == 10 and "–" not in narrow, narrow  # no room for the scale: the bars alone
+    # an objective keeps its scale from zero (the limit at a fixed height), and no band is drawn
+    assert "–" not in _bars(steady, 40, limit=100.0)
+
+
 async def test_long_server_log_lines_wrap_instead_of_being_cut() -> None:
     from specload.sources.static import StaticSource
     from tests.ui.fixed_data import T0, mid_run_snapshot

@@ -44,15 +44,36 @@ def plottable(series: Sequence[float], last: int) -> list[float]:
 _BARS = "▁▂▃▄▅▆▇█"
 
 
+BAND = 0.5  # a banded row's scale spans at least half its lowest value
+
+
+def span_text(lo: float, hi: float) -> str:
+    """``26–870``, ``5.4s–9.5s``: a latency row's scale in ms (the row's numbers beside it say so),
+    seconds from one, two or three digits a figure, so it fits a narrow row."""
+
+    def short(v: float) -> str:
+        return (f"{v:.1f}" if v < 10 else f"{v:.0f}" if v < 1000 else f"{v / 1000:.1f}s" if v < 10_000
+                else f"{v / 1000:.0f}s")
+
+    return f"{short(lo)}–{short(hi)}"
+
+
 class _LimitBars:
     """A one-row sparkline on a scale from zero: a bar's height is its value over the row's top (the
     series' highest value), so a 2 % wobble moves a bar by a step at most. Textual's sparkline scales
     from the series' lowest value, where a 2 % wobble of throughput read as a cliff. With ``limit``,
     the scale includes it: bars over it are drawn in another colour, so the objective reads as the
-    height where the line changes colour; without, the colour rises from ``under`` to ``over``."""
+    height where the line changes colour; without, the colour rises from ``under`` to ``over``.
 
-    def __init__(self, data: Sequence[float], width: int, limit: float | None, under: Style, over: Style) -> None:
+    With ``band`` (latencies, which sit far from zero: from zero a steady one filled the row, a wall)
+    and no limit, the scale is a band from the series' lowest value up by its spread, at least
+    ``BAND`` of that value: steady latency is a low line, a doubling reaches the top, and the band's
+    min–max is written at the row's end where there is room."""
+
+    def __init__(self, data: Sequence[float], width: int, limit: float | None, under: Style, over: Style,
+                 band: bool = False) -> None:
         self.data, self.width, self.limit, self.under, self.over = data, width, limit, under, over
+        self.band = band and limit is None
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         width = self.width or options.max_width
@@ -60,15 +81,24 @@ class _LimitBars:
         if not data:
             yield Segment("▁" * width, self.under)
             return
+        lo, hi = min(data), max(data)
+        label = f" {span_text(lo, hi)}" if self.band else ""
+        if len(label) > width // 2:  # the bars come first
+            label = ""
+        bars = width - len(label)
+        base = lo if self.band else 0.0
         # the limit sits at 80 % of the scale, so a series under it never fills the row
-        top = max(data) if self.limit is None else max(max(data), self.limit / 0.8)
-        top = top if top > 0 else 1.0
+        top = (lo + max(hi - lo, BAND * lo) if self.band else hi if self.limit is None
+               else max(hi, self.limit / 0.8))
+        span = top - base if top > base else 1.0
         n = len(data)
-        for i in range(width):
-            a, b = i * n // width, max((i + 1) * n // width, i * n // width + 1)
+        for i in range(bars):
+            a, b = i * n // bars, max((i + 1) * n // bars, i * n // bars + 1)
             v = max(data[a:b])
-            idx = min(len(_BARS) - 1, max(0, int(v / top * len(_BARS))))
+            idx = min(len(_BARS) - 1, max(0, int((v - base) / span * len(_BARS))))
             yield Segment(_BARS[idx], self._style(v, idx))
+        if label:
+            yield Segment(label, Style(dim=True))
 
     def _style(self, v: float, idx: int) -> Style:
         if self.limit is not None:
@@ -85,12 +115,13 @@ class LimitSparkline(Sparkline):
     COMPONENT_CLASSES = {"sparkline--max-color", "sparkline--min-color", "limitsparkline--over"}
 
     limit: var[float | None] = var(None)
+    band: var[bool] = var(False)
 
     def render(self):  # Textual's RenderResult
         under = Style.from_color(self.get_component_styles("sparkline--min-color").color.rich_color)
         high = "sparkline--max-color" if self.limit is None else "limitsparkline--over"
         over = Style.from_color(self.get_component_styles(high).color.rich_color)
-        return _LimitBars(self.data or [], self.size.width, self.limit, under, over)
+        return _LimitBars(self.data or [], self.size.width, self.limit, under, over, self.band)
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,7 +175,9 @@ class MetricRow(Horizontal):
 
     def compose(self) -> ComposeResult:
         yield Label(self._title, classes="metric-name")
-        yield LimitSparkline([], summary_function=max)
+        spark = LimitSparkline([], summary_function=max)
+        spark.band = self.has_class("-lat")
+        yield spark
         yield ValueLabel("–", classes="metric-value")
 
     def show(self, series: Sequence[float], value: str) -> None:
@@ -198,7 +231,8 @@ def objective_text(view: LatencyView, o: RowObjective) -> str:
 
 
 class LatencyPanel(Widget):
-    """TTFT, TPOT and E2E; each sparkline is the rolling p50 (the 10 s window of the stats). With
+    """TTFT, TPOT and E2E; each sparkline is the rolling p50 (the 10 s window of the stats) in a band
+    with its min–max written at the end. With
     ``--slo`` a row with an objective shows the percentile it is drawn on against the limit instead:
     bars over the limit in the error colour, the limit at a fixed height."""
 
