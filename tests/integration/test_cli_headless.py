@@ -92,6 +92,9 @@ def test_interrupt_records_in_flight_as_cancelled_and_closes_the_record(tmp_path
         SPECLOAD + ["run", "-c", "4", "-n", "100000", "--max-tokens", "500", "--ignore-eos", "--record", str(rec),
                     "--sim-args", "--ttft-ms 5 --itl-ms 20 --spec-tokens 0 --quiet"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        # as from a terminal: a suite run under nohup passes SIGHUP ignored down, and specload keeps
+        # an ignored SIGHUP ignored, as nohup asks
+        preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL),
     )
     wait_until(lambda: rec.exists() and b'"kind":"level"' in rec.read_bytes(), what="the load to run (its level event)")
     proc.send_signal(sig)
