@@ -469,7 +469,7 @@ class Runner:
             self._on_event(LevelStarted(self.clock.now_ns(), level.index, spec.concurrency, manual, spec.repeat,
                                         spec.rate, level.sourced))
         rate = spec.rate if spec.rate is not None else self.plan.rate
-        self.book.open(level.index, spec.concurrency, rate)
+        self.book.open(level.index, spec.concurrency, rate, self.clock.now_ns())
         if not rate:
             return None
         if self._arrivals is None:

@@ -172,8 +172,8 @@ class Fanout:
         self.event(SearchProgress(self.now_ns(), value))
 
     def level_done(self, summary: LevelSummary) -> None:
-        if summary.span_ns is not None:
-            summary = summary.with_server(self.server_levels.figures(*summary.span_ns))
+        if (span := summary.server_span_ns()) is not None:
+            summary = summary.with_server(self.server_levels.figures(*span))
         if (active := summary.active_span_ns()) is not None:
             summary = summary.with_gpu(self.gpu_levels.figures(*active, output_tokens=summary.output_tokens))
         self.stats.on_level(summary)

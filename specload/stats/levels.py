@@ -9,7 +9,8 @@ gap (what vLLM's and SGLang's clients call ITL) pooled over every token / chunk;
 standard deviations beside the percentiles (as ``vllm bench serve`` reports them, and checked against
 its result files); peak tok/s = the best 1 s of output; peak concurrency = the most requests of the
 level in flight at once; prompt tokens as the server counted them. The server's own figures over the
-level's span (acceptance, its throughput) are attached by the session (``with_server``); beside them,
+level's own span (acceptance, its throughput; the span less the edges where a neighbour level's
+requests were in flight) are attached by the session (``with_server``); beside them,
 the acceptance the requests themselves carried (``request_accept_len``/``_rate``, pooled counts).
 
 A level's requests of one dataset category, and of one conversation turn (``--multi-turn``), get the
@@ -120,6 +121,9 @@ class LevelSummary:
     turns: tuple[tuple[str, GroupFigures], ...] | None = None
     # the level's first request sent and last ended (clock ns): in memory only, for the server figures
     span_ns: tuple[int, int] | None = field(default=None, compare=False)
+    # the part of it in which no other level's request was in flight (LevelBook): the server's
+    # figures are over it, so a level's srv tok/s is its own load's, not the next level's
+    own_span_ns: tuple[int, int] | None = field(default=None, compare=False)
 
     def as_record(self) -> dict:
         d = {
@@ -228,7 +232,15 @@ class LevelSummary:
             server_gen_tok_s=fig.gen_tok_s,
             server_source=fig.source,
         )
-        return replace(LevelSummary.from_record(full.as_record()), span_ns=self.span_ns)
+        return replace(LevelSummary.from_record(full.as_record()), span_ns=self.span_ns,
+                       own_span_ns=self.own_span_ns)
+
+    def server_span_ns(self) -> tuple[int, int] | None:
+        """The span the server's figures are over: the level's own (``own_span_ns``) where known."""
+        if self.own_span_ns is None:
+            return self.span_ns
+        a, b = self.own_span_ns
+        return (a, b) if b > a else None  # none of its own: any server figure would be another level's
 
     def active_span_ns(self) -> tuple[int, int] | None:
         """The span its GPU energy is over: from its first request to its last end, or to its active
@@ -777,10 +789,13 @@ class LevelBook:
         self._cut: list | None = None  # the cut going on: [begin_ns, None, reason], shared by the levels
         self._version = 0  # moves with every change the summaries depend on (cut_open's cache)
         self._cut_open: tuple[tuple[int, int], tuple[LevelSummary, ...]] = ((-1, -1), ())
+        self._opened: dict[int, int] = {}  # when each level began (its first request may come later)
 
-    def open(self, level_index: int, concurrency: int, rate: float | None = None) -> None:
+    def open(self, level_index: int, concurrency: int, rate: float | None = None, now_ns: int | None = None) -> None:
         self._version += 1
         self._cols[level_index] = cols = LevelColumns(level_index, concurrency, rate)
+        if now_ns is not None:
+            self._opened[level_index] = now_ns
         self._in_flight[level_index] = 0
         if self._cut is not None:  # a level opened while paused or with the server down starts cut
             cols.cuts.append(self._cut)
@@ -873,8 +888,18 @@ class LevelBook:
             self._released.add(idx)
             # a level that started no request (skipped, or paused all along) is released too: the
             # table lists every level the run had (the record keeps measured levels only: fanout.py)
-            out.append(self._cols[idx].summary())
+            out.append(self._own(idx, self._cols[idx].summary()))
         return out
+
+    def _own(self, idx: int, s: LevelSummary) -> LevelSummary:
+        """S with its own span: from when the earlier levels' last request ended (without drain they
+        run on into it) to when the next level began (its own run on past that); empty when other
+        levels' requests were in flight all along (a level of a second between two key presses)."""
+        if s.span_ns is None:
+            return s
+        a = max([s.span_ns[0], *(c.last_end_ns for i, c in self._cols.items() if i < idx and c.last_end_ns is not None)])
+        b = min([s.span_ns[1], *(t for i, t in self._opened.items() if i > idx)])
+        return replace(s, own_span_ns=(a, max(a, b)))
 
     def flush(self) -> list[LevelSummary]:
         """At the end of a run: the summaries of levels not yet released (cut short by a stop)."""
@@ -882,5 +907,5 @@ class LevelBook:
         for idx in sorted(self._cols):
             if idx not in self._released:
                 self._released.add(idx)
-                out.append(self._cols[idx].summary())
+                out.append(self._own(idx, self._cols[idx].summary()))
         return out

@@ -156,3 +156,40 @@ def test_the_record_reader_checks_the_new_level_and_request_keys() -> None:
     req = {"type": "request", **request_line(r, 0)}
     assert req["prompt_tokens_requested"] == 100 and line_problem(req) is None
     assert line_problem({**req, "prompt_tokens_requested": "100"}) is not None
+
+
+def test_a_levels_server_figures_are_over_its_own_span_not_the_next_levels() -> None:
+    # C=1 at 114 tok/s; at 5 s a key sets C=16 (826 tok/s on the server) while the C=1 level's last
+    # request runs on to 8 s: over its whole span the C=1 level read 381 tok/s on the server
+    from specload.stats.levels import LevelBook
+    from tests.unit.test_levels import rec
+
+    server = ServerLevels()
+    for t in range(1, 11):
+        server.add(_metrics(t, 1.0, 10, 20, 114.0 if t <= 5 else 826.0))
+    book = LevelBook()
+    book.open(0, 1, now_ns=0)
+    for _ in range(2):
+        book.started(0)
+    book.add(rec(0, 0, 100, 4000, 456))
+    book.close(0)
+    book.open(1, 16, now_ns=5 * NS)
+    book.started(1)
+    book.started(1)
+    assert book.add(rec(1, 5000, 100, 2000, 1600)) == []  # level 1 waits for level 0
+    (slow,) = book.add(rec(0, 4000, 100, 4000, 456))
+    assert slow.span_ns == (0, 8 * NS) and slow.own_span_ns == (0, 5 * NS)
+    assert server.figures(*slow.server_span_ns()).gen_tok_s == pytest.approx(114.0)
+    assert server.figures(*slow.span_ns).gen_tok_s == pytest.approx((5 * 114 + 3 * 826) / 8)  # as it was
+    book.close(1)
+    # a key at 9 s again: a level of half a second, all of it beside the C=16 level's requests
+    book.open(2, 4, now_ns=9 * NS)
+    book.started(2)
+    book.close(2)
+    assert book.add(rec(2, 9000, 100, 500, 40)) == []
+    fast, short = book.add(rec(1, 6000, 100, 4000, 1600))
+    assert fast.own_span_ns == (8 * NS, 9 * NS)  # from the C=1 level's last end to the next key
+    assert server.figures(*fast.server_span_ns()).gen_tok_s == pytest.approx(826.0)
+    assert short.server_span_ns() is None  # no time of its own: no server figure, not another level's
+    # a summary that never went through the book (a peer's file) keeps its whole span
+    assert LevelSummary.from_record(slow.as_record()).server_span_ns() is None
