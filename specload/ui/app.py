@@ -23,6 +23,7 @@ import asyncio
 import os
 import signal
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -30,7 +31,7 @@ from typing import TYPE_CHECKING
 from textual import events, messages
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
-from textual.notifications import SeverityLevel
+from textual.notifications import Notify, SeverityLevel
 from textual.reactive import var
 from textual.timer import Timer
 from textual.widgets import Footer
@@ -89,6 +90,28 @@ STOP_GRACE_S = 10.0  # the server's stop grace when the source does not say (an 
 # level): three quick presses of up go from C=4 to C=7, not through table rows of C=5 and C=6 with
 # a request or two each. The panel shows the pending value at once.
 KEY_SETTLE_S = 0.4
+
+
+
+STARTING = "starting"  # the start-up toast's title
+STARTUP_S = 5.0  # notices this long after the load started still join the start-up toast
+# start-up notes a later one makes stale: (the later one's start, the earlier ones' starts)
+SUPERSEDED = (
+    ("server ready", ("waiting for the server",)),
+    ("built-in simulator on", ("no server URL given", "started server")),
+    ("prompt lengths in", ("prompt lengths:",)),
+)
+
+
+def startup_lines(notes: list[str]) -> list[str]:
+    """The start-up notes worth showing once the later ones have come (in their order)."""
+    out: list[str] = []
+    for text in notes:
+        for later, earlier in SUPERSEDED:
+            if text.startswith(later):
+                out = [t for t in out if not t.startswith(earlier)]
+        out.append(text)
+    return out
 
 
 class SpecloadApp(App[int]):
@@ -162,6 +185,8 @@ class SpecloadApp(App[int]):
         self._settle_timer: Timer | None = None
         self._saturated_levels: set[tuple[int, bool]] = set()  # (level, starved) already announced
         self.startup_notices: list[tuple[str, str]] = []
+        self._startup: list[tuple[str, SeverityLevel]] = []  # what the start-up toast says
+        self._load_seen = 0.0  # when a frame first showed the load (monotonic)
         self._loop: asyncio.AbstractEventLoop | None = None
         self.by_category: Comparison | None = None  # --baseline: each category judged, at the ramp's end
         self._judging = False
@@ -223,7 +248,7 @@ class SpecloadApp(App[int]):
         self.query_one(CrashTable).t0_ns = self.frame.info.t0_ns
         self.query_one(LatencyPanel).set_objectives(self.frame.info.slo)
         for text, severity in self.startup_notices:
-            self.notify(text, severity=severity, timeout=5)  # type: ignore[arg-type]
+            self._startup_note(text, severity)  # type: ignore[arg-type]
         self.sample()
         self.set_interval(self.refresh_s, self.sample)
         if self.after_start is not None:
@@ -307,8 +332,33 @@ class SpecloadApp(App[int]):
         '[gpu]' (the dashboard's texts that want a style pass markup=True)."""
         super().notify(message, title=title, severity=severity, timeout=timeout, markup=markup)
 
+    def _starting(self) -> bool:
+        """Start-up: until the load has run STARTUP_S (the prompt-length and GPU checks end then)."""
+        if self.frame.runner is None:
+            return True
+        self._load_seen = self._load_seen or time.monotonic()
+        return time.monotonic() - self._load_seen < STARTUP_S
+
+    def _on_notify(self, event: Notify) -> None:
+        # a new start-up toast replaces the one before (here, where toasts are added: no race)
+        if event.notification.title == STARTING:
+            for n in [n for n in self._notifications if n.title == STARTING]:
+                self._unnotify(n, refresh=False)
+        super()._on_notify(event)
+
     def on_session_notice(self, msg: SessionNotice) -> None:
-        self.notify(msg.text, timeout=4)
+        if self._starting():  # one start-up toast
+            self._startup_note(msg.text)
+        else:
+            self.notify(msg.text, timeout=4)
+
+    def _startup_note(self, text: str, severity: SeverityLevel = "information") -> None:
+        """Start-up notices in one toast, each new one replacing it (eight toasts covered half of an
+        80x24 screen for 10 s), without the notes a later one made stale."""
+        self._startup.append((text, severity))
+        worst: SeverityLevel = "warning" if any(sev != "information" for _, sev in self._startup) else "information"
+        self.notify("\n".join(startup_lines([t for t, _ in self._startup])), title=STARTING, severity=worst,
+                    timeout=6)
 
     def on_run_event_posted(self, msg: RunEventPosted) -> None:
         match msg.event:

@@ -215,3 +215,25 @@ async def test_a_level_that_started_no_request_leaves_no_empty_row() -> None:
         await pilot.pause()
         assert table.row_count == len(LEVELS)
         assert not any(line.lstrip("│ ").startswith("12 ") for line in screen_text(app).splitlines())
+
+
+async def test_the_start_up_notices_are_one_toast_without_stale_lines(sim, tmp_path) -> None:
+    # eight toasts, one per start-up step, covered half of an 80x24 screen for 10 s
+    from specload.ui.app import STARTING
+    from tests.ui.conftest import live_app, notices, quit_app
+
+    server = await sim(ttft_ms=5, itl_ms=5, spec_tokens=0)
+    app = live_app(server.url, "-c", "1", "-d", "30", "--max-tokens", "8", "--record", str(tmp_path / "n.jsonl"))
+    said = notices(app)
+
+    def starting() -> list:
+        return [n for n in app._notifications if n.title == STARTING]
+
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: any("prompt lengths in the server's tokens" in n.message for n in starting()),
+                       "the prompt-length result in the start-up toast", timeout=40)
+        (toast,) = starting()  # one toast, each note replacing the one before
+        assert "asking the server" not in toast.message  # the step its result made stale is gone
+        assert len([s for s in said if s.startswith(STARTING)]) >= 2  # it did grow: several notes merged
+        assert not [s for s in said if "prompt lengths" in s and not s.startswith(STARTING)]
+        await quit_app(pilot, app)
