@@ -42,8 +42,11 @@ def test_acceptance_per_category_from_the_requests_own_counts(tmp_path: Path) ->
     cats = level["categories"]
     assert set(cats) == {"chat", "coding", "math", "summarise", "extract", "translate", "rewrite", "creative"}
     assert all(c["requests"] == 8 for c in cats.values())
-    assert cats["coding"]["accept_rate"] > cats["chat"]["accept_rate"] + 0.1
-    assert cats["extract"]["accept_rate"] > cats["creative"]["accept_rate"] + 0.25
+    # 8 requests a category, each with its own draw of acceptance: the categories far apart are
+    # compared (expected about 0.75 for code and extraction, 0.33 for chat and creative writing)
+    rate = {n: c["accept_rate"] for n, c in cats.items()}
+    assert (rate["coding"] + rate["extract"]) / 2 > (rate["chat"] + rate["creative"]) / 2 + 0.2, rate
+    assert rate["extract"] > rate["creative"] + 0.25, rate
     assert sum(c["output_tokens"] for c in cats.values()) == level["output_tokens"]
     assert abs(sum(c["throughput_tok_s"] for c in cats.values()) - level["throughput_tok_s"]) < 1.0
     assert data[-1]["type"] == "end" and data[-1]["workload_warnings"] == []
