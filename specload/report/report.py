@@ -13,8 +13,6 @@ import sys
 import click
 from rich.console import Console, Group
 from rich.markup import escape
-from rich.table import Table
-from rich.text import Text
 
 from specload.datatypes import ServerSample
 from specload.exitcode import ExitCode
@@ -87,29 +85,31 @@ _AXIS: dict[int, str] = {}  # probe progress lines need the search's axis; one s
 
 GROUP_COLUMNS = ("C", "requests", "ok", "tok/s", "req tok/s", "TTFT p50/p99 ms", "TPOT p50/p99 ms", "E2E p50 s",
                  "prompt tok", "cached", "accept")
+# the columns a narrow group table keeps in its first part, most important first
+GROUP_IMPORTANCE = ("tok/s", "ok", "TTFT p50/p99 ms", "TPOT p50/p99 ms", "accept", "requests", "req tok/s",
+                    "E2E p50 s", "prompt tok", "cached")
 
 
-def group_table(levels: list[LevelSummary], by: str) -> Table:
-    """``report --by category|turn``: each level's requests of one category (or turn) per row. accept:
-    the requests' own speculative counts (length / rate), beside the level's server figure."""
-    t = Table(title=f"by {by}", header_style="bold", show_edge=False, pad_edge=False)
-    t.add_column(by, justify="left")
-    for name in GROUP_COLUMNS:
-        t.add_column(name, justify="right")
+def group_table(levels: list[LevelSummary], by: str, width: int = 160) -> Group:
+    """``report --by category|turn``: each level's requests of one category (or turn) per row, fitted
+    to ``width`` as the level table is. accept: the requests' own speculative counts (length / rate),
+    beside the level's server figure."""
     d = ASCII_DASH
     f = lambda v, fmt="{:.1f}": d if v is None else fmt.format(v)  # noqa: E731
+    rows = []
     for s in levels:
         groups = (s.categories if by == "category" else s.turns) or ()
         for name, g in groups:
             rate = d if g.accept_rate is None else f"{100 * g.accept_rate:.0f}%"
-            t.add_row(Text(name), str(s.concurrency), str(g.requests), str(g.ok), f(g.throughput_tok_s),
-                      f(g.per_request_tok_s), f"{f(g.ttft_ms_p50)}/{f(g.ttft_ms_p99)}",
-                      f"{f(g.tpot_ms_p50, '{:.2f}')}/{f(g.tpot_ms_p99, '{:.2f}')}", f(g.e2e_s_p50, "{:.2f}"),
-                      f(g.prompt_tokens_avg, "{:.0f}"), f(g.prompt_tokens_cached_avg, "{:.0f}"),
-                      f"{f(g.accept_len, '{:.2f}')}/{rate}")
+            rows.append([name, str(s.concurrency), str(g.requests), str(g.ok), f(g.throughput_tok_s),
+                         f(g.per_request_tok_s), f"{f(g.ttft_ms_p50)}/{f(g.ttft_ms_p99)}",
+                         f"{f(g.tpot_ms_p50, '{:.2f}')}/{f(g.tpot_ms_p99, '{:.2f}')}", f(g.e2e_s_p50, "{:.2f}"),
+                         f(g.prompt_tokens_avg, "{:.0f}"), f(g.prompt_tokens_cached_avg, "{:.0f}"),
+                         f"{f(g.accept_len, '{:.2f}')}/{rate}"])
         if groups:
-            t.add_row(Text(f"all (server: {accept_cell(s)})", style="dim"), *([""] * len(GROUP_COLUMNS)))
-    return t
+            rows.append([f"all (server: {accept_cell(s)})", *([""] * len(GROUP_COLUMNS))])
+    return fitted_table([by, *GROUP_COLUMNS], rows, width, title=f"by {by}", left=(by,), keys=(by, "C"),
+                        importance=GROUP_IMPORTANCE)
 
 
 def search_progress_line(v: dict) -> str | None:
@@ -580,7 +580,7 @@ def _single_report(record: str, as_json: bool, as_csv: bool, spec: SloSpec | Non
     console.print(level_table(levels, wide=wide, width=console.width))
     if by is not None:
         if any(s.categories if by == "category" else s.turns for s in levels):
-            console.print(group_table(levels, by))
+            console.print(group_table(levels, by, width=console.width))
         else:
             console.print(f"[yellow]no request of this record has a {by}[/]")
     if spec is not None:

@@ -19,7 +19,7 @@ from rich.console import Console
 from specload.datatypes import RequestRecord
 from specload.formatting import KEY_COLUMNS, fit_columns, level_cells, table_columns
 from specload.headless import print_tui_end
-from specload.report.report import level_table
+from specload.report.report import group_table, level_table
 from specload.stats.judgement import LevelJudgement
 from specload.stats.levels import LevelColumns, LevelSummary
 from specload.stats.slo import Interval, LevelGoodput
@@ -162,3 +162,24 @@ def test_a_record_from_before_p90_gets_them_from_its_request_lines() -> None:
         q = 95 if key == "tpot_ms" else 90
         assert got == pytest.approx(np.percentile([r[key] for r in lines], q) / scale)
     assert "/-/" not in level_cells(s)["TTFT p50/90/95/99 ms"] and not recomputed
+
+
+@pytest.mark.parametrize("width", [80, 120, 160])
+def test_report_by_category_fits_every_width_whole(width: int) -> None:
+    cols = LevelColumns(0, 8)
+    for i, cat in enumerate(("summarise", "extract", "creative", "coding") * 3):
+        offs = tuple(int((20.5 + i + 3.25 * k) * MS) for k in range(30))
+        cols.add(RequestRecord(
+            request_id=i, level=8, level_index=0, warmup=False, start_ns=int(7 * i * MS), end_ns=int(7 * i * MS) + offs[-1],
+            ttft_ns=offs[0], e2e_ns=offs[-1], output_tokens=30, tokens_estimated=False, prompt_tokens=1372 + i,
+            chunks=len(offs), chunk_offsets_ns=offs, prompt_tokens_requested=1372, category=cat,
+        ))
+    level = cols.summary()
+    out = io.StringIO()
+    Console(file=out, width=width).print(group_table([level], "category", width=width))
+    text = out.getvalue()
+    assert "…" not in text and all(len(ln) <= width for ln in text.splitlines()), text
+    assert "by category" in text
+    for name, g in level.categories or ():
+        assert sum(ln.startswith(name + " ") for ln in text.splitlines()) >= 1, name
+        assert f"{g.throughput_tok_s:.1f}" in text and f"{g.ttft_ms_p50:.1f}/{g.ttft_ms_p99:.1f}" in text
