@@ -82,7 +82,7 @@ def specload_cmd(url: str, conc: int, n: int, max_tokens: int, extra: list[str])
     return [
         sys.executable, "-m", "specload.cli", "run", url, "-c", str(conc), "-n", str(n),
         "--max-tokens", str(max_tokens), "--ignore-eos", "--api", "completions", "--no-health",
-        "--metrics-url", "off", "--json", *extra,
+        "--metrics-url", "off", "--json", "--no-record", *extra,
     ]
 
 

@@ -48,7 +48,7 @@ def run(url: str, n: int, a: argparse.Namespace, out: str) -> tuple[int, dict[st
     cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
            sys.executable, "-m", "specload.cli", "run", url, "-c", "16", "-n", str(n),
            "--max-tokens", str(a.max_tokens), "--ignore-eos", "--api", a.api, "--no-health",
-           "--metrics-url", "off", "--json", *a.extra.split()]
+           "--metrics-url", "off", "--json", "--no-record", *a.extra.split()]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
     if res.returncode != 0:
         raise SystemExit(f"specload under callgrind failed: {res.stderr[-1500:]}")

@@ -49,7 +49,7 @@ def main() -> None:
                 res, wall, cpu = run_child([
                     sys.executable, "-m", "specload.cli", "run", url, "-c", str(a.concurrency),
                     "-n", str(a.requests), "--max-tokens", str(a.max_tokens), "--ignore-eos", "--api", "completions",
-                    "--no-health", "--metrics-url", "off", "--json", *extra], timeout=600)
+                    "--no-health", "--metrics-url", "off", "--json", "--no-record", *extra], timeout=600)
                 if res.returncode != 0:
                     raise SystemExit(f"{name} failed: {res.stderr[-1500:]}")
                 lv = json.loads(res.stdout)["levels"][0]

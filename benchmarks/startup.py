@@ -103,7 +103,7 @@ async def measure(rounds: int) -> dict[str, list[float]]:
             t0 = time.perf_counter()
             proc = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "specload.cli", "run", url, "-c", "1", "-n", "1", "--api", "chat",
-                "--model", "m", "--max-tokens", "1", "--no-health", "--metrics-url", "off", "--gpu-metrics", "off",
+                "--model", "m", "--max-tokens", "1", "--no-health", "--metrics-url", "off", "--gpu-metrics", "off", "--no-record",
                 *variants[name], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             )
             child.append(proc.pid)
