@@ -366,17 +366,19 @@ def tool_summary_text(s: dict) -> str:
     return "\n".join(parts)
 
 
+def distinct_crashes(crashes: list[dict]) -> list[tuple[dict, object]]:
+    """A run's crash lines, the first of each signature, each with the time it was first seen."""
+    seen: set[str] = set()
+    out = []
+    for c in crashes:
+        sig = str(c.get("signature") or c.get("message"))
+        if sig not in seen:
+            seen.add(sig)
+            out.append((c, c.get("first_seen_s", c.get("t_s"))))
+    return out
+
+
 def crash_lines(page: ReportPage) -> list[str]:
     """One line per crash signature of the page's runs: the page's answer and the plot say it first."""
-    out = []
-    for run in page.runs:
-        seen: set[str] = set()
-        for c in run.crashes:
-            sig = str(c.get("signature") or c.get("message"))
-            if sig in seen:
-                continue
-            seen.add(sig)
-            t = c.get("first_seen_s", c.get("t_s"))
-            at = f" at {t:.1f} s" if isinstance(t, int | float) else ""
-            out.append(f"{run.label}: server crashed{at}: {crash_label(c)}")
-    return out
+    return [f"{run.label}: server crashed{f' at {t:.1f} s' if isinstance(t, int | float) else ''}: {crash_label(c)}"
+            for run in page.runs for c, t in distinct_crashes(run.crashes)]

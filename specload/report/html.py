@@ -23,6 +23,7 @@ from specload.report.figures import (
     ReportRun,
     ReportSeries,
     crash_lines,
+    distinct_crashes,
 )
 from specload.report.lossless import html_section
 
@@ -241,13 +242,7 @@ def _crash_list(run: ReportRun) -> str:
     if not run.crashes:
         return ""
     items = []
-    seen: set[str] = set()
-    for c in run.crashes:
-        sig = str(c.get("signature") or c.get("message"))
-        if sig in seen:
-            continue
-        seen.add(sig)
-        t = c.get("first_seen_s", c.get("t_s"))
+    for c, t in distinct_crashes(run.crashes):
         where = f" at {c['innermost_frame']}" if c.get("innermost_frame") else ""
         ranks = c.get("processes") or []
         who = f" (ranks {', '.join(map(str, ranks[:8]))})" if ranks else ""
