@@ -237,3 +237,21 @@ async def test_the_start_up_notices_are_one_toast_without_stale_lines(sim, tmp_p
         assert len([s for s in said if s.startswith(STARTING)]) >= 2  # it did grow: several notes merged
         assert not [s for s in said if "prompt lengths" in s and not s.startswith(STARTING)]
         await quit_app(pilot, app)
+
+
+async def test_a_levels_late_summary_takes_its_place_in_the_levels_order() -> None:
+    """A crash cut the last level (its row shown at once) while an earlier level's summary still waited
+    for its last scrape: the earlier row, arriving after, goes above the later one, not below it."""
+    import dataclasses
+
+    from specload.sources.static import StaticSource
+    from specload.ui.widgets.levels import LevelTable, row_key
+    from tests.ui.fixed_data import LEVELS, T0, mid_run_snapshot
+
+    late = (LEVELS[0], LEVELS[-1], *LEVELS[1:-1])  # the order the rows arrive in
+    app = create_app(source=StaticSource(dataclasses.replace(mid_run_snapshot(False), levels=late), t0_ns=T0))
+    async with app.run_test(size=(160, 48)) as pilot:
+        table = app.query_one(LevelTable)
+        await wait_for(pilot, lambda: table.row_count == len(LEVELS), "the levels' rows")
+        await pilot.pause()
+        assert [r.key.value for r in table.ordered_rows] == [row_key(s) for s in LEVELS]

@@ -132,9 +132,13 @@ class LevelTable(KeyedTable):
             if len(wanted) > len(self._judged):
                 self._judged = wanted
         key = row_key(s)
+        # a level's final summary can arrive after a later level's row (a crash cut the later one while
+        # the earlier one waited for its last scrape): the rows are laid out again in the levels' order
+        late = key not in self._levels and any(x.level_index > s.level_index for x in self._levels.values())
         self._levels[key] = s
-        if self._columns() != columns:
-            self.relayout(self._columns(), {k: self._cells(x) for k, x in self._levels.items()})
+        if self._columns() != columns or late:
+            ordered = sorted(self._levels.values(), key=lambda x: x.level_index)
+            self.relayout(self._columns(), {row_key(x): self._cells(x) for x in ordered})
         else:
             self.show(key, self._cells(s))
 
