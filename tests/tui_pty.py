@@ -20,7 +20,7 @@ from pathlib import Path
 import psutil
 
 from tests import processes
-from tests.waiting import DEADLINE, pid_gone, running, wait_until
+from tests.waiting import DEADLINE, holds, pid_gone, running, wait_until
 
 
 def _controlling_tty() -> None:  # in the child, in the session of its own popen gives it: the pty as its terminal
@@ -55,7 +55,7 @@ class TuiInPty:
 
     def wait_for_load(self, record: Path, timeout: float = DEADLINE) -> None:
         """Until the record has its first level event; then note the simulators the TUI started."""
-        wait_until(lambda: running(self.proc) and record.exists() and b'"kind":"level"' in record.read_bytes(),
+        wait_until(lambda: running(self.proc) and holds(record, b'"kind":"level"'),
                    timeout, "the load to start")
         self.sims = self.simulators()
 
@@ -69,7 +69,7 @@ class TuiInPty:
 
     def wait_for_line(self, record: Path, needle: bytes, what: str, timeout: float = DEADLINE) -> None:
         """Until ``needle`` is in the record (its event lines are written at once)."""
-        wait_until(lambda: running(self.proc) and needle in record.read_bytes(), timeout, what)
+        wait_until(lambda: running(self.proc) and holds(record, needle), timeout, what)
 
     def wait_exit(self, timeout: float = DEADLINE) -> int:
         """The TUI's exit status once it has ended, and everything it wrote read (the reader sees EOF

@@ -15,6 +15,7 @@ import os
 import subprocess
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 DEADLINE = 30.0
 
@@ -46,6 +47,16 @@ def wait_until(cond: Callable[[], object], timeout: float = DEADLINE, what: str 
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
         time.sleep(interval)
+
+
+def holds(path: Path, needle: bytes) -> bool:
+    """``needle`` is in the file at ``path``; False while it does not exist. specload opens a record
+    path once and removes it again before the run (the writability check), so a file seen to exist
+    can be gone a moment later."""
+    try:
+        return needle in path.read_bytes()
+    except FileNotFoundError:
+        return False
 
 
 def pid_gone(pid: int) -> bool:

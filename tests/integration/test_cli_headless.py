@@ -22,7 +22,7 @@ from specload.record.schema import END_KEYS, EVENT_KEYS, LEVEL_KEYS, REQUEST_KEY
 from tests import processes
 from tests.integration.conftest import free_port, sim_process
 from tests.processes import SPECLOAD, specload
-from tests.waiting import pid_gone, wait_until
+from tests.waiting import holds, pid_gone, wait_until
 
 
 def run(args: list[str], timeout: float = 60, **kw) -> subprocess.CompletedProcess:
@@ -96,7 +96,7 @@ def test_interrupt_records_in_flight_as_cancelled_and_closes_the_record(tmp_path
         # an ignored SIGHUP ignored, as nohup asks
         preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL),
     )
-    wait_until(lambda: rec.exists() and b'"kind":"level"' in rec.read_bytes(), what="the load to run (its level event)")
+    wait_until(lambda: holds(rec, b'"kind":"level"'), what="the load to run (its level event)")
     proc.send_signal(sig)
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 128 + sig, err  # 130 SIGINT, 143 SIGTERM, 129 SIGHUP, as a shell reports them

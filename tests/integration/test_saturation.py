@@ -19,7 +19,7 @@ from specload.stats.client_load import ClientLoad, ClientLoadMonitor
 from tests import processes
 from tests.conftest import Heard, make_config
 from tests.integration.conftest import sim_process
-from tests.waiting import running, until, wait_until
+from tests.waiting import holds, running, until, wait_until
 
 
 def block_loop(seconds: float) -> None:
@@ -148,7 +148,7 @@ def test_a_process_that_gets_no_cpu_is_starved_not_saturated(tmp_path) -> None:
              "--ignore-eos", "--api", "chat", "--no-health", "--metrics-url", "off", "--record", str(rec)],
             stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, own_session=False,
         )
-        wait_until(lambda: running(run) and rec.exists() and b'"type":"request"' in rec.read_bytes(),
+        wait_until(lambda: running(run) and holds(rec, b'"type":"request"'),
                    what="the load to run")
         cpu = min(os.sched_getaffinity(0))
         hog = processes.popen([sys.executable, "-c", "import time\nend = time.time() + 2\nwhile time.time() < end: pass"],
