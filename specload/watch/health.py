@@ -83,7 +83,7 @@ class HealthMonitor:
         self._failures = 0
         self._stop = threading.Event()
         self._wake: Callable[[], None] = lambda: None  # the checking thread's stop, once it runs
-        self._first = threading.Event()  # set by the checking thread once its first verdict is on its way
+        self._first = asyncio.Event()  # set by the first verdict (or the thread's end)
 
     def _set(self, state: str, detail: str) -> None:
         self.detail = detail
@@ -140,10 +140,12 @@ class HealthMonitor:
             return HealthCheck(False, f"{type(exc).__name__}: {exc}")
 
     async def first_verdict(self) -> None:
-        """Wait, bounded by one check's timeout in real time (a virtual clock's loop would let its
-        own timeout pass at once), for the first check's verdict: a record then starts with the
-        server's state before the load's first line, whatever the thread's start cost."""
-        await asyncio.to_thread(self._first.wait, self.timeout + 0.5)
+        """Wait, bounded by one check's timeout, for the first check's verdict: a record then starts
+        with the server's state before the load's first line, whatever the thread's start cost."""
+        try:
+            await asyncio.wait_for(self._first.wait(), self.timeout + 0.5)
+        except TimeoutError:
+            pass
 
     async def stop(self) -> None:
         self._stop.set()
@@ -158,22 +160,19 @@ class HealthMonitor:
             if not self._stop.is_set():
                 self.checks += 1
                 self.observe(check)
+            self._first.set()
 
         def finished() -> None:
+            self._first.set()
             if not done.done():
                 done.set_result(None)
 
         def thread() -> None:
-            def send(check: HealthCheck) -> None:
-                loop.call_soon_threadsafe(deliver, check)
-                self._first.set()  # after the verdict's callback: it runs before the waiter wakes
-
             try:
-                asyncio.run(self._poll(send))
+                asyncio.run(self._poll(lambda c: loop.call_soon_threadsafe(deliver, c)))
             except RuntimeError:
                 pass  # the caller's loop closed while a verdict was on its way: nobody is listening
             finally:
-                self._first.set()
                 try:
                     loop.call_soon_threadsafe(finished)
                 except RuntimeError:
