@@ -58,4 +58,11 @@ def virtual_event_lines(path: Path) -> list[bytes]:
 
 def test_a_virtual_run_writes_the_event_lines_it_wrote_before(tmp_path) -> None:
     got = virtual_event_lines(tmp_path / "run.jsonl")
-    assert got == (DATA / "virtual_events.jsonl").read_bytes().splitlines()
+    want = (DATA / "virtual_events.jsonl").read_bytes().splitlines()
+    # the health checks run on a thread in real time while the run's loop runs in virtual time: where
+    # the first verdict lands among the virtual events is the threads' race, the line itself is not
+    def health(lines: list[bytes]) -> list[bytes]:  # the health lines without their times
+        return [ln.split(b',', 2)[2] for ln in lines if b'"kind":"health"' in ln]
+
+    assert health(got) == health(want)
+    assert [ln for ln in got if b'"kind":"health"' not in ln] == [ln for ln in want if b'"kind":"health"' not in ln]
