@@ -23,23 +23,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from specload.sim.model import estimate_chat_tokens, estimate_text_tokens
 from specload.sim.serverlog import CRASH_EXCEPTION_LINE, SIGQUIT_MESSAGE
 from tests import processes
+from tests.integration.conftest import read_sse
 from tests.waiting import until
 
 CHAT = "/v1/chat/completions"
 COMPLETIONS = "/v1/completions"
-
-
-async def read_sse(resp: aiohttp.ClientResponse, t0: float) -> list[tuple[float, Any]]:
-    """(arrival seconds after t0, parsed event) for every ``data:`` line; ``[DONE]`` as the string."""
-    events: list[tuple[float, Any]] = []
-    async for raw in resp.content:
-        line = raw.strip()
-        if not line.startswith(b"data: "):
-            continue
-        payload = line[6:]
-        t = time.perf_counter() - t0
-        events.append((t, "[DONE]" if payload == b"[DONE]" else orjson.loads(payload)))
-    return events
 
 
 async def stream(session: aiohttp.ClientSession, url: str, body: dict) -> list[tuple[float, Any]]:
