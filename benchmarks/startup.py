@@ -54,7 +54,11 @@ async def measure(rounds: int) -> dict[str, list[float]]:
     arrived = asyncio.Event()
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        head = await reader.readuntil(b"\r\n\r\n")
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+        except (asyncio.IncompleteReadError, ConnectionError):
+            writer.close()  # a client that left before its request (a run stopped at its first one)
+            return
         length = 0
         for line in head.split(b"\r\n"):
             if line.lower().startswith(b"content-length:"):
