@@ -5,22 +5,12 @@ Every command-line option of ``specload run``/``tui`` is a field of one of the c
 
     max_tokens: int = option(256, "--max-tokens", help="max_tokens of each request.", check=at_least(1))
 
-From that one declaration:
-
-* the CLI generates its click option (``cli_options.click_options``): the flag, the help, the type
-  (from the field's annotation), choices, ``multiple``, and the default shown in ``--help``;
-* ``build()`` turns the command line's values into the dataclasses: a value not given takes the
-  field's default, or its ``tui_default`` when the dashboard runs; ``parse`` turns the command
-  line's text into the field's value (``"1,2,4"`` -> ``(1, 2, 4)``);
-* ``check_fields()``, called from each dataclass's ``__post_init__``, runs the ``check`` and the
-  ``choices`` of every field, so a config built in code is checked the same way as one from the
-  command line, with the same one-line ``ConfigError`` naming the flag;
-* ``describe()`` writes every field into the record's header (``dataclasses.asdict``, secrets
-  masked by ``specload.secrets``).
-
-Adding an option is one field and its use. Cross-field rules (``--launch`` needs a URL) live in the
-owning dataclass's ``__post_init__``. Nothing here imports click: the core builds and checks configs
-without the CLI.
+From that one declaration the CLI generates its click option (``cli_options.click_options``);
+``build()`` turns the command line's values into the dataclasses (``tui_default`` when the dashboard
+runs); ``check_fields()``, called from each dataclass's ``__post_init__``, runs the checks, so a config
+built in code is checked as one from the command line, with the same one-line ``ConfigError``; and
+``describe()`` writes every field into the record's header, secrets masked. Cross-field rules live
+in the owning dataclass's ``__post_init__``. Nothing here imports click.
 """
 
 from __future__ import annotations

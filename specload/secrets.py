@@ -1,29 +1,20 @@
 """Secrets: which values must never reach a record, a log line on screen, a notice or a request error.
 
-One rule decides what is secret, and every writer uses it (the session for log lines and notices, the
-client for request errors, the recorder for every line, the record's config header):
+One rule decides what is secret, and every writer uses it (the session for log lines and notices,
+the client for request errors, the recorder for every line, the record's config header):
 
-* **By name.** A name suggests a credential when one of its words is a credential word (``key``,
-  ``token``, ``secret``, ``auth``, ``authorization``, ``password``, ``passwd``, ``pwd``, ``cookie``,
-  ``credential(s)``, or a compound ending in one: ``apikey``, ``accesstoken``) -- unless its last
-  word says the value is *where* a secret lives rather than the secret (``env``, ``file``, ``path``,
-  ``dir``, ``var``): ``--api-key-env OPENAI_API_KEY`` names a variable. Words are split on ``-``,
-  ``_``, ``.``, spaces and camelCase, so ``X-Api-Secret``, ``X-Auth``, ``accessToken``, ``HF_TOKEN``
-  and ``--hf-token`` are secret, ``--max-tokens``, ``--tokenizer`` and ``TOKENIZERS_PARALLELISM`` are
-  not. The rule is applied to header names, config keys, command-line flags and environment
-  assignments inside commands.
-* **In URLs.** The password of ``scheme://user:pw@host`` is masked wherever it appears, known or not
-  (a server that logs a connection string).
-* **By value.** The values the rule finds in a run's options (the API key, credential headers and
-  their bare tokens, the password inside a ``Basic`` token, URL passwords, the values of secret
-  flags in ``--launch``) are collected once into a ``Scrubber``, which masks them in any text: a server that logs its own arguments (vLLM
+* **By name** (``is_secret_name``): a header, config key, flag or environment variable whose words
+  hold a credential word (``key``, ``token``, ``secret``, ``auth``, ``password``, ``cookie``, ...),
+  unless its last word says where a secret lives (``--api-key-env OPENAI_API_KEY`` names a
+  variable). So ``X-Api-Secret`` and ``--hf-token`` are secret, ``--max-tokens`` is not.
+* **In URLs**: the password of ``scheme://user:pw@host`` is masked wherever it appears, known or not.
+* **By value**: the values the rule finds in a run's options (``secret_values``) are collected once
+  into a ``Scrubber``, which masks them in any text, so a server that logs its own arguments (vLLM
   does), or an error body that echoes a header, cannot leak them.
 
-Masked values become ``***``. The ``Scrubber`` is the one masking step for text: every text from the
-server passes it where it enters (log and stats lines as they are read, which crash entries are made
-of; request error details; the launched server's last lines), and so does everything written (every
-record line, every notice). Nothing here does I/O; it imports only the standard library, so every
-layer (engine, record, session, workers) can use it.
+Masked values become ``***``. Every text from the server passes the ``Scrubber`` where it enters,
+and so does everything written. Nothing here does I/O; it imports only the standard library, so
+every layer can use it.
 """
 
 from __future__ import annotations
@@ -53,7 +44,9 @@ def name_words(name: str) -> list[str]:
 
 
 def is_secret_name(name: str) -> bool:
-    """The one rule: does this header, key, flag or variable name suggest a credential?"""
+    """The one rule: does this header, key, flag or variable name suggest a credential? Words are
+    split on ``-``, ``_``, ``.``, spaces and camelCase (``accessToken``, ``HF_TOKEN``); a compound
+    ending in a credential word (``apikey``) counts; ``TOKENIZERS_PARALLELISM`` does not."""
     words = name_words(name)
     if not words or words[-1] in LOCATION_WORDS:
         return False

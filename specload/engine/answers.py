@@ -1,22 +1,19 @@
 """``--check-outputs`` on the wire: what a request asks for, what its answer was, and the cache reset.
 
-The streaming client keeps the hot path as it is: with ``--check-outputs`` it only appends each socket
-read to a list (``MAX_RAW_BYTES`` at most per request); when the request ends, ``read_output`` decodes
-that stream once more and takes from its events the generated text and, with logprobs, each token,
-its logprob and its margin to the runner-up (the best other token the server listed). The answer is
-bounded (``MAX_OUTPUT_CHARS`` characters, ``MAX_OUTPUT_TOKENS`` tokens) and says when it was cut.
+The streaming client only appends each socket read to a list (``MAX_RAW_BYTES`` at most); when the
+request ends, ``read_output`` decodes that stream once more and takes the generated text and, with
+logprobs, each token, its logprob and its margin to the runner-up. The answer is bounded
+(``MAX_OUTPUT_CHARS``, ``MAX_OUTPUT_TOKENS``) and says when it was cut.
 
-Logprobs come in four shapes: OpenAI chat's ``logprobs.content`` entries (vLLM, SGLang, llama-server,
-which adds token ids and uses them on its completions endpoint too), OpenAI completions' four lists
-(``tokens``, ``token_logprobs``, ``top_logprobs`` as {token: logprob}, ``text_offset``: vLLM) and
-SGLang's ``/generate`` ``meta_info`` triples (logprob, id, text). The server's text is hostile
-input: anything of another shape ends the reading of logprobs, never the request.
+Logprobs come in four shapes: OpenAI chat's ``logprobs.content`` entries (vLLM, SGLang,
+llama-server, which adds token ids), OpenAI completions' four lists (vLLM) and SGLang's
+``/generate`` ``meta_info`` triples. The server's text is hostile input: anything of another shape
+ends the reading of logprobs, never the request.
 
 ``OutputSupport`` is found once before the load (``probe``): whether the server returns logprobs, and
-which cache reset it offers: vLLM's ``POST /reset_prefix_cache`` (with ``VLLM_SERVER_DEV_MODE=1``),
-SGLang's ``/flush_cache``, llama-server's ``POST /slots/ID?action=erase`` for each of its slots (with
-``--slot-save-path``). ``reset`` runs it before each measured level: a record of the same prompts run
-again must not be served from the cache the last run or level left.
+which cache reset it offers (vLLM's ``POST /reset_prefix_cache``, SGLang's ``/flush_cache``,
+llama-server's ``POST /slots/ID?action=erase`` per slot). ``reset`` runs it before each measured
+level: prompts run again must not be served from the cache the last run or level left.
 """
 
 from __future__ import annotations

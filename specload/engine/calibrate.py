@@ -3,26 +3,17 @@
 Prompt length drives prefill time and KV use, so "128 tokens" must mean 128 in the server's own
 ``usage.prompt_tokens``. Two ways, best first:
 
-1. The server's tokenizer endpoint. vLLM and SGLang: ``POST /tokenize`` with
-   ``{"model", "prompt", "add_special_tokens"}`` answering ``{"count", "tokens", "max_model_len"}``
-   (SGLang also at ``/v1/tokenize``); llama.cpp's ``llama-server``: ``POST /tokenize`` with
-   ``{"content", "add_special"}`` answering ``{"tokens": [...]}`` (a body without ``content`` gets
-   ``{"tokens": []}``, so an empty answer means "not this shape"). Each vocabulary word is counted
-   with its leading space, which is exact for tokenizers that split words at their leading space
-   (GPT-2/Llama-3 style BPE, SentencePiece); a whole prompt is counted too, and when the sum of its
-   words disagrees with it the words fall back to a fitted mean.
+1. The server's tokenizer endpoint (``Tokenizer``: vLLM's and SGLang's ``/tokenize``, llama.cpp's).
+   Each vocabulary word is counted with its leading space, which is exact for tokenizers that split
+   words at their leading space; a whole prompt is counted too, and when the sum of its words
+   disagrees with it the words fall back to a fitted mean.
 2. Without an endpoint: two small non-streamed requests (``max_tokens`` 1) with prompts of two
    lengths; their ``usage.prompt_tokens`` give tokens per word and the overhead by a straight line.
 
 The overhead the server adds around the text (chat template, BOS) comes from the endpoint where it
-can apply the template (vLLM's ``/tokenize`` takes ``messages``; llama.cpp has ``/apply-template``),
-else from one generation request's ``usage.prompt_tokens`` minus the text's own tokens. Generation
-requests reach the server's counters, so each is reported (``sent``, with what the server counted)
-for the record, as the API probe's are; with vLLM and llama.cpp calibration sends none. Nothing
-here fails the run: whatever cannot be learned leaves the 1.3 tokens-a-word guess, with the reason.
-It is bounded by the run's own timeouts: each call by ``timeout_s``, the whole by ``budget_s``, and
-the first call the server does not answer in time ends it (a server that did not answer one will
-not answer the next).
+can apply the template, else from one generation request. Each generation request is reported
+(``sent``) for the record, as the API probe's are. Nothing here fails the run: whatever cannot be
+learned leaves the 1.3 tokens-a-word guess, with the reason, within the run's own timeouts.
 """
 
 from __future__ import annotations
@@ -64,7 +55,10 @@ async def _post_json(s: aiohttp.ClientSession, url: str, body: dict, headers: di
 class Tokenizer:
     """The server's tokenizer endpoint: ``count(text)`` (the text alone, no special tokens) and
     ``count_as_sent(flavour, text)`` (what the server will count for a request with this text:
-    template and BOS included; None when the endpoint cannot tell)."""
+    template and BOS included; None when the endpoint cannot tell). vLLM and SGLang (also at
+    ``/v1/tokenize``) take ``{"model", "prompt", "add_special_tokens"}`` (vLLM also ``messages``) and
+    answer ``{"count", "tokens"}``; llama-server takes ``{"content", "add_special"}``, answers
+    ``{"tokens": [...]}`` and applies a chat template at ``/apply-template``."""
 
     def __init__(self, s: aiohttp.ClientSession, base_url: str, model: str | None, headers: dict, kind: str,
                  path: str) -> None:
@@ -171,7 +165,9 @@ async def calibrate(
     sent: list[dict] | None = None,
     seed: int = 0,
 ) -> TokenModel:
-    """What the server counts for synthetic prompts; generation requests sent go to ``sent``."""
+    """What the server counts for synthetic prompts; generation requests sent go to ``sent``. Each
+    call is bounded by ``timeout_s``, the whole by ``budget_s``; the first call the server does not
+    answer in time ends it (a server that did not answer one will not answer the next)."""
     sent = [] if sent is None else sent
     hdrs = dict(headers or {})
     timeout = aiohttp.ClientTimeout(total=timeout_s, sock_connect=connect_timeout_s)

@@ -1,24 +1,19 @@
 """``--ray``: the ``--workers`` pool's transport to Ray actors, so that the load can come from many machines.
 
 The runner, the record and the live statistics stay in this process (the Ray driver); each load
-worker is a Ray actor (``StreamWorker``, the class a ``--workers`` process runs, built from the same
-init data) placed on the cluster with one CPU each, spread over the nodes. The pool is
-``WorkerPool`` (engine/workers.py) with ``RayActors`` as its transport: a request is one actor call
-whose answer is its record; tokens, load samples and the client's events are polled from each actor
-ten times a second.
+worker is a Ray actor (``StreamWorker``, as a ``--workers`` process runs it) with one CPU, spread
+over the nodes. The pool is ``WorkerPool`` (engine/workers.py) with ``RayActors`` as its transport:
+a request is one actor call whose answer is its record; tokens, load samples and events are polled
+from each actor ten times a second.
 
-Time: an actor measures its requests with its own CLOCK_MONOTONIC, and durations (TTFT, E2E,
-chunk offsets) never mix two clocks. Only a record's start and end and the live token times are
-moved onto the driver's clock, by the actor's offset: zero when the actor runs on this machine
-(the same boot id: one CLOCK_MONOTONIC), else estimated NTP-style from round trips (the sample
-with the shortest round trip; its half-RTT bounds the error) at start and refined on every poll.
-``timeline`` says which for each actor; the record's header carries it.
+Time: durations (TTFT, E2E, chunk offsets) never mix two clocks. Only a record's start and end and
+the live token times move onto the driver's clock, by the actor's offset: zero on this machine (the
+same boot id), else estimated NTP-style from the round trip that was shortest (its half-RTT bounds
+the error), refined on every poll. ``timeline`` says which for each actor; the record carries it.
 
-Faults: an actor that dies (its process, or its node) is seen by Ray (``RayActorError`` on a call)
-or by the pool as silence on the polls; as with processes, its in-flight requests come back as
-``lost`` records naming it, nothing more is sent to it, and the session continues or stops.
-
-Ray is optional (``pip install "specload[ray]"``) and imported only here, only when used.
+Faults: an actor that dies is seen by Ray (``RayActorError``) or as silence on the polls; as with
+processes, its in-flight requests come back as ``lost`` records naming it, and nothing more is sent
+to it. Ray is optional (``pip install "specload[ray]"``) and imported only here, only when used.
 """
 
 from __future__ import annotations

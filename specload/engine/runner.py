@@ -6,20 +6,12 @@ cancels in-flight requests: they finish and are not replaced. Controls (pause, h
 concurrency changes, stop) are plain synchronous methods that set state and wake the dispatcher,
 so the TUI and headless mode drive the same object.
 
-Levels: the plan's levels run in order; what ends one (its count or duration unless held, the
-search, the judge, a replayed pause, the run's bounds) is a table of end rules (engine/level_end.py)
-asked before each start. In drain mode the dispatcher waits for the level's requests before the next.
-A concurrency change made by the user starts a new, held "manual" level, so every level in the
-table has one concurrency; releasing the hold resumes the plan with its next level.
-
-``--ramp-up S``: when a level asks for more than are in flight, its concurrency rises linearly from
-what is in flight to its own over S seconds, so a level of 10,000 opens its connections over S
-rather than in one burst that the server's accept queue (and the client's loop) would take at once.
-
-A ``LevelSource`` (the capacity search) decides levels while the run goes: while one is set, its
-levels come before the plan's remaining ones, and when a level has started its requests the source
-may ask for more in the same level (a probe whose verdict is not yet decided). Setting a source ends
-the current level; a source that has no more levels hands back to the plan.
+The plan's levels run in order; what ends one is a table of end rules (engine/level_end.py) asked
+before each start. In drain mode the dispatcher waits for the level's requests before the next. A
+concurrency change made by the user starts a new, held "manual" level, so every level has one
+concurrency. ``--ramp-up S`` raises a level's concurrency linearly over S seconds, so 10,000
+connections do not open in one burst. A ``LevelSource`` (the capacity search) decides levels while
+the run goes, ahead of the plan's remaining ones, and may extend a level whose verdict is pending.
 """
 
 from __future__ import annotations

@@ -2,21 +2,17 @@
 
 The runner (dispatch, levels, concurrency, pause) stays in this process; what costs per token,
 reading and classifying the stream, runs in the workers, each an event loop with its own
-``StreamingClient`` (``StreamWorker``). ``WorkerPool`` has the interface of ``StreamingClient``, so
-the runner, stats and recorder do not know where the load comes from: each request is sent once, by
-the least busy worker, and comes back as one record, so nothing is counted twice.
+``StreamingClient`` (``StreamWorker``). ``WorkerPool`` has the interface of ``StreamingClient``: each
+request is sent once, by the least busy worker, and comes back as one record.
 
-The pool is one; how it reaches its workers is its transport: ``Pipes`` (processes of this machine,
-JSON lines on their stdin/stdout: ``init``, ``send``, ``cancel``, ``exit`` in; ``rec``, ``tokens``,
-``load``, ``event``, ``notice`` out) or ``RayActors`` (engine/ray_workers.py: actors anywhere on a
-Ray cluster, the same messages polled). A worker's times are moved onto this process's clock by its
-offset (0 on this machine: one CLOCK_MONOTONIC).
+How the pool reaches its workers is its transport: ``Pipes`` (processes of this machine, JSON lines
+on their stdin/stdout: ``init``, ``send``, ``cancel``, ``exit`` in; ``rec``, ``tokens``, ``load``,
+``event``, ``notice`` out) or ``RayActors`` (engine/ray_workers.py). A worker's times are moved onto
+this process's clock by its offset (0 on this machine: one CLOCK_MONOTONIC).
 
-A worker that dies (its pipe closes, it is killed, it says something that is not the protocol, or
-it stays silent for ``heartbeat_timeout_s`` although it reports every second) is taken out of the
-pool at once: nothing more is sent to it, each request it had in flight comes back as a ``lost``
-record naming it (the server may or may not have finished it), and ``on_worker_lost`` tells the
-session, which continues on the others or stops the run.
+A worker that dies (its pipe closes, it says something that is not the protocol, or it is silent
+for ``heartbeat_timeout_s``) is taken out of the pool at once: each request it had in flight comes
+back as a ``lost`` record naming it, and ``on_worker_lost`` tells the session.
 """
 
 from __future__ import annotations

@@ -2,22 +2,18 @@
 
 ``RunPolicy`` holds every rule that stops or pauses the runner, and the run's end reason:
 
-* a new crash signature: ``--on-crash pause`` pauses, ``stop`` ends the run (``crashed``), in-flight
-  requests cancelled; ``continue`` does nothing;
-* the server goes down: the load pauses (requests would only fail) and resumes when it is up again;
-  down for ``--down-timeout`` ends a headless run (``server down``); the TUI stays (``stay_open``);
-* a ``--workers`` process dies: the run goes on with the others, or stops (``worker lost``) when
-  none is left or ``--on-worker-death stop``;
-* an answer diverges from the baseline's (``--check-outputs``): ``--on-divergence stop`` ends the run
-  (``diverged``);
+* a new crash signature: ``--on-crash pause`` pauses, ``stop`` ends the run (``crashed``);
+* the server goes down: the load pauses and resumes when it is up again; down for
+  ``--down-timeout`` ends a headless run (``server down``); the TUI stays (``stay_open``);
+* a ``--workers`` process dies: the run goes on with the others, or stops (``worker lost``);
+* an answer diverges from the baseline's: ``--on-divergence stop`` ends the run (``diverged``);
 * the record cannot be written: stop (a load nobody can read back is not worth running);
 * the user quits or a signal arrives: ``interrupt``.
 
-The first reason wins: a crash that brings the server down ends the run as ``crashed``. Any phase
-follows the same rules: a crash (or a quit) seen while the server starts or the prompts are
-calibrated ends the start step under way (``on_stop``), or, under ``pause``, pauses the load as
-soon as it is built (``attach``). The tables at the end say what an end reason means for the exit
-status, the record's end line and the state a front end shows.
+The first reason wins: a crash that brings the server down ends the run as ``crashed``. A crash (or
+a quit) seen while the server starts or the prompts are calibrated ends the start step under way
+(``on_stop``), or, under ``pause``, pauses the load as soon as it is built (``attach``). The tables
+at the end say what an end reason means for the exit status, the record's end line and the screen.
 """
 
 from __future__ import annotations

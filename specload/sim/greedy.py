@@ -1,24 +1,21 @@
 """The simulated model's greedy text: a pure function of the prompt and the position, with logprobs.
 
-At temperature 0 a real model's output depends on the prompt alone: speculation must not change it
-(it is meant to be lossless), and only numerics (a near-tie between the two best tokens whose order
-flips with the batch's shape) may. The simulator plays both, and a bug, so that ``--check-outputs``
-can be tested against known answers:
+At temperature 0 a real model's output depends on the prompt alone: speculation must not change it,
+and only numerics (a near-tie whose order flips with the batch's shape) may. The simulator plays
+both, and a bug, so that ``--check-outputs`` can be tested against known answers:
 
-- each position of a sequence has a best token and a runner-up, drawn from a 64-bit hash of the
-  sequence's *key* (the prompt's token ids) and the position; the margin between them (in nats) is
-  wide (2 to 10) except at ``near_tie_rate`` of the positions, where it is under 0.032;
-- at a near-tie the choice flips with the step's shape (the tokens its forward pass computes: the
-  batch size times the tokens verified per sequence): never at shape 1 (one sequence, no
-  speculation), else on one hash bit of (key, position, shape);
+- each position has a best token and a runner-up, drawn from a 64-bit hash of the sequence's *key*
+  (the prompt's token ids) and the position; their margin is wide (2 to 10 nats) except at
+  ``near_tie_rate`` of the positions, where it is under 0.032;
+- at a near-tie the choice flips with the step's shape (batch size times tokens verified per
+  sequence): never at shape 1, else on one hash bit of (key, position, shape);
 - ``spec_bug_rate`` of the speculative steps that accepted drafts emit a wrong token in place of
-  their last accepted draft (its logprob 6 nats below the best token's);
-- once a sequence took another token than the reference one (a flip or a bug), its key changes:
-  the text goes on differently from there, as a real model's would.
+  their last accepted draft (6 nats below the best);
+- once a sequence took another token than the reference one, its key changes and the text goes on
+  differently, as a real model's would.
 
-A token is ``(vocabulary index, logprob, runner-up index, runner-up logprob)``: the chosen token's
-logprob and that of the best other token, so its margin is their difference (negative for a wrong
-token). EOS is drawn per position from the same hash, so it too is the same in every run.
+A token is ``(vocabulary index, logprob, runner-up index, runner-up logprob)``. EOS is drawn per
+position from the same hash, so it too is the same in every run.
 """
 
 from __future__ import annotations

@@ -1,30 +1,16 @@
 """The simulated model: how long things take and what a decode step produces. Pure, no I/O.
 
-Kept apart from the scheduler and the HTTP layer so the numbers can be unit-tested without a clock:
-
-- ``estimate_prompt_tokens``: prompt length in tokens by the simulator's tokenizer (``tokenizer.py``:
-  words with their leading space, one token per started 4 characters, plus a chat-template overhead of
-  4 tokens per message and 3 for the assistant header, like a ChatML template). Token-id prompts count
-  their ids. ``usage.prompt_tokens`` reports exactly this number.
-- ``prefill_s`` / ``decode_step_s``: prefill grows linearly with the prompt; a decode step grows
-  linearly with the batch, so aggregate tok/s rises with concurrency while per-request tok/s falls; the
-  FIFO queue beyond ``max_batch`` makes the knee. Speculation makes a step dearer (verifying K drafts),
-  and with ``draft_batch_slope`` dearer still as the batch grows (compute-bound verification), so its
-  gain can turn into a loss at high concurrency.
-- ``draw_step``: the tokens of one decode step for one sequence: K drafts, each accepted with the
-  request's acceptance probability until the first rejection, plus the bonus token; then cut at EOS or
-  at ``max_tokens``. ``request_accept_rate`` draws that probability per request (Beta around
-  ``accept_rate``, sd ``accept_spread``): some prompts suit the draft model better than others.
-- ``request_profile``: a request's category, from its last user turn's text alone (looked up among
-  the built-in set's turns, which the package ships; other text keeps the defaults), shifts the
-  acceptance's log-odds around ``accept_rate`` and sets the EOS chance from the category's natural
-  answer length.
-- A temperature-0 request's tokens come from ``greedy.py`` instead (the prompt's own text, whatever
-  was accepted), with their logprobs; so do a sampled request's logprobs when it asks for them.
-- ``jitter``: the seeded noise of a step or prefill pass (lognormal, mean 1), so that runs with
-  different seeds vary as real runs do and the comparison's statistics can be checked against it.
-  ``accepted = emitted - 1`` always, so for a finished request
-  ``completion_tokens == 1 (prefill token) + verify_steps + accepted``.
+Kept apart from the scheduler and the HTTP layer so the numbers can be unit-tested without a clock.
+Prompt lengths are the simulator's tokenizer's (``tokenizer.py``); ``usage.prompt_tokens`` reports
+exactly them. Prefill grows linearly with the prompt and a decode step with the batch, so aggregate
+tok/s rises with concurrency while per-request tok/s falls, and the FIFO queue beyond ``max_batch``
+makes the knee; speculation makes a step dearer, the more so as the batch grows, so its gain can turn
+into a loss at high concurrency. ``draw_step`` draws one step's tokens: K drafts, each accepted with
+the request's own acceptance probability (``request_accept_rate``, shifted by its category in
+``request_profile``) until the first rejection, plus the bonus token. A temperature-0 request's
+tokens come from ``greedy.py``. ``jitter`` is the seeded noise that makes runs with different seeds
+vary as real runs do. ``accepted = emitted - 1`` always, so for a finished request
+``completion_tokens == 1 (prefill token) + verify_steps + accepted``.
 """
 
 from __future__ import annotations
@@ -83,6 +69,8 @@ def prefill_s(cfg: SimConfig, prompt_tokens: int) -> float:
 
 
 def decode_step_s(cfg: SimConfig, batch: int) -> float:
+    """One decode step: linear in the batch; verifying K drafts costs ``draft_cost`` each, dearer
+    with ``draft_batch_slope`` as the batch grows (compute-bound verification)."""
     if cfg.itl_ms is not None:
         return cfg.itl_ms / 1000.0
     extra = max(0, batch - 1)

@@ -1,25 +1,19 @@
 """Is specload itself the bottleneck, or is it not getting the CPU? Its own CPU use and event-loop
 lag, measured every second, and which of the two it was.
 
-A load client that is behind reports its own delay as the server's latency. Two different causes
-look alike from inside (the event loop wakes up late) and need different answers:
+A load client that is behind reports its own delay as the server's latency. Two causes look alike
+from inside (the event loop wakes up late) and need different answers:
 
-- **saturated**: specload's own work (or a blocking call) holds its loop: its CPU is near a core,
-  or the loop was late while its thread was not waiting for a CPU. More workers or a lighter
-  configuration help.
-- **starved**: the loop was late because its thread was runnable but not running: another process
-  held the CPUs (a busy-polling server on the same machine starves every other process for
-  hundreds of ms). specload's own CPU is low; the latencies include scheduling delay.
+- **saturated**: specload's own work (or a blocking call) holds its loop: its CPU is near a core, or
+  the loop was late while its thread was not waiting for a CPU. More workers help.
+- **starved**: the loop's thread was runnable but not running: another process held the CPUs.
+  specload's own CPU is low; the latencies include scheduling delay.
 
-The monitor runs on the loop it watches (the engine's: in the TUI, the engine process's,
-sources/engine_process.py). It wakes every ``tick_s`` (5 ms: a 10 ms stall of the loop delays at least one wake-up by 5 ms or more, so it shows) and measures how late it woke; on Linux it also
-reads its thread's run-queue wait (``/proc/thread-self/schedstat``) around each wait, so the worst
-late wake-up of an interval comes with how much of it was spent waiting for a CPU. Once per
-``interval_s`` it takes the CPU share of the loop's thread (not the process's: in the TUI the
-dashboard's rendering, on the main thread, is not the engine's work and must not make it look
-saturated; headless, the loop's thread does nearly all of the process's work) and judges the
-interval. Without schedstat, "starved" falls back to the
-issue's rule of thumb: loop lag high while specload's CPU is low.
+The monitor runs on the loop it watches (the engine's). It wakes every ``tick_s`` and measures how
+late it woke, with its thread's run-queue wait around each wait on Linux
+(``/proc/thread-self/schedstat``). Once per ``interval_s`` it takes the CPU share of the loop's
+thread (not the process's: the dashboard's rendering is not the engine's work) and judges the
+interval. Without schedstat, "starved" means loop lag high while specload's CPU is low.
 """
 
 from __future__ import annotations

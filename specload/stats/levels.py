@@ -1,30 +1,16 @@
 """Per-level summaries: the numbers of one concurrency level, computed the same way everywhere.
 
 The live run, the headless table, the record's ``level`` lines and ``specload report`` all call
-``LevelColumns.summary`` on the same columns, so the numbers cannot drift apart. Definitions (README):
-throughput = output tokens of the level's successful requests / the level's wall time (first request
-sent to last request ended); per-request tok/s = mean over successful requests of tokens / E2E;
-req/s = successful requests / wall time; per-token ITL (a chunk of k tokens: gap / k) and per-chunk
-gap (what vLLM's and SGLang's clients call ITL) pooled over every token / chunk; means and population
-standard deviations beside the percentiles (as ``vllm bench serve`` reports them, and checked against
-its result files); peak tok/s = the best 1 s of output; peak concurrency = the most requests of the
-level in flight at once; prompt tokens as the server counted them. The server's own figures over the
-level's own span (acceptance, its throughput; the span less the edges where a neighbour level's
-requests were in flight) are attached by the session (``with_server``); beside them,
-the acceptance the requests themselves carried (``request_accept_len``/``_rate``, pooled counts).
+``LevelColumns.summary`` on the same columns, so the numbers cannot drift apart; the README defines
+each figure. The session attaches the server's own figures over the level's own span
+(``with_server``), beside the acceptance the requests themselves carried. A level's requests of one
+dataset category or one conversation turn get the same figures as a group (``GroupFigures``): a
+configuration may win on code and lose on chat, and the TTFT of turn n shows what the prefix cache
+saves.
 
-A level's requests of one dataset category, and of one conversation turn (``--multi-turn``), get the
-same figures as a group (``GroupFigures``): a configuration may win on code and lose on chat, and the
-TTFT of turn n shows what the prefix cache saves. A group's throughput is its tokens over the level's
-active time, so the groups' throughputs add up to the level's.
-
-A level cut by a crash, the server going down or a pause (``LevelBook.cut_begin``/``cut_end``, called
-by the runner) counts its *active* time only: throughput and req/s are over ``active_s``, the wall
-time less the time after the crash or the server was found down (until the load resumed, or the end)
-and less the paused time in which none of the level's requests was in flight (a pause lets the
-requests in flight finish: their tokens came in that time). Hung streams stalled for a minute after a
-crash once made a level of 129 tok/s read 29. Such a level carries ``cut`` (what cut it first) and
-``lost`` (its requests that failed after the cut began).
+A level cut by a crash, the server going down or a pause (``LevelBook.cut_begin``/``cut_end``)
+counts its *active* time only (``LevelColumns._cut``), so streams hung after a crash cannot make a
+level of 129 tok/s read 29. Such a level carries ``cut`` (what cut it first) and ``lost``.
 """
 
 from __future__ import annotations

@@ -1,29 +1,18 @@
 """Is it lossless? Two runs' answers to the same prompts, compared prompt by prompt (``--check-outputs``).
 
 At temperature 0 a faster configuration (speculative decoding, overlap scheduling) must produce the
-baseline's tokens. Where it does not, the first position that differs says what happened: when either
-run's margin between its chosen token and the runner-up is below ``near_tie`` nats there, the two
-best tokens were all but tied and batch-dependent numerics may flip them (bf16 logits of magnitude
-~20 carry ~0.1 of rounding each); otherwise a token was emitted that the model did not prefer by a
-wide margin: a bug. A level's verdict is ``lossless`` (every answer identical), ``numerics`` (every
-divergence a near-tie) or ``diverges`` (at least one that is not); without logprobs no divergence can
-be shown to be a near-tie, so every one counts as divergent and the result says so.
+baseline's tokens. Where it does not, the first position that differs says what happened: when
+either run's margin between its chosen token and the runner-up is below ``near_tie`` nats there, the
+two best tokens were all but tied and batch-dependent numerics may flip them; otherwise the model
+emitted a token it did not prefer by a wide margin: a bug. A level's verdict is ``lossless``,
+``numerics`` (every divergence a near-tie) or ``diverges``; without logprobs no divergence can be
+shown to be a near-tie. Answers are compared by token where both runs recorded every token, else by
+text (``first_divergence``); they pair up by level, prompt and its n-th appearance there
+(``by_level``), and a pair whose prompt texts differ counts as ``mismatched``. The share identical
+carries a Wilson score interval, honest at 0 or n out of n.
 
-Answers are compared by token where both runs recorded every token (logprobs carry them: the
-position is then a token index), else by text (a character index; the margin there is the one of
-the token holding that character, where it is known: llama-server sends no logprobs for the draft
-tokens its speculation accepted). They pair up by level (concurrency and its
-occurrence, as the comparison of figures pairs levels), prompt identity and the prompt's n-th
-appearance in that level; a pair whose prompt texts differ (another --prompt-tokens, another
-dataset file of the same name, a --multi-turn turn whose history holds an earlier turn's other answer) is
-not compared but counted as ``mismatched``.
-
-The share identical carries a Wilson score interval (95 %), which stays inside [0, 1] and is honest
-at 0 or n out of n, where the normal approximation gives a zero-width interval.
-
-``compare_answers`` is the one entry point for two runs (``report A B``, the sweep); ``self_divergence``
-is the noise floor (a run's own levels against its C=1 answers); ``LiveOutputs`` does the same as
-records arrive, against a baseline read before the run.
+``compare_answers`` is the one entry point for two runs (``report A B``, the sweep);
+``self_divergence`` is the noise floor; ``LiveOutputs`` does the same as records arrive.
 """
 
 from __future__ import annotations
@@ -136,7 +125,8 @@ def _offset(ans: Answer, pos: int) -> int:
 
 
 def _margin_at_char(ans: Answer, c: int) -> float | None:
-    """The margin of the token holding character ``c`` (answers compared by text)."""
+    """The margin of the token holding character ``c`` (answers compared by text), where known:
+    llama-server sends no logprobs for the draft tokens its speculation accepted."""
     if ans.tokens is None:
         return None
     end = 0

@@ -2,22 +2,16 @@
 
 asyncio's debug mode reports every callback that took longer than ``slow_callback_duration`` of
 wall time. On a shared machine most such reports are not the callback's doing: the process was
-simply not scheduled (another process held the cores) while the callback ran. This probe times each
-callback three ways, from the loop thread's own kernel counters (``/proc/thread-self/schedstat``:
-time on a CPU and time waiting in a run queue):
+simply not scheduled while the callback ran. This probe times each callback three ways, from the
+loop thread's own kernel counters (``/proc/thread-self/schedstat``):
 
 - ``wall_ms``: as asyncio's debug report measures it;
-- ``wait_ms``: the part the thread spent runnable but waiting for a CPU (not the callback's fault).
-  The other threads of the process count too: a resolver or executor thread preempted while it
-  holds the GIL keeps the loop's thread asleep on the GIL, which is the machine's doing as well;
-- ``own_ms = wall_ms - wait_ms``: time the callback held the loop by itself, computing or in a
-  blocking call (a disk write, ``time.sleep``, the GIL held by a running thread of ours).
+- ``wait_ms``: the part the thread spent runnable but waiting for a CPU (the process's other
+  threads count too: one preempted while it holds the GIL keeps the loop's thread asleep);
+- ``own_ms = wall_ms - wait_ms``: time the callback held the loop by itself.
 
-A callback whose ``own_ms`` exceeds the threshold blocked the loop; one that is slow only by its
-``wait_ms`` was starved. Used by the test that holds the engine to "no callback over 2 ms during
-load" and by ``benchmarks/loop_stalls.py``; it wraps ``asyncio.events.Handle._run``, so it works on
-the standard library loop (uvloop's handles are compiled and cannot be timed this way).
-
+A callback whose ``own_ms`` exceeds the threshold blocked the loop; one slow only by its ``wait_ms``
+was starved. It wraps ``asyncio.events.Handle._run``, so it works on the standard library loop only.
 Without schedstat (not Linux), ``wait_ms`` is None and ``own_ms`` falls back to the thread's CPU
 time, which misses blocking calls but never blames a callback for a busy machine.
 """

@@ -1,24 +1,19 @@
 """The terminal under the dashboard: its loss is noticed, and it can never stop the app's loop.
 
 Textual's Linux driver has three threads of control around the terminal, and each could lock up a
-TUI whose terminal went away (tmux killed, ssh dropped), as seen with two orphaned TUIs left at 35 %
-CPU for 40 minutes (py-spy: the main thread blocked in ``WriterThread.write``):
+TUI whose terminal went away (tmux killed, ssh dropped), as two orphaned TUIs at 35 % CPU showed:
 
-* its writer thread dies on the first ``EIO`` from the dead tty; its queue (30 writes) then fills and
-  the main thread, which runs the event loop, blocks forever in ``Queue.put``. The loop never runs
-  again: no signal handler, no quit timer, no teardown; the record never gets its end line and the
-  launched simulator is never stopped;
-* the kernel follows SIGHUP with SIGCONT, and the driver's SIGCONT handler restarts "application
-  mode" on the dead tty: a second writer thread (dies at once) and a second input thread;
-* the input thread reads end-of-file from the dead tty and spins on it (``select`` says readable,
-  ``read`` returns nothing), forever, and it is not a daemon thread.
+* its writer thread dies on the first ``EIO``; its queue then fills and the main thread, which runs
+  the event loop, blocks forever in ``Queue.put``: no teardown, no record end line;
+* the driver's SIGCONT handler (the kernel follows SIGHUP with SIGCONT) restarts "application mode"
+  on the dead tty;
+* the input thread reads end-of-file from the dead tty and spins on it, forever.
 
 ``GuardedDriver`` keeps Textual's driver and changes only that: writes go through a file that never
-raises (a failed write means the terminal is lost), and ``write`` never blocks for long (a terminal
-that takes nothing for ``WRITE_STALL_S`` has frames dropped, and the whole screen is painted again
-once it reads again); SIGCONT after a loss restarts nothing; end-of-file or an error on input means
-the terminal is lost and ends the input thread. A loss is reported once, from whatever thread saw
-it, to ``on_terminal_lost`` of the app (which must be callable from any thread).
+raises, and ``write`` never blocks for long (a terminal that takes nothing for ``WRITE_STALL_S`` has
+frames dropped and the screen repainted once it reads again); SIGCONT after a loss restarts nothing;
+end-of-file or an error on input ends the input thread. A loss is reported once, from whatever
+thread saw it, to ``on_terminal_lost`` of the app (which must be callable from any thread).
 """
 
 from __future__ import annotations

@@ -4,21 +4,15 @@ textual-serve runs a command per browser connection and relays its terminal over
 command here is the same ``specload tui`` with the same options, so the page is the dashboard as it
 is in a terminal, keys included.
 
-One run per process. Each connection would run its own dashboard process, and the dashboard and the
-load are one process: a second viewer would start a second load, and a reload would start a new run
-over the first one's record. So the first connection runs the load; a second one while it is open
-is turned away, and once it has closed (closing the page ends the run as 'q' does) every later one
-is told where the record is. The record is named before any viewer comes, and never an existing one.
+One run per process: a second viewer would start a second load. So the first connection runs the
+load; a second one while it is open is turned away, and once it has closed every later one is told
+where the record is. The record is named before any viewer comes, and never an existing one.
 
-The door: whoever reaches the page can read the dashboard and drive the load, so every request must
-name this machine's address in Host (DNS rebinding names another), a websocket's Origin must be the
-page itself (another site's page in the same browser names its own), and the page and its websocket
-need the random token printed with the URL, as Jupyter does (kept in a cookie for that browser).
-Anything else gets a 403. It listens on 127.0.0.1 unless told otherwise, and says so.
-
-textual-serve's page asks Google's servers for a web font; a GPU box without a network would log a
-failed request on every visit, so the page is served without that link (the font is bundled with
-textual-serve and used from there). textual-serve is the optional extra ``specload[web]``.
+The door: whoever reaches the page can drive the load, so every request must name this machine's
+address in Host (against DNS rebinding), a websocket's Origin must be the page itself, and the page
+and its websocket need the random token printed with the URL, as Jupyter does (kept in a cookie).
+Anything else gets a 403. It listens on 127.0.0.1 unless told otherwise. The page is served without
+textual-serve's link to Google's web font (bundled instead), for GPU boxes without a network.
 """
 
 from __future__ import annotations

@@ -4,20 +4,15 @@
 
 - ``nvidia-smi``: ``nvidia-smi --query-gpu=FIELDS --format=csv,noheader,nounits -lms N`` as a child
   process, one CSV line per GPU per loop (``SmiReader``);
-- ``cmd:'COMMAND'``: the same CSV from a command of the user's (``ssh HOST nvidia-smi ... -lms 500``),
-  run and restarted like ``--server-log-cmd`` (``watch/command.py``). The fields are the command's
-  own ``--query-gpu=`` list, or its CSV header when it prints one; units (``45 %``) are read too;
-- ``nvml``: NVML through ``nvidia-ml-py`` (``pip install specload[gpu]``), polled in a thread
-  (``NvmlReader``), XID errors from NVML's event set;
-- ``dcgm:URL``: a DCGM exporter's Prometheus text, scraped by the /metrics scraper
-  (``watch/metrics.py``) with ``dcgm_read`` as its reader;
+- ``cmd:'COMMAND'``: the same CSV from a command of the user's (``ssh HOST nvidia-smi ...``), run and
+  restarted like ``--server-log-cmd``; its fields are its own ``--query-gpu=`` list or CSV header;
+- ``nvml``: NVML through ``nvidia-ml-py``, polled in a thread (``NvmlReader``), with XID events;
+- ``dcgm:URL``: a DCGM exporter's Prometheus text, scraped by ``watch/metrics.py`` (``dcgm_read``);
 - ``auto``: NVML, else nvidia-smi, when the server runs on this machine; else off, said once.
 
-Every failure is data: a missing nvidia-smi or NVML, a reader that dies (restarted with a backoff), a
-field the GPU does not report (``[N/A]``, ``[Not Supported]``, NVML_ERROR_NOT_SUPPORTED, DCGM's blank
-values: once per GPU and field), an XID error, a GPU fallen off the bus (``Unable to determine the
-device handle for GPU ...``, ``[GPU is lost]``, NVML_ERROR_GPU_IS_LOST, XID 79, a GPU gone from the
-exporter) becomes a ``GpuFault`` and the run goes on.
+Every failure is data: a missing nvidia-smi or NVML, a reader that dies (restarted with a backoff),
+a field the GPU does not report (once per GPU and field), an XID error, a GPU fallen off the bus
+becomes a ``GpuFault`` and the run goes on.
 """
 
 from __future__ import annotations

@@ -1,22 +1,20 @@
 """Normalise one physical server-log line: clean it and split its prefixes from its text.
 
-This module owns the knowledge of *how log lines are wrapped*: terminal colour codes, carriage returns,
-control bytes, and the prefixes that loggers, process managers and log shippers put in front of the text
-(timestamps in many formats, levels, ``[file.py:N]``, rank and pid tags, journald, kubectl/docker
-timestamps, log-aggregator exports, logfmt). The crash detector (``detector.py``) only ever looks at the
-text behind those prefixes plus the normalised process tag, so a new prefix format is a change here only.
+This module owns the knowledge of *how log lines are wrapped*: colour codes, carriage returns,
+control bytes, and the prefixes that loggers, process managers and log shippers put in front of the
+text. The crash detector (``detector.py``) only ever looks at the text behind those prefixes plus
+the normalised process tag, so a new prefix format is a change here only. Prefixes come in three
+kinds, and the difference matters for multi-process logs:
 
-Prefixes come in three kinds, and the difference matters for multi-process logs:
-
-* **transport** prefixes are added by whatever carried the line (journald, an aggregator export, docker
-  ``--timestamps``). They say nothing about which process wrote the line.
+* **transport** prefixes are added by whatever carried the line (journald, an aggregator export,
+  docker ``--timestamps``). They say nothing about which process wrote the line.
 * **record** prefixes are written by the application's logger (``INFO 07-30 ... [file.py:N]``, glog
   ``[E611 ...]``, TGI's ``2024-...Z ERROR target:``). A line with one starts a new log record.
-* **tag** prefixes name the process: SGLang ``[... TP0]``, vLLM ``(VllmWorker rank=3 pid=229)``, torch
-  ``[rank0]:``, Ray ``(RayWorkerWrapper pid=690, ip=...)``.
+* **tag** prefixes name the process: SGLang ``[... TP0]``, vLLM ``(VllmWorker rank=3 pid=229)``,
+  torch ``[rank0]:``, Ray ``(RayWorkerWrapper pid=690, ip=...)``.
 
-A line with neither a record prefix nor a tag is *raw* (a traceback line, a C++ ``what():`` line, a
-message continuation); the detector attributes it to the process of the previous tagged record.
+A line with neither a record prefix nor a tag is *raw* (a traceback line, a message continuation);
+the detector attributes it to the process of the previous tagged record.
 """
 
 from __future__ import annotations
