@@ -31,9 +31,6 @@ if TYPE_CHECKING:
 
 __all__ = ["Prompt", "PromptError", "PromptSource"]
 
-OUTPUT_LEN = ("max-tokens", "dataset")
-
-
 @dataclass(frozen=True, slots=True)
 class Prompt:
     text: str

@@ -205,10 +205,6 @@ def register_reader(kind: str, sniff: Sniff, read: Read) -> None:
     _READERS.append(RunReader(kind, sniff, read))
 
 
-def readers() -> tuple[RunReader, ...]:
-    return tuple(_READERS)
-
-
 def load_run(path: str, label: str | None = None) -> Run:
     """Read any supported result file as a ``Run``; ``RunReadError`` (one line) otherwise."""
     try:

@@ -25,7 +25,6 @@ from specload.stats.lossless import (
     Answer,
     OutputsLevel,
     compare_answers,
-    outputs_line,
     position_summary,
     self_divergence,
     total,
@@ -267,8 +266,3 @@ def _html_side(doc: dict, o: dict) -> str:
         f"<th>{e(a)} itself diverges vs its reference level</th><th>verdict</th></tr></thead><tbody>{''.join(rows)}</tbody>"
         f"</table></div>{ex}"
     )
-
-
-def summary_line(oc: OutputsComparison) -> str:
-    """One line: ``outputs: 47/48 identical (...) · 1 near-tie · numerics``."""
-    return f"outputs of {oc.b} against {oc.a}: {outputs_line(oc.overall)}"

@@ -50,8 +50,7 @@ class GpuView:
     """One GPU as the dashboard shows it: its last sample, its recent history, its last fault."""
 
     last: GpuSample
-    util_series: tuple[float, ...]  # one value per sample, oldest first (NaN: not read)
-    power_series: tuple[float, ...]
+    power_series: tuple[float, ...]  # one value per sample, oldest first (NaN: not read)
     fault: str | None = None  # the last fault of this GPU ("lost: ..."), if any
 
 
@@ -160,7 +159,7 @@ class LiveStats:
         self._server_gen: deque[float] = deque(maxlen=history_s)
         self._accept_len: deque[float] = deque(maxlen=history_s)
         self._crashes: dict[str, CrashEvent] = {}
-        self._gpus: dict[int, tuple[GpuSample, deque[float], deque[float]]] = {}
+        self._gpus: dict[int, tuple[GpuSample, deque[float]]] = {}
         self._gpu_faults: dict[int | None, str] = {}
         self.health = "unknown"
         self.client_cpu_pct: float | None = None
@@ -244,10 +243,9 @@ class LiveStats:
             self._accept_len.append(sample.accept_len)
 
     def on_gpu(self, s: GpuSample) -> None:
-        _, util, power = self._gpus.get(s.gpu) or (s, deque(maxlen=self.history_s), deque(maxlen=self.history_s))
-        util.append(float("nan") if s.util_pct is None else s.util_pct)
+        _, power = self._gpus.get(s.gpu) or (s, deque(maxlen=self.history_s))
         power.append(float("nan") if s.power_w is None else s.power_w)
-        self._gpus[s.gpu] = (s, util, power)
+        self._gpus[s.gpu] = (s, power)
 
     def on_gpu_fault(self, f: GpuFault) -> None:
         if f.kind != "unsupported":  # a field never read is not news for the panel
@@ -303,8 +301,7 @@ class LiveStats:
             loop_lag_ms=self.loop_lag_ms,
             client_saturated=self.client_saturated,
             client_starved=self.client_starved,
-            gpus=tuple(GpuView(last, tuple(u), tuple(p), self._gpu_faults.get(g))
-                       for g, (last, u, p) in sorted(self._gpus.items())),
+            gpus=tuple(GpuView(last, tuple(p), self._gpu_faults.get(g)) for g, (last, p) in sorted(self._gpus.items())),
             gpu_fault=self._gpu_faults.get(None),
         )
 

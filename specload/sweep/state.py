@@ -29,7 +29,7 @@ from specload.report.sweep import SWEEP_FILE as FILE
 from specload.report.sweep import SWEEP_SCHEMA as SCHEMA
 from specload.report.sweep import SweepReadError, read_sweep
 from specload.secrets import command_secrets
-from specload.sweep.plan import Config, PlanError, Slot, SweepPlan
+from specload.sweep.plan import Config, PlanError, SweepPlan
 
 FINAL = ("ok", "crashed", "failed_to_start")
 
@@ -131,11 +131,6 @@ class SweepState:
             if s["status"] == "running":
                 s["status"] = "interrupted"
         return [a for s in self.slots for a in s["attempts"] if a.get("status") == "running"]
-
-
-def slot_of(plan: SweepPlan, doc_slot: dict[str, Any]) -> Slot:
-    i = next(k for k, c in enumerate(plan.configs) if c.name == doc_slot["config"])
-    return Slot(doc_slot["index"], i, doc_slot["repeat"])
 
 
 def check_out_dir(out: str, *, resume: bool) -> Path:

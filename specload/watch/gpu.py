@@ -47,7 +47,6 @@ SMI_FIELDS = {
 # asked in this order; the name last, so that a name with a comma in it cannot shift the numbers
 QUERY = ("index", "utilization.gpu", "memory.used", "memory.total", "power.draw", "clocks.sm", "temperature.gpu",
          "name")
-NOT_READ = ("N/A", "Not Supported", "Unknown Error", "Insufficient Permissions", "Not Available")
 
 # What some XIDs mean (NVIDIA's XID catalogue), for the fault's message; 79 is a GPU off the bus.
 XID_MEANINGS = {
