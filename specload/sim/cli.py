@@ -11,228 +11,107 @@ code 1; ``--fail-start`` -> the model load's traceback, exit 1) and the first st
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import signal
 import sys
+from collections.abc import Callable
 
 import click
 
 from specload.sim.config import SimConfig
 
+F0, I1, P = click.FloatRange(min=0), click.IntRange(min=1), click.FloatRange(0.0, 1.0)
+# Each option: its flag (and the SimConfig field where the flag's name is not the field's), its type
+# (None: a boolean flag) and its help. The default is the field's (but for --port: 8000).
+OPTIONS: tuple[tuple[str, click.ParamType | None, str | None], ...] = (
+    ("--flavor", click.Choice(["vllm", "llamacpp"]),
+     "Which real server to play: vLLM's wire format and /metrics, or llama.cpp's llama-server "
+     "(one chunk per token, timings, llamacpp:* metrics, slot log lines, --max-batch slots = -np, "
+     "context split over the slots, connection closed after each stream)."),
+    ("--host", click.STRING, "Address to listen on."),
+    ("--port", click.IntRange(0, 65535), "Port; 0 picks a free one (printed on the first stdout line)."),
+    ("--model-name", click.STRING, "Model id served by /v1/models."),
+    ("--max-batch", I1, "Sequences decoded together; more wait in a FIFO queue."),
+    ("--step-ms", F0, "Decode step time at batch 1."),
+    ("--step-slope", F0, "Extra fraction of --step-ms per additional sequence in the batch."),
+    ("--prefill-base-ms", F0, None),
+    ("--prefill-per-token-ms", F0, None),
+    ("--draft-cost", F0, "A speculative step costs (1 + draft-cost * spec-tokens) plain steps."),
+    ("--draft-batch-slope", F0,
+     "Draft verification cost grows by this fraction per further sequence in the batch "
+     "(compute-bound at large batches: speculation can lose at high concurrency)."),
+    ("--step-jitter", F0,
+     "Noise of each decode step's time (lognormal sigma, about its coefficient of variation; "
+     "not with pinned timing)."),
+    ("--prefill-jitter", F0, "Noise of each prefill pass's time (lognormal sigma; not with pinned timing)."),
+    ("--kv-capacity-tokens", I1, None),
+    ("--ttft-ms", F0, "Pin time to first token (turns the batch model off)."),
+    ("--itl-ms", F0, "Pin the time of every decode step (turns the batch model off)."),
+    ("--spec-tokens", click.IntRange(0, 64), "Draft tokens per step (speculative decoding); 0 turns it off."),
+    ("--accept-rate", P, "Per-position draft acceptance probability."),
+    ("--accept-spread", click.FloatRange(0.0, 0.5, max_open=True),
+     "Standard deviation of each request's own acceptance probability around --accept-rate "
+     "(prompts differ in how well the draft guesses them); 0: every request the same."),
+    ("--spec-bug-rate", P,
+     "Share of speculative steps (that accepted drafts) emitting a wrong token: a speculation bug "
+     "that --check-outputs must catch (temperature-0 text is otherwise the same with and without it)."),
+    ("--near-tie-rate", P,
+     "Share of temperature-0 positions whose two best tokens are a near-tie (margin < 0.032 nats) "
+     "whose order flips with the batch's shape: numerics, not a bug."),
+    ("--logprobs/--no-logprobs", None,
+     "Return the logprobs a request asks for; --no-logprobs ignores them, as a server without them does."),
+    ("--eos-prob", P, "Per-token EOS probability (ignored with ignore_eos)."),
+    ("--default-max-tokens", I1, None),
+    ("--context-size", click.IntRange(min=2), None),
+    ("--max-speed", None, "No sleeps; emit tokens as fast as possible."),
+    ("--burst", I1, "SSE events per transport write in --max-speed mode."),
+    ("--fail-rate", P, None),
+    ("--disconnect-rate", P, None),
+    ("--stall-rate", P, None),
+    ("--crash-after", click.IntRange(min=0), "Crash (traceback in the log, then hang) after N finished requests."),
+    ("--crash-exit", None, "Exit with code 1 after the crash instead of hanging."),
+    ("--start-delay start_delay_s", click.FloatRange(0, 3600),
+     "Seconds of 'loading the model' after it listens: /health and generation answer 503 until then."),
+    ("--health-while-loading", None,
+     "/health answers 200 while loading (a router in front of the engine): only a real request "
+     "tells that it is ready."),
+    ("--fail-start", None,
+     "Loading fails: a CUDA out-of-memory traceback on ranks TP0 and TP1 after --start-delay, exit 1."),
+    ("--close-after-stream", None, "Close TCP after each stream while sending Keep-Alive (llama-server quirk)."),
+    ("--usage-in-last-chunk", None, "Last content chunk carries finish_reason + usage + timings (vllm flavour only)."),
+    ("--hang-on-sigterm", None,
+     "On SIGTERM close the listener and keep open streams silent until their clients leave, "
+     "then exit 0 (how llama-server and vLLM hang under load)."),
+    ("--tokenize/--no-tokenize tokenize_endpoint", None,
+     "Serve POST /tokenize (vLLM/SGLang shape; llama.cpp's with --flavor llamacpp)."),
+    ("--prefix-cache", None, "Model a prefix cache: a prompt's leading 16-token blocks seen before cost no prefill."),
+    ("--prefix-block-tokens", I1, None),
+    ("--log-file", click.Path(dir_okay=False), "Append log lines here instead of stdout."),
+    ("--log-interval", click.FloatRange(min=0, min_open=True), "Seconds between 'Decode batch' lines."),
+    ("--gpus", click.IntRange(0, 64),
+     "Simulated GPUs whose utilisation and power follow the load, on /metrics in a DCGM "
+     "exporter's names (for --gpu-metrics)."),
+    ("--quiet", None, "No log lines (the listening line is still printed)."),
+    ("--seed", click.INT, "Make a run reproducible."),
+)
 
-def _prob(name: str):
-    return click.option(name, type=click.FloatRange(0.0, 1.0), default=0.0, show_default=True)
+
+def _sim_options(f: Callable[..., None]) -> Callable[..., None]:
+    defaults = {x.name: x.default for x in dataclasses.fields(SimConfig)} | {"port": 8000}
+    for flags, kind, help_ in reversed(OPTIONS):
+        decls = flags.split()
+        name = decls[-1] if len(decls) > 1 else decls[0].split("/")[0][2:].replace("-", "_")
+        default = defaults[name]
+        if kind is None:
+            two = "/" in flags
+            f = click.option(*decls, is_flag=None if two else True, default=default, show_default=two, help=help_)(f)
+        else:
+            f = click.option(*decls, type=kind, default=default, show_default=default is not None, help=help_)(f)
+    return f
 
 
 @click.command("sim", context_settings={"help_option_names": ["-h", "--help"]})
-@click.option(
-    "--flavor",
-    type=click.Choice(["vllm", "llamacpp"]),
-    default="vllm",
-    show_default=True,
-    help="Which real server to play: vLLM's wire format and /metrics, or llama.cpp's llama-server "
-    "(one chunk per token, timings, llamacpp:* metrics, slot log lines, --max-batch slots = -np, "
-    "context split over the slots, connection closed after each stream).",
-)
-@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
-@click.option(
-    "--port",
-    type=click.IntRange(0, 65535),
-    default=8000,
-    show_default=True,
-    help="Port; 0 picks a free one (printed on the first stdout line).",
-)
-@click.option("--model-name", default="sim-llm", show_default=True, help="Model id served by /v1/models.")
-@click.option(
-    "--max-batch",
-    type=click.IntRange(min=1),
-    default=32,
-    show_default=True,
-    help="Sequences decoded together; more wait in a FIFO queue.",
-)
-@click.option(
-    "--step-ms",
-    type=click.FloatRange(min=0),
-    default=30.0,
-    show_default=True,
-    help="Decode step time at batch 1.",
-)
-@click.option(
-    "--step-slope",
-    type=click.FloatRange(min=0),
-    default=0.03,
-    show_default=True,
-    help="Extra fraction of --step-ms per additional sequence in the batch.",
-)
-@click.option("--prefill-base-ms", type=click.FloatRange(min=0), default=12.0, show_default=True)
-@click.option("--prefill-per-token-ms", type=click.FloatRange(min=0), default=0.05, show_default=True)
-@click.option(
-    "--draft-cost",
-    type=click.FloatRange(min=0),
-    default=0.08,
-    show_default=True,
-    help="A speculative step costs (1 + draft-cost * spec-tokens) plain steps.",
-)
-@click.option(
-    "--draft-batch-slope",
-    type=click.FloatRange(min=0),
-    default=0.0,
-    show_default=True,
-    help="Draft verification cost grows by this fraction per further sequence in the batch "
-    "(compute-bound at large batches: speculation can lose at high concurrency).",
-)
-@click.option(
-    "--step-jitter",
-    type=click.FloatRange(min=0),
-    default=0.05,
-    show_default=True,
-    help="Noise of each decode step's time (lognormal sigma, about its coefficient of variation; "
-    "not with pinned timing).",
-)
-@click.option(
-    "--prefill-jitter",
-    type=click.FloatRange(min=0),
-    default=0.10,
-    show_default=True,
-    help="Noise of each prefill pass's time (lognormal sigma; not with pinned timing).",
-)
-@click.option("--kv-capacity-tokens", type=click.IntRange(min=1), default=262_144, show_default=True)
-@click.option(
-    "--ttft-ms",
-    type=click.FloatRange(min=0),
-    default=None,
-    help="Pin time to first token (turns the batch model off).",
-)
-@click.option(
-    "--itl-ms",
-    type=click.FloatRange(min=0),
-    default=None,
-    help="Pin the time of every decode step (turns the batch model off).",
-)
-@click.option(
-    "--spec-tokens",
-    type=click.IntRange(0, 64),
-    default=3,
-    show_default=True,
-    help="Draft tokens per step (speculative decoding); 0 turns it off.",
-)
-@click.option(
-    "--accept-rate",
-    type=click.FloatRange(0.0, 1.0),
-    default=0.7,
-    show_default=True,
-    help="Per-position draft acceptance probability.",
-)
-@click.option(
-    "--accept-spread",
-    type=click.FloatRange(0.0, 0.5, max_open=True),
-    default=0.1,
-    show_default=True,
-    help="Standard deviation of each request's own acceptance probability around --accept-rate "
-    "(prompts differ in how well the draft guesses them); 0: every request the same.",
-)
-@click.option(
-    "--spec-bug-rate",
-    type=click.FloatRange(0.0, 1.0),
-    default=0.0,
-    show_default=True,
-    help="Share of speculative steps (that accepted drafts) emitting a wrong token: a speculation bug "
-    "that --check-outputs must catch (temperature-0 text is otherwise the same with and without it).",
-)
-@click.option(
-    "--near-tie-rate",
-    type=click.FloatRange(0.0, 1.0),
-    default=0.0,
-    show_default=True,
-    help="Share of temperature-0 positions whose two best tokens are a near-tie (margin < 0.032 nats) "
-    "whose order flips with the batch's shape: numerics, not a bug.",
-)
-@click.option(
-    "--logprobs/--no-logprobs",
-    default=True,
-    show_default=True,
-    help="Return the logprobs a request asks for; --no-logprobs ignores them, as a server without them does.",
-)
-@click.option(
-    "--eos-prob",
-    type=click.FloatRange(0.0, 1.0),
-    default=0.002,
-    show_default=True,
-    help="Per-token EOS probability (ignored with ignore_eos).",
-)
-@click.option("--default-max-tokens", type=click.IntRange(min=1), default=256, show_default=True)
-@click.option("--context-size", type=click.IntRange(min=2), default=32_768, show_default=True)
-@click.option("--max-speed", is_flag=True, help="No sleeps; emit tokens as fast as possible.")
-@click.option(
-    "--burst",
-    type=click.IntRange(min=1),
-    default=16,
-    show_default=True,
-    help="SSE events per transport write in --max-speed mode.",
-)
-@_prob("--fail-rate")
-@_prob("--disconnect-rate")
-@_prob("--stall-rate")
-@click.option(
-    "--crash-after",
-    type=click.IntRange(min=0),
-    default=None,
-    help="Crash (traceback in the log, then hang) after N finished requests.",
-)
-@click.option("--crash-exit", is_flag=True, help="Exit with code 1 after the crash instead of hanging.")
-@click.option("--start-delay", "start_delay_s", type=click.FloatRange(0, 3600), default=0.0, show_default=True,
-              help="Seconds of 'loading the model' after it listens: /health and generation answer 503 until then.")
-@click.option("--health-while-loading", is_flag=True,
-              help="/health answers 200 while loading (a router in front of the engine): only a real request "
-              "tells that it is ready.")
-@click.option("--fail-start", is_flag=True,
-              help="Loading fails: a CUDA out-of-memory traceback on ranks TP0 and TP1 after --start-delay, exit 1.")
-@click.option(
-    "--close-after-stream",
-    is_flag=True,
-    help="Close TCP after each stream while sending Keep-Alive (llama-server quirk).",
-)
-@click.option(
-    "--usage-in-last-chunk",
-    is_flag=True,
-    help="Last content chunk carries finish_reason + usage + timings (vllm flavour only).",
-)
-@click.option(
-    "--hang-on-sigterm",
-    is_flag=True,
-    help="On SIGTERM close the listener and keep open streams silent until their clients leave, "
-    "then exit 0 (how llama-server and vLLM hang under load).",
-)
-@click.option(
-    "--tokenize/--no-tokenize",
-    "tokenize_endpoint",
-    default=True,
-    show_default=True,
-    help="Serve POST /tokenize (vLLM/SGLang shape; llama.cpp's with --flavor llamacpp).",
-)
-@click.option(
-    "--prefix-cache",
-    is_flag=True,
-    help="Model a prefix cache: a prompt's leading 16-token blocks seen before cost no prefill.",
-)
-@click.option("--prefix-block-tokens", type=click.IntRange(min=1), default=16, show_default=True)
-@click.option(
-    "--log-file",
-    type=click.Path(dir_okay=False),
-    default=None,
-    help="Append log lines here instead of stdout.",
-)
-@click.option(
-    "--log-interval",
-    type=click.FloatRange(min=0, min_open=True),
-    default=1.0,
-    show_default=True,
-    help="Seconds between 'Decode batch' lines.",
-)
-@click.option("--gpus", type=click.IntRange(0, 64), default=0, show_default=True,
-              help="Simulated GPUs whose utilisation and power follow the load, on /metrics in a DCGM "
-              "exporter's names (for --gpu-metrics).")
-@click.option("--quiet", is_flag=True, help="No log lines (the listening line is still printed).")
-@click.option("--seed", type=int, default=None, help="Make a run reproducible.")
+@_sim_options
 def sim_command(**options: object) -> None:
     """Run the built-in simulated LLM server (OpenAI + SGLang APIs, speculative decoding, faults)."""
     try:
