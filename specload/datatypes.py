@@ -194,6 +194,21 @@ def _int(v: object) -> bool:
 
 
 @dataclass(frozen=True, slots=True)
+class _OneValue(RunEvent):
+    """An event whose record value is its one field, of the type ``SHAPE`` (a bool is no int)."""
+
+    SHAPE: ClassVar[type] = object
+
+    @property
+    def value(self) -> object:
+        return getattr(self, self.__slots__[0])
+
+    @classmethod
+    def read(cls, t_ns: int, kind: str, value: object) -> RunEvent | None:
+        return cls(t_ns, value) if isinstance(value, cls.SHAPE) and not isinstance(value, bool) else None  # type: ignore[call-arg]
+
+
+@dataclass(frozen=True, slots=True)
 class LevelStarted(RunEvent):
     """A level begins (the warm-up is no level)."""
 
@@ -227,19 +242,12 @@ class LevelStarted(RunEvent):
 
 
 @dataclass(frozen=True, slots=True)
-class ConcurrencyChanged(RunEvent):
+class ConcurrencyChanged(_OneValue):
     """The target concurrency changed (a level's, or one set by hand)."""
 
     target: int
     KIND: ClassVar[str] = "concurrency"
-
-    @property
-    def value(self) -> int:
-        return self.target
-
-    @classmethod
-    def read(cls, t_ns: int, kind: str, value: object) -> RunEvent | None:
-        return cls(t_ns, value) if _int(value) else None  # type: ignore[arg-type]
+    SHAPE = int
 
 
 LoadAction = Literal["pause", "resume", "hold", "next"]
@@ -268,31 +276,20 @@ class LoadControl(RunEvent):
 
 
 @dataclass(frozen=True, slots=True)
-class HealthChanged(RunEvent):
+class HealthChanged(_OneValue):
     """The server's health endpoint changed its answer: ``state`` "up" or "down"."""
 
     state: str
     KIND: ClassVar[str] = "health"
-
-    @property
-    def value(self) -> str:
-        return self.state
-
-    @classmethod
-    def read(cls, t_ns: int, kind: str, value: object) -> RunEvent | None:
-        return cls(t_ns, value) if isinstance(value, str) else None
+    SHAPE = str
 
 
 @dataclass(frozen=True, slots=True)
-class Marker(RunEvent):
+class Marker(_OneValue):
     """A mark the user set (``m``, or the session's ``marker``), with its note ("" for none)."""
 
     note: str
     KIND: ClassVar[str] = "marker"
-
-    @property
-    def value(self) -> str:
-        return self.note
 
     @classmethod
     def read(cls, t_ns: int, kind: str, value: object) -> RunEvent | None:
@@ -300,35 +297,21 @@ class Marker(RunEvent):
 
 
 @dataclass(frozen=True, slots=True)
-class ServerExited(RunEvent):
+class ServerExited(_OneValue):
     """The server specload launched exited: how ("exited with code 1", "was killed by SIGKILL")."""
 
     description: str
     KIND: ClassVar[str] = "server_exit"
-
-    @property
-    def value(self) -> str:
-        return self.description
-
-    @classmethod
-    def read(cls, t_ns: int, kind: str, value: object) -> RunEvent | None:
-        return cls(t_ns, value) if isinstance(value, str) else None
+    SHAPE = str
 
 
 @dataclass(frozen=True, slots=True)
-class SearchProgress(RunEvent):
+class SearchProgress(_OneValue):
     """A step of the capacity search: its start, a probe's verdict, its result (``progress["phase"]``)."""
 
     progress: dict
     KIND: ClassVar[str] = "search"
-
-    @property
-    def value(self) -> dict:
-        return self.progress
-
-    @classmethod
-    def read(cls, t_ns: int, kind: str, value: object) -> RunEvent | None:
-        return cls(t_ns, value) if isinstance(value, dict) else None
+    SHAPE = dict
 
 
 @dataclass(frozen=True, slots=True)
@@ -352,20 +335,13 @@ class WorkerDied(RunEvent):
 
 
 @dataclass(frozen=True, slots=True)
-class OutputDiverged(RunEvent):
+class OutputDiverged(_OneValue):
     """``--check-outputs`` against a baseline: an answer differs from the baseline's, not at a near-tie
     (``finding``: the prompt, both outputs from the divergence on, the token position; stats/lossless.py)."""
 
     finding: dict
     KIND: ClassVar[str] = "divergence"
-
-    @property
-    def value(self) -> dict:
-        return self.finding
-
-    @classmethod
-    def read(cls, t_ns: int, kind: str, value: object) -> RunEvent | None:
-        return cls(t_ns, value) if isinstance(value, dict) else None
+    SHAPE = dict
 
 
 @dataclass(frozen=True, slots=True)
