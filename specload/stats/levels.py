@@ -120,22 +120,8 @@ class LevelSummary:
             "errors": dict(self.errors),
             "output_tokens": self.output_tokens,
             "tokens_estimated": self.tokens_estimated,
-            "wall_s": _r(self.wall_s),
-            "throughput_tok_s": _r(self.throughput_tok_s),
-            "per_request_tok_s": _r(self.per_request_tok_s),
-            "req_s": _r(self.req_s),
-            "ttft_ms_avg": _r(self.ttft_ms_avg),
-            "ttft_ms_p50": _r(self.ttft_ms_p50),
-            "ttft_ms_p99": _r(self.ttft_ms_p99),
-            "tpot_ms_p50": _r(self.tpot_ms_p50),
-            "tpot_ms_p99": _r(self.tpot_ms_p99),
-            "itl_ms_p50": _r(self.itl_ms_p50),
-            "itl_ms_p99": _r(self.itl_ms_p99),
-            "e2e_s_avg": _r(self.e2e_s_avg, 4),
-            "e2e_s_p50": _r(self.e2e_s_p50, 4),
-            "e2e_s_p99": _r(self.e2e_s_p99, 4),
         }
-        for name in _EXTRA_FLOATS:
+        for name in _FLOATS:
             d[name] = _r(getattr(self, name), 4 if name.startswith("e2e_s_") else 3)
         d["input_tokens"] = self.input_tokens
         d["peak_concurrency"] = self.peak_concurrency
@@ -178,16 +164,6 @@ class LevelSummary:
             throughput_tok_s=d["throughput_tok_s"],
             per_request_tok_s=d["per_request_tok_s"],
             req_s=d.get("req_s", 0.0),
-            ttft_ms_avg=d.get("ttft_ms_avg"),
-            ttft_ms_p50=d.get("ttft_ms_p50"),
-            ttft_ms_p99=d.get("ttft_ms_p99"),
-            tpot_ms_p50=d.get("tpot_ms_p50"),
-            tpot_ms_p99=d.get("tpot_ms_p99"),
-            itl_ms_p50=d.get("itl_ms_p50"),
-            itl_ms_p99=d.get("itl_ms_p99"),
-            e2e_s_avg=d.get("e2e_s_avg"),
-            e2e_s_p50=d.get("e2e_s_p50"),
-            e2e_s_p99=d.get("e2e_s_p99"),
             rate=d.get("rate"),
             goodput=LevelGoodput.from_record(d.get("goodput")),
             judged=LevelJudgement.from_record(d.get("judged")),
@@ -203,7 +179,7 @@ class LevelSummary:
             request_accept_rate=d.get("request_accept_rate"),
             categories=GroupFigures.groups_from_record(d.get("categories")),
             turns=GroupFigures.groups_from_record(d.get("turns")),
-            **{name: d.get(name) for name in _EXTRA_FLOATS},
+            **{name: d.get(name) for name in _FLOATS[4:]},
         )
 
     def with_server(self, fig: ServerFigures | None) -> LevelSummary:
@@ -243,7 +219,10 @@ class LevelSummary:
         return replace(self, gpu=GpuFigures.from_record(fig.as_record()))
 
 
-_EXTRA_FLOATS = (
+# the record's figures at its precision (e2e_s_* to 4 places, the rest 3), in its order
+_FLOATS = (
+    "wall_s", "throughput_tok_s", "per_request_tok_s", "req_s", "ttft_ms_avg", "ttft_ms_p50", "ttft_ms_p99",
+    "tpot_ms_p50", "tpot_ms_p99", "itl_ms_p50", "itl_ms_p99", "e2e_s_avg", "e2e_s_p50", "e2e_s_p99",
     "prompt_tokens_avg", "prompt_tokens_p50", "prompt_tokens_p99", "prompt_tokens_requested_avg",
     "prompt_tokens_cached_avg", "peak_tok_s",
     "ttft_ms_std", "tpot_ms_avg", "tpot_ms_std", "itl_ms_avg", "itl_ms_std", "gap_ms_avg", "gap_ms_std",
