@@ -10,14 +10,12 @@ made once, when the GPUs first show, and only updated after that.
 from __future__ import annotations
 
 from textual.app import ComposeResult
-from textual.containers import Horizontal
 from textual.reactive import var
 from textual.widget import Widget
-from textual.widgets import Label
 
 from specload.formatting import num
 from specload.stats.live import GpuView, StatsSnapshot
-from specload.ui.widgets.metrics import HISTORY_S, LimitSparkline, plottable
+from specload.ui.widgets.metrics import MetricRow
 from specload.ui.widgets.value import ValueLabel
 
 NO_SOURCE = "no GPU readings (--gpu-metrics nvidia-smi, nvml, dcgm:URL or cmd:'ssh HOST nvidia-smi ...')"
@@ -45,32 +43,20 @@ def summary_text(snap: StatsSnapshot) -> str:
     return text + (f" · ✖ {snap.gpu_fault}" if snap.gpu_fault else "")
 
 
-class GpuRow(Horizontal):
+class GpuRow(MetricRow):
     DEFAULT_CSS = """
-    GpuRow { height: 1; }
-    GpuRow > .gpu-name { width: 4; color: $text-muted; }
-    GpuRow > LimitSparkline { width: 1fr; min-width: 6; margin: 0 1 0 0; }
-    GpuRow > LimitSparkline > .sparkline--max-color { color: $specload-server; }
-    GpuRow > LimitSparkline > .sparkline--min-color { color: $specload-server 40%; }
-    GpuRow > .gpu-value { width: 28; height: 1; }
-    GpuRow.-lost > .gpu-value { color: $specload-bad; text-style: bold; }
+    GpuRow > .metric-name { width: 4; }
+    GpuRow > LimitSparkline { min-width: 6; }
+    GpuRow > .metric-value { width: 28; }
+    GpuRow.-lost > .metric-value { color: $specload-bad; text-style: bold; }
     """
 
     def __init__(self, gpu: int) -> None:
-        super().__init__(id=f"gpu-{gpu}")
+        super().__init__(f"g{gpu}", kind="server", id=f"gpu-{gpu}")
         self.gpu = gpu
 
-    def compose(self) -> ComposeResult:
-        yield Label(f"g{self.gpu}", classes="gpu-name")
-        yield LimitSparkline([], summary_function=max)
-        yield ValueLabel("–", classes="gpu-value")
-
-    def show(self, v: GpuView) -> None:
-        data = plottable(v.power_series, HISTORY_S)
-        spark = self.query_one(LimitSparkline)
-        if data != spark.data:
-            spark.data = data
-        self.query_one(".gpu-value", ValueLabel).show(gpu_text(v))
+    def show_gpu(self, v: GpuView) -> None:
+        self.show(v.power_series, gpu_text(v))
         self.set_class(v.fault is not None and v.fault.startswith("lost"), "-lost")
 
 
@@ -98,5 +84,5 @@ class GpuPanel(Widget):
             self.call_after_refresh(self.watch_snapshot, snap)  # their children exist once mounted
             return
         for v in snap.gpus:
-            rows[v.last.gpu].show(v)
+            rows[v.last.gpu].show_gpu(v)
         self.app.query_one("Dashboard").set_class(bool(snap.gpus), "-gpus")
