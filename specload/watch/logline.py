@@ -241,6 +241,31 @@ def _parse_json_record(s: str) -> tuple[str, str | None, str | None] | None:
     return text, level, (f"rank {rank}" if rank is not None else None)
 
 
+# The prefixes a line may start with, by its first character, in the order tried, each with what it
+# says: ``transport`` (nothing of the line's own), ``record`` (a logger's: a record starts),
+# ``level`` (a record with its level in group 1), or a tag's kind (``rank``, ``pid``, ``ray``,
+# ``sglang``, ``trt``); ``logfmt`` ends the peeling.
+_BRACKET = ((_TORCH_RANK_RE, "rank"), (_MPI_TAG_RE, "rank"), (_TRTLLM_PY_RE, "trt"), (_SGLANG_RE, "sglang"),
+            (_GLOG_RE, "level"), (_RAY_CPP_RE, "level"), (_BRACKET_SERVICE_RE, "level"),
+            (_BRACKET_LEVEL_RE, "level"), (_TRTLLM_RE, "level"))
+_DIGIT = ((_AGGREGATOR_RE, "transport"), (_CONTAINER_TS_RE, "transport"), (_COMPOSE_RE, "transport"),
+          (_TRACING_RE, "level"), (_LOGURU_RE, "level"), (_PYLOG_RE, "level"), (_GOLOG_RE, "record"))
+_UPPER = ((_VLLM_RE, "level"), (_GLOG_RE, "level"), (_LEVEL_ONLY_RE, "level"), (_JOURNALD_RE, "transport"))
+_LOWER = ((_JOURNALD_RE, "transport"), (_LOGFMT_RE, "logfmt"), (_COMPOSE_RE, "transport"))
+_PAREN = ((_PAREN_PID_RE, "pid"), (_RAY_SYSTEM_RE, "ray"))
+
+
+def _prefix(s: str) -> tuple[re.Match[str], str] | None:
+    """The outermost prefix of ``s`` (not empty) and what it says, or None."""
+    c = s[0]
+    rules = (_PAREN if c == "(" else _BRACKET if c == "[" else _DIGIT if c.isdigit() else _UPPER if c.isupper()
+             else _LOWER if c.islower() else _LOWER[:1] if c.isalpha() else ())
+    for rx, kind in rules:
+        if m := rx.match(s):
+            return m, kind
+    return None
+
+
 def parse_line(raw: str) -> LogLine:
     """Clean ``raw`` and peel its prefixes off, outermost first."""
     text = clean_line(raw)
@@ -256,133 +281,48 @@ def parse_line(raw: str) -> LogLine:
     for _ in range(8):
         if not s:
             break
-        c = s[0]
-        m = None
-        if c == "{" and s.endswith("}"):
+        if s[0] == "{" and s.endswith("}"):
             parsed = _parse_json_record(s)
             if parsed is not None:
                 s, level, json_tag = parsed
                 tag = tag or json_tag
                 record = True
             break
-        if c == "(":
-            m = _PAREN_PID_RE.match(s)
-            if m:
-                if tag is None:
-                    tag = _paren_pid_tag(m)
-                    pid = m.group(3)
-                s = s[m.end() :]
-                continue
-            m = _RAY_SYSTEM_RE.match(s)
-            if m:
-                # Ray forwards every line of its system processes with this tag: raw lines after one are
-                # the driver's own output, so the tag does not carry over (see tag_inherits below).
-                if tag is None:
-                    tag = m.group(1)
-                    ray_system = True
-                s = s[m.end() :]
-                continue
+        hit = _prefix(s)
+        if hit is None:
             break
-        if c == "[":
-            m = _TORCH_RANK_RE.match(s) or _MPI_TAG_RE.match(s)
-            if m:
-                if tag is None:
-                    tag = f"rank {m.group(1)}"
-                s = s[m.end() :]
-                continue
-            m = _TRTLLM_PY_RE.match(s)
-            if m:
-                if tag is None and m.group(1) is not None:
-                    tag = f"rank {m.group(1)}"
-                record = True
-                level = level or _level(m.group(2))
-                s = s[m.end() :]
-                continue
-            m = _SGLANG_RE.match(s)
-            if m:
-                ranks = m.group(1).strip()
-                if ranks and tag is None:
-                    tag = ranks
-                record = True
-                s = s[m.end() :]
-                continue
-            m = _GLOG_RE.match(s) or _RAY_CPP_RE.match(s)
-            if m:
-                record = True
-                level = level or _level(m.group(1))
-                s = s[m.end() :]
-                continue
-            m = _BRACKET_SERVICE_RE.match(s) or _BRACKET_LEVEL_RE.match(s) or _TRTLLM_RE.match(s)
-            if m:
-                record = True
-                level = level or _level(m.group(1))
-                s = s[m.end() :]
-                continue
+        m, kind = hit
+        if kind == "pid" and tag is None:
+            tag, pid = _paren_pid_tag(m), m.group(3)
+        elif kind == "ray" and tag is None:
+            # Ray forwards every line of its system processes with this tag: raw lines after one are
+            # the driver's own output, so the tag does not carry over (see tag_inherits below).
+            tag, ray_system = m.group(1), True
+        elif kind == "rank" and tag is None:
+            tag = f"rank {m.group(1)}"
+        elif kind == "trt":
+            if tag is None and m.group(1) is not None:
+                tag = f"rank {m.group(1)}"
+            level = level or _level(m.group(2))
+        elif kind == "sglang" and tag is None and m.group(1).strip():
+            tag = m.group(1).strip()
+        elif kind in ("level", "logfmt"):
+            level = level or _level(m.group(1))
+        record = record or kind in ("record", "level", "trt", "sglang", "logfmt")
+        if kind == "logfmt":
+            fields = parse_logfmt(s)
+        s = s[m.end() :]
+        if kind == "logfmt":
             break
-        if c.isdigit():
-            m = _AGGREGATOR_RE.match(s) or _CONTAINER_TS_RE.match(s) or _COMPOSE_RE.match(s)
-            if m:
-                s = s[m.end() :]
-                continue
-            m = _TRACING_RE.match(s) or _LOGURU_RE.match(s) or _PYLOG_RE.match(s)
-            if m:
-                record = True
-                level = level or _level(m.group(1))
-                s = s[m.end() :]
-                continue
-            m = _GOLOG_RE.match(s)
-            if m:
-                record = True
-                s = s[m.end() :]
-                continue
-            break
-        if c.isupper():
-            m = _VLLM_RE.match(s)
-            if m:
-                record = True
-                level = level or _level(m.group(1))
-                s = s[m.end() :]
-                continue
-            m = _GLOG_RE.match(s)
-            if m:
-                record = True
-                level = level or _level(m.group(1))
-                s = s[m.end() :]
-                continue
-            m = _LEVEL_ONLY_RE.match(s)
-            if m:
-                record = True
-                level = level or _level(m.group(1))
-                s = s[m.end() :]
-                continue
-        if c.isalpha():
-            m = _JOURNALD_RE.match(s)
-            if m:
-                s = s[m.end() :]
-                continue
-            if c == "t" and s.startswith("time="):
-                m = _LOGFMT_RE.match(s)
-                if m:
-                    record = True
-                    level = level or _level(m.group(1))
-                    fields = parse_logfmt(s)
-                    s = s[m.end() :]
-                    break
-            if c.islower():
-                m = _COMPOSE_RE.match(s)
-                if m:
-                    s = s[m.end() :]
-                    continue
-        break
 
     tag_inherits = tag is not None and not ray_system
     if "[repeated" in s:
         s = _RAY_REPEATED_RE.sub("", s)
     if tag is None and s.endswith(tuple("0123456789")) and "rank=" in s:
-        m = _TGI_RANK_SUFFIX_RE.search(s)
-        if m:
-            tag = f"rank {m.group(1)}"
-            s = s[: m.start()].rstrip()
+        suffix = _TGI_RANK_SUFFIX_RE.search(s)
+        if suffix:
+            tag = f"rank {suffix.group(1)}"
+            s = s[: suffix.start()].rstrip()
     return LogLine(
         text=text,
         body=s,
