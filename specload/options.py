@@ -16,6 +16,7 @@ in the owning dataclass's ``__post_init__``. Nothing here imports click.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -141,7 +142,8 @@ def set_field(obj: object, name: str, value: Any) -> None:
 # ------------------------------------------------------------------------------------- building
 
 
-def sections(cls: type) -> dict[str, type]:
+@functools.cache  # a class's fields do not change; get_type_hints costs half a millisecond a call
+def sections(cls: type) -> Mapping[str, type]:
     """The fields of ``cls`` that are themselves option dataclasses (RunConfig.target, .load, ...)."""
     hints = typing.get_type_hints(cls)
     return {
@@ -151,7 +153,8 @@ def sections(cls: type) -> dict[str, type]:
     }
 
 
-def option_fields(cls: type) -> list[tuple[dataclasses.Field, Opt, Any]]:
+@functools.cache
+def option_fields(cls: type) -> tuple[tuple[dataclasses.Field, Opt, Any], ...]:
     """Every option field of ``cls`` and its sections, in declaration order: (field, Opt, annotation)."""
     out: list[tuple[dataclasses.Field, Opt, Any]] = []
     subs = sections(cls)
@@ -161,7 +164,7 @@ def option_fields(cls: type) -> list[tuple[dataclasses.Field, Opt, Any]]:
             out += option_fields(subs[f.name])
         elif (opt := opt_of(f)) is not None:
             out.append((f, opt, hints[f.name]))
-    return out
+    return tuple(out)
 
 
 def given(opt: Opt, value: Any) -> bool:

@@ -37,16 +37,18 @@ from specload.sim.server import SimServer
 from tests import processes
 from tests.hostile import HostileServer
 
-# Property tests draw the same examples on every run (derandomized): a suite run must not pass or
-# fail by the luck of the draw. The suite's profile draws few (the unit tier, where they all are,
-# stays at a few seconds); SPECLOAD_HYPOTHESIS=explore draws many new ones (and keeps what fails in
-# .hypothesis/), which is how new cases are found; each found case becomes a test of its own. No
-# per-example deadline in either: on a busy machine an example's time says nothing (a hang still
-# ends at the suite's per-test timeout). Tests set no example counts of their own, so the profile
-# decides.
-hypothesis_settings.register_profile("suite", derandomize=True, database=None, max_examples=20, deadline=None)
+# Property tests draw the same examples on every run (derandomized): a run must not pass or fail by
+# the luck of the draw. Profiles, chosen with SPECLOAD_HYPOTHESIS=NAME or --hypothesis-profile NAME:
+# "unit" (the default) draws 10 examples a test, so the unit tier, where they all are, stays at a
+# few seconds; "ci" draws 100 (CI sets it: more cases on every landing, at a few seconds of the
+# suite's minutes); "explore" draws 1000 new ones each run (and keeps what fails in .hypothesis/),
+# which is how new cases are found; each found case becomes a test of its own. No per-example
+# deadline in any: on a busy machine an example's time says nothing (a hang still ends at the
+# suite's per-test timeout). Tests set no example counts of their own, so the profile decides.
+hypothesis_settings.register_profile("unit", derandomize=True, database=None, max_examples=10, deadline=None)
+hypothesis_settings.register_profile("ci", hypothesis_settings.get_profile("unit"), max_examples=100)
 hypothesis_settings.register_profile("explore", max_examples=1000, deadline=None)
-hypothesis_settings.load_profile("explore" if os.environ.get("SPECLOAD_HYPOTHESIS") == "explore" else "suite")
+hypothesis_settings.load_profile(os.environ.get("SPECLOAD_HYPOTHESIS") or "unit")
 
 SimFactory = Callable[..., Awaitable[SimServer]]
 REPO = Path(__file__).resolve().parents[1]

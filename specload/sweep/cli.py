@@ -168,7 +168,8 @@ def _plan_and_config(params: dict[str, Any], words: list[str]) -> tuple[SweepPla
                          params["url_template"] or DEFAULT_URL)
     except PlanError as e:
         _fail(str(e))
-    run_params = {k: v for k, v in params.items() if k in {f.name for f, _, _ in option_fields(RunConfig)}}
+    run_fields = {f.name for f, _, _ in option_fields(RunConfig)}
+    run_params = {k: v for k, v in params.items() if k in run_fields}
     run_params["url"] = plan.server_url(1)  # the form checked here; each attempt gets its own port
     try:
         base = build(RunConfig, run_params, ui=False)

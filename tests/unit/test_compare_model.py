@@ -13,6 +13,10 @@ from specload.report.compare import Side, compare
 from specload.stats.level_metrics import level_keys
 from tests.unit.test_level_metrics import req, write_record
 
+# each comparison estimates only the metrics its test reads (every metric of every level is a
+# bootstrap of 2000 resamples; the report's tests compare them all)
+THROUGHPUT = ("throughput",)
+
 
 def record(path: Path, label: str, levels: list[tuple[int, float]] | list[tuple[int, float, int]], *,
            extra: list[dict] | None = None,
@@ -48,12 +52,12 @@ def test_flags_for_unsound_levels(tmp_path: Path) -> None:
                       {"type": "client", "t_s": 3.0, "saturated": False, "starved": True},
                       {"type": "crash", "t_s": 15.0, "first_seen_s": 15.0, "signature": "s1",
                        "exception_type": "RuntimeError"}])
-    c = compare([Side("a", (load_run(str(a)),)), Side("b", (load_run(str(b)),))])
+    c = compare([Side("a", (load_run(str(a)),)), Side("b", (load_run(str(b)),))], metrics=THROUGHPUT)
     kinds = {str(lc.key): {f.kind for f in lc.flags} for lc in c.levels}
     assert {"errors", "estimated_tokens", "client_saturated", "client_starved"} <= kinds["C=1"]
     assert "crash" in kinds["C=4"] and "client_saturated" not in kinds["C=4"]
     assert any("max_tokens 50 vs 64" in f.detail for f in c.shape_flags)
-    clean = compare([Side("a", (load_run(str(a)),)), Side("a2", (load_run(str(a), label="a2"),))])
+    clean = compare([Side("a", (load_run(str(a)),)), Side("a2", (load_run(str(a), label="a2"),))], metrics=THROUGHPUT)
     assert all(not lc.flags for lc in clean.levels) and not clean.shape_flags
 
 
@@ -68,7 +72,7 @@ def test_crossover_where_a_side_goes_from_better_to_worse(tmp_path: Path) -> Non
     base = record(tmp_path / "base.jsonl", "base", [(1, 0.30), (4, 0.30), (8, 0.30)])
     # faster at C=1 and 4 (shorter requests), slower at C=8
     other = record(tmp_path / "spec.jsonl", "spec", [(1, 0.20), (4, 0.25), (8, 0.45)])
-    c = compare([Side("base", (load_run(str(base)),)), Side("spec", (load_run(str(other)),))])
+    c = compare([Side("base", (load_run(str(base)),)), Side("spec", (load_run(str(other)),))], metrics=THROUGHPUT)
     verdicts = [lc.result("spec", "throughput").decision.verdict for lc in c.levels]  # type: ignore[union-attr]
     assert verdicts == ["better", "better", "worse"]
     x = [x for x in c.crossovers if x.metric == "throughput"]
@@ -86,7 +90,7 @@ def test_repeats_within_one_record_give_the_run_to_run_variation(tmp_path: Path)
     ra, rb = load_run(str(a)), load_run(str(b))
     assert [str(k) for k in level_keys(ra.levels)] == ["C=1", "C=4"]
     assert [len(v) for v in level_keys(ra.levels).values()] == [3, 3]
-    c = compare([Side("a", (ra,)), Side("b", (rb,))])
+    c = compare([Side("a", (ra,)), Side("b", (rb,))], metrics=THROUGHPUT)
     assert c.run_to_run_accounted and not c.notes
     assert c.between["throughput"] is not None and c.between["throughput"].df == 2 * 2 * 2
     res = c.levels[0].result("b", "throughput")
@@ -105,7 +109,7 @@ def test_a_level_whose_client_was_starved_reads_unsound_not_better(tmp_path: Pat
     a = record(tmp_path / "a.jsonl", "a", [(1, 0.30), (4, 0.30)])
     b = record(tmp_path / "b.jsonl", "b", [(1, 0.20), (4, 0.20)],
                extra=[{"type": "client", "t_s": 2.0, "saturated": False, "starved": True}])
-    c = compare([Side("a", (load_run(str(a)),)), Side("b", (load_run(str(b)),))])
+    c = compare([Side("a", (load_run(str(a)),)), Side("b", (load_run(str(b)),))], metrics=("throughput", "tpot_p50"))
     assert verdict(c, "C=1", "b") == "unsound"
     assert verdict(c, "C=1", "b", "tpot_p50") == "unsound"  # no metric of that level gets a verdict
     lc = c.levels[0]
@@ -114,7 +118,7 @@ def test_a_level_whose_client_was_starved_reads_unsound_not_better(tmp_path: Pat
     assert "client_starved" in (res.decision.reason if res.decision else "")
     assert verdict(c, "C=4", "b") == "better"  # the other level was sound
     # the baseline's starved second makes the level unsound too
-    c2 = compare([Side("b", (load_run(str(b)),)), Side("a", (load_run(str(a)),))])
+    c2 = compare([Side("b", (load_run(str(b)),)), Side("a", (load_run(str(a)),))], metrics=THROUGHPUT)
     assert verdict(c2, "C=1", "a") == "unsound" and verdict(c2, "C=4", "a") == "worse"
 
 
@@ -126,12 +130,12 @@ def test_runs_whose_workloads_differ_get_no_verdict(tmp_path: Path) -> None:
                         ({"prompt_source": "dataset", "prompts": {"dataset": {"name": "builtin", "sha256": "ab12"}}},
                          "prompt_source 'synthetic' vs 'dataset'")):
         b = record(tmp_path / "b.jsonl", "b", [(1, 0.20), (4, 0.20)], shape=shape)
-        c = compare([Side("a", (load_run(str(a)),)), Side("b", (load_run(str(b)),))])
+        c = compare([Side("a", (load_run(str(a)),)), Side("b", (load_run(str(b)),))], metrics=THROUGHPUT)
         assert verdict(c, "C=1", "b") == verdict(c, "C=4", "b") == "unsound", shape
         assert any(said in n for n in c.notes), (shape, c.notes)
     # the model's name may differ (an EAGLE-3 deployment served under another name): still judged
     b = record(tmp_path / "b.jsonl", "b", [(1, 0.20), (4, 0.20)], shape={"model": "m-eagle3"})
-    c = compare([Side("a", (load_run(str(a)),)), Side("b", (load_run(str(b)),))])
+    c = compare([Side("a", (load_run(str(a)),)), Side("b", (load_run(str(b)),))], metrics=THROUGHPUT)
     assert verdict(c, "C=1", "b") == "better"
 
 
@@ -178,7 +182,8 @@ def test_categories_are_judged_each_a_configuration_may_win_on_code_and_lose_on_
 
     a = run(tmp_path / "a.jsonl", "a", 0.30, 0.30)
     b = run(tmp_path / "b.jsonl", "b", 0.20, 0.40)  # faster on code, slower on chat
-    c = compare([Side("a", (load_run(str(a)),)), Side("b", (load_run(str(b)),))])
+    c = compare([Side("a", (load_run(str(a)),)), Side("b", (load_run(str(b)),))],
+                metrics=("per_request_tok_s", "request_accept_rate", "tpot_p50"))
     (lc,) = c.levels
     assert set(lc.categories) == {"chat", "coding"}
     cat = {k: t[("b", "per_request_tok_s")].decision.verdict for k, t in lc.categories.items()}  # type: ignore[union-attr]
