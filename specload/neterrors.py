@@ -4,8 +4,8 @@ handshake on request; shared by engine/ and watch/, so it lives beside them).
 Shared by the API probe, the streaming client and the health monitor, so the same failure reads the
 same everywhere. The distinctions matter for the diagnosis: a refused connection means nothing
 listens (the server is down); a TLS certificate failure means the server is up but not trusted; and
-running out of file descriptors is specload's own limit, not the server's (it used to be reported as
-"server down" and to pause the load).
+running out of file descriptors is specload's own limit, not the server's (no "server down", no
+pause of the load).
 """
 
 from __future__ import annotations

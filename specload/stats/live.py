@@ -4,9 +4,7 @@ Producers push cheaply: ``on_tokens`` per streamed chunk (one integer add in the
 ``on_record`` per finished request. Consumers pull ``snapshot()`` on a timer (the UI at about 4 Hz,
 headless progress at 1 Hz); everything costly (percentiles, series) happens there, never on the push
 side: closing a second on the push side only appends two counts and notes the second, whose rolling
-percentiles the next snapshot computes. (They used to be computed when a token crossed into a new
-second, inside a stream's read; the first such call imported numpy.ma and delayed the streams of
-that moment by 10-20 ms.)
+percentiles the next snapshot computes, never inside a stream's read.
 
 Rates use per-second buckets and exclude the current second, which is always under-counted.
 Rolling latency percentiles cover the requests that ended in the last ``window_s`` seconds.

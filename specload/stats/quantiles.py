@@ -1,9 +1,8 @@
 """Percentiles, means and standard deviations computed the way numpy's defaults compute them.
 
 Why not ``np.percentile``: its first call imports ``numpy.ma`` (through ``np.unique``), about 7 ms
-of work that used to land on the event loop in the middle of a load, the first time a second of
-live statistics closed (seen as a 10-20 ms TTFT excess on the requests that started then). This
-version partitions the array (O(n), no import, no sort of the whole array) and interpolates
+on the event loop in the middle of a load (a 10-20 ms TTFT excess on the requests that started
+then). This version partitions the array (O(n), no import, no sort of the whole array) and interpolates
 linearly between the closest ranks, which is numpy's default ``method="linear"``: the same
 numbers, to the last bit, as ``np.percentile`` and as ``vllm bench serve``'s figures.
 """
