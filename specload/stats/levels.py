@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from array import array
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 
@@ -609,14 +610,13 @@ class LevelColumns:
             valid = e2e > 0
             if valid.any():
                 per_req = float(np.mean(toks[valid] / (e2e[valid] / 1e9)))
-        ttft = _pct(self.ttft_ns, 1e6)
-        tpot = _pct(self.tpot_ns, 1e6)
-        itl = (None, *(_scaled(self.itl.percentile(q), 1e6) for q in _QS))
-        gap = tuple(_scaled(self.gap.percentile(q), 1e6) for q in _QS)
-        e2e_p = _pct(self.e2e_ns, 1e9)
         prompt = _pct(self.prompt, 1.0)
         itl_avg, itl_std = self.itl_m.mean_std(1e6)
         gap_avg, gap_std = self.gap_m.mean_std(1e6)
+        # (avg, p50, p90, p95, p99) of each latency
+        dists = {"ttft_ms": _pct(self.ttft_ns, 1e6), "tpot_ms": _pct(self.tpot_ns, 1e6), "e2e_s": _pct(self.e2e_ns, 1e9),
+                 "itl_ms": (itl_avg, *(_scaled(self.itl.percentile(q), 1e6) for q in _QS)),
+                 "gap_ms": (gap_avg, *(_scaled(self.gap.percentile(q), 1e6) for q in _QS))}
         full = LevelSummary(
             level_index=self.level_index,
             concurrency=self.concurrency,
@@ -629,19 +629,7 @@ class LevelColumns:
             throughput_tok_s=total / active_s if active_s > 0 else 0.0,
             per_request_tok_s=per_req,
             req_s=self.ok / active_s if active_s > 0 else 0.0,
-            ttft_ms_avg=ttft[0],
-            ttft_ms_p50=ttft[1],
-            ttft_ms_p99=ttft[4],
-            tpot_ms_p50=tpot[1],
-            tpot_ms_p99=tpot[4],
-            itl_ms_p50=itl[1],
-            itl_ms_p99=itl[4],
-            e2e_s_avg=e2e_p[0],
-            e2e_s_p50=e2e_p[1],
-            e2e_s_p99=e2e_p[4],
-            ttft_ms_p90=ttft[2], ttft_ms_p95=ttft[3], tpot_ms_p90=tpot[2], tpot_ms_p95=tpot[3],
-            itl_ms_p90=itl[2], itl_ms_p95=itl[3], gap_ms_p90=gap[1], gap_ms_p95=gap[2],
-            e2e_s_p90=e2e_p[2], e2e_s_p95=e2e_p[3],
+            **_dist_fields(dists),
             rate=self.rate,
             input_tokens=int(sum(self.prompt)) if len(self.prompt) else None,
             prompt_tokens_avg=prompt[0],
@@ -652,14 +640,9 @@ class LevelColumns:
             peak_tok_s=self._peak_tok_s(),
             peak_concurrency=self._peak_concurrency(),
             ttft_ms_std=_std(self.ttft_ns, 1e6),
-            tpot_ms_avg=tpot[0],
             tpot_ms_std=_std(self.tpot_ns, 1e6),
-            itl_ms_avg=itl_avg,
             itl_ms_std=itl_std,
-            gap_ms_avg=gap_avg,
             gap_ms_std=gap_std,
-            gap_ms_p50=gap[0],
-            gap_ms_p99=gap[3],
             e2e_s_std=_std(self.e2e_ns, 1e9),
             cut=None if cut is None else cut[0],
             active_s=None if cut is None else active_s,
@@ -723,6 +706,12 @@ def _std(values: array, scale: float) -> float | None:
 
 
 _QS = (50, 90, 95, 99)  # the percentiles of every latency distribution
+
+
+def _dist_fields(dists: dict[str, tuple[float | None, ...]]) -> dict[str, Any]:
+    """``ttft_ms_avg``, ``ttft_ms_p50``, ... of each distribution's (avg, p50, p90, p95, p99)."""
+    return {f"{name}_{stat}": v for name, vals in dists.items()
+            for stat, v in zip(("avg", "p50", "p90", "p95", "p99"), vals, strict=True)}
 
 
 def _pct(values: array, scale: float) -> tuple[float | None, ...]:

@@ -576,8 +576,6 @@ class CrashDetector:
 
     # -------------------------------------------------------------------------------------- pending
 
-    # -------------------------------------------------------------------------------------- pending
-
     def _pending_line(self, p: LogLine, body: str, proc: str | None, out: list[CrashEntry]) -> bool:
         if not self._pending:
             return False
