@@ -298,7 +298,7 @@ def recompute_vllm(d: dict) -> dict:
     n = _arrays(d, ("ttfts", "latencies", "output_lens", "errors", "itls"))
     if n is None or not isinstance(d.get("ttfts"), list):
         return {}
-    ok = _vllm_ok(d, n)
+    ok = _requests_ok(d, n)
     ttft = [d["ttfts"][i] for i in range(n) if ok[i]]
     lat = [d["latencies"][i] for i in range(n) if ok[i]] if isinstance(d.get("latencies"), list) else []
     lens = d.get("output_lens") or [0] * n
@@ -318,7 +318,8 @@ def recompute_vllm(d: dict) -> dict:
     return out
 
 
-def _vllm_ok(d: dict, n: int) -> list[bool]:
+def _requests_ok(d: dict, n: int) -> list[bool]:
+    """Which requests of a vLLM or SGLang benchmark file succeeded."""
     errors = _list(d, "errors", [""] * n)
     lens = _list(d, "output_lens", [1] * n)
     # a failed request has an error text and output length 0 (vLLM appends 0 for it); the length
@@ -390,7 +391,7 @@ def read_vllm(path: str, label: str | None = None) -> Run:
 
 
 def _vllm_level(where: str, d: dict, n: int, concurrency: int, open_loop: bool) -> LevelRequests:
-    ok = np.array(_vllm_ok(d, n), dtype=bool)
+    ok = np.array(_requests_ok(d, n), dtype=bool)
 
     def col(key: str, scale: float = 1.0, ok_only: bool = True) -> np.ndarray | None:
         v = d.get(key)
@@ -586,7 +587,7 @@ def recompute_sglang(d: dict) -> dict:
     n = _arrays(d, ("ttfts", "itls", "output_lens", "errors"))
     if n is None or not isinstance(d.get("ttfts"), list):
         return {}
-    ok = _sglang_ok(d, n)
+    ok = _requests_ok(d, n)
     ttft = [d["ttfts"][i] for i in range(n) if ok[i]]
     itl = [g for i in range(n) if ok[i] for g in (d.get("itls") or [[]] * n)[i]]
     lens = d.get("output_lens") or [0] * n
@@ -600,12 +601,6 @@ def recompute_sglang(d: dict) -> dict:
     if itl:
         out["max_itl_ms"] = float(np.max(itl)) * 1e3
     return out
-
-
-def _sglang_ok(d: dict, n: int) -> list[bool]:
-    errors = _list(d, "errors", [""] * n)
-    lens = _list(d, "output_lens", [1] * n)
-    return [not errors[i] and (lens[i] or 0) > 0 for i in range(n)]
 
 
 def read_sglang(path: str, label: str | None = None) -> Run:
@@ -655,13 +650,12 @@ def read_sglang(path: str, label: str | None = None) -> Run:
         if n is None:
             completed, failed = _request_counts(f"{path}:{idx + 1}", d.get("completed"), 0)
         else:  # the arrays say which requests succeeded, whatever the summary says
-            completed = sum(_sglang_ok(d, n))
+            completed = sum(_requests_ok(d, n))
             failed = n - completed
         concurrency = int(mc) if isinstance(mc, int) else (n if n is not None else completed)
         rate = _f(d.get("request_rate"))
         open_loop = rate is not None and math.isfinite(rate)
-        summary = _summary_level(concurrency, d, completed, failed, "e2e_latency")
-        summary = _replace_index(summary, idx)
+        summary = replace(_summary_level(concurrency, d, completed, failed, "e2e_latency"), level_index=idx)
         if n is None:
             notes.append(f"line {idx + 1}: no per-request arrays (run without --output-details): summary only")
             levels.append(LevelRequests(index=idx, concurrency=concurrency, ok=np.ones(completed, dtype=bool),
@@ -693,13 +687,9 @@ def read_sglang(path: str, label: str | None = None) -> Run:
     )
 
 
-def _replace_index(s: LevelSummary, idx: int) -> LevelSummary:
-    return replace(s, level_index=idx)
-
-
 def _sglang_level(where: str, d: dict, n: int, idx: int, concurrency: int, open_loop: bool,
                   summary: LevelSummary) -> LevelRequests:
-    ok = np.array(_sglang_ok(d, n), dtype=bool)
+    ok = np.array(_requests_ok(d, n), dtype=bool)
     ttfts = _list(d, "ttfts")
     itls = _list(d, "itls")
     lens = _list(d, "output_lens")
