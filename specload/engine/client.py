@@ -1,12 +1,14 @@
 """The streaming HTTP client: one call sends one request and returns its ``RequestRecord``.
 
-This is the hot path. Per socket read it takes one clock reading, and the SSE decoder counts the
-runs of plain text chunks in it with a few C-level scans (``feed_runs``; the chunks' template is
-learnt from the first one, which is parsed); the other events (role, finish, usage, errors, and any
-stream whose chunks carry per-chunk usage) are classified one by one, by byte search or one JSON
-parse. Per read one list extend and one counter call; with ``--check-outputs`` the read is also kept
-(``engine/answers.py`` reads the answer from the reads once the request has ended). Everything else
-(percentiles, summaries, records) happens after the request ends, in the sinks.
+This is the hot path. The connection (``engine/http1.py``, HTTP/1.1 of specload's own) hands each
+socket read's body bytes, with one clock reading, to the request's sink synchronously, and the SSE
+decoder counts the runs of plain text chunks in it with a few C-level scans (``feed_runs``; the
+chunks' template is learnt from the first one, which is parsed); the other events (role, finish,
+usage, errors, and any stream whose chunks carry per-chunk usage) are classified one by one, by byte
+search or one JSON parse. Per read one list extend and one counter call, and no coroutine wakes up
+until the response has ended; with ``--check-outputs`` the read is also kept (``engine/answers.py``
+reads the answer from the reads once the request has ended). Everything else (percentiles,
+summaries, records) happens after the request ends, in the sinks.
 
 Errors are data: every failure (HTTP status, refused connection, stall, drop, malformed stream,
 cancellation) becomes a record with an ``ErrorKind``; only programming errors raise. A request
@@ -15,26 +17,28 @@ cancelled by specload itself is recorded as cancelled before the cancellation go
 With ``reply=True`` (a conversation's turn) the answer's bytes are kept as they come, one list append
 per socket read, and its text parsed once it ended (``api.reply_text``) into the record's ``reply``.
 
-One request's state is one ``_Progress``: ``send`` connects (``_connect``), reads the head
-(``_read_head``) and the stream (``_read_stream``, the per-chunk loop on locals) into it, and makes
-the record from it (``_finish_record``). A pooled connection the server had closed (llama-server
-closes after every stream) is met by sending again on a new one, timed from that attempt; after
-``FRESH_AFTER_STALE`` in a row every request gets a new connection (a notice and a record event).
+One request's state is one ``_Progress``: ``send`` sends it on a connection of the pool
+(``_exchange``), judges the response by its head (``_on_head``: an error or a whole answer is
+collected, a stream read into ``_stream_sink``'s closure) and makes the record from it
+(``_finish_record``). The request timeout and the stall watchdog cancel the request's task with a
+message of their own, so their records say why. A pooled connection the server had closed
+(llama-server closes after every stream) is met by sending again on a new one, timed from that
+attempt; after ``FRESH_AFTER_STALE`` in a row every request gets a new connection (a notice and a
+record event).
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Callable
-from typing import Any
 
-import aiohttp
 import orjson
-from aiohttp.http_exceptions import ContentEncodingError
 
 from specload.clock import SYSTEM_CLOCK, Clock
 from specload.config import RequestConfig, TargetConfig
 from specload.datatypes import ErrorKind, Noted, RequestRecord, RunEvent
+from specload.engine import http1
 from specload.engine.answers import MAX_RAW_BYTES, read_output
 from specload.engine.api import (
     CHAT,
@@ -114,25 +118,19 @@ class StreamingClient:
         target = target or TargetConfig()
         self.request = request or RequestConfig()
         self.url = self.base_url + PATHS[flavour]
-        # identity: aiohttp's default "gzip, deflate" invites a server or proxy to compress the stream;
-        # one that compresses anyway is decoded (auto_decompress: aiohttp inflates as the pieces come,
-        # within bounds; a stream sent plain, as asked, never meets that code)
+        # identity: "gzip, deflate" (aiohttp's default) invites a server or proxy to compress the
+        # stream; one that compresses anyway is decoded as the pieces come (engine/http1.py)
         self._headers = {"Content-Type": "application/json", "Accept": "text/event-stream",
                          "Accept-Encoding": "identity"}
         if headers:
             self._headers.update(headers)
         self._clock = clock
-        self._timeout = aiohttp.ClientTimeout(
-            total=target.request_timeout_s or None,
-            sock_connect=target.connect_timeout_s,
-            sock_read=target.stall_timeout_s or None,
-        )
         self.stall_timeout_s = target.stall_timeout_s
         self.connect_timeout_s = target.connect_timeout_s
         self.request_timeout_s = target.request_timeout_s
         self._keepalive = target.keepalive
-        self._session: aiohttp.ClientSession | None = None
-        self._fresh_session: aiohttp.ClientSession | None = None
+        self._pool: http1.Pool | None = None
+        self._head_keep = self._head_close = b""
         # tokens per chunk over the finished requests (speculative decoding: often 2-4), for the
         # live counter of chunks whose size the server does not tell
         self._tokens_per_chunk = 1.0
@@ -166,20 +164,17 @@ class StreamingClient:
         return local_timeline()
 
     async def start(self) -> None:
-        if self._session is None:
-            connector = aiohttp.TCPConnector(limit=0, force_close=not self._keepalive, enable_cleanup_closed=False)
-            self._session = aiohttp.ClientSession(
-                connector=connector, timeout=self._timeout, auto_decompress=True, skip_auto_headers=("User-Agent",),
-                trace_configs=[_REUSE_TRACE],
-            )
+        if self._pool is None:
+            self._pool = pool = http1.Pool(self.url, keepalive=self._keepalive,
+                                           connect_timeout_s=self.connect_timeout_s, clock_ns=self._clock.now_ns)
+            self._head_keep = pool.head(self._headers, close=False)
+            self._head_close = pool.head(self._headers, close=True)
         if self._watchdog is None and self.stall_timeout_s:
             self._watchdog = asyncio.ensure_future(self._watch_stalls())
 
     async def _watch_stalls(self) -> None:
-        """The stall timeout, kept by specload itself as well as by aiohttp's read timeout: after a
-        broken chunk size aiohttp's C parser neither wakes the reader nor fires its read timeout, and
-        the request hung until the request timeout (600 s by default). A request with no byte for
-        the stall timeout (plus one tick) is cancelled as a stall."""
+        """The stall timeout: a request with no byte (of its response, or of its connection being
+        made) for the stall timeout, plus one tick, is cancelled as a stall."""
         limit_ns = int(self.stall_timeout_s * 1e9)
         tick = min(1.0, self.stall_timeout_s / 4)
         now_ns = self._clock.now_ns
@@ -190,26 +185,13 @@ class StreamingClient:
                 if now - state[1] > limit_ns and not state[0].done():
                     state[0].cancel(_STALL)
 
-    def _fresh(self) -> aiohttp.ClientSession:
-        """A session that opens a new connection per request: for retries after a stale one, and for
-        every request once the server has shown it closes after each stream."""
-        if self._fresh_session is None:
-            self._fresh_session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=0, force_close=True),
-                timeout=self._timeout, auto_decompress=True, skip_auto_headers=("User-Agent",),
-            )
-        return self._fresh_session
-
     async def close(self) -> None:
         if self._watchdog is not None:
             self._watchdog.cancel()
             self._watchdog = None
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
-        if self._fresh_session is not None:
-            await self._fresh_session.close()
-            self._fresh_session = None
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
 
     async def __aenter__(self) -> StreamingClient:
         await self.start()
@@ -252,59 +234,63 @@ class StreamingClient:
     ) -> RequestRecord:
         """Send one request (a prompt, or a chat's messages) and return its record; every failure is a
         record with an error kind. A request cancelled by specload is handed to ``on_cancelled`` and the
-        cancellation goes on, except the stall watchdog's own, which comes back as a stall like any
-        other error. ``reply``: the record carries the answer's text."""
-        assert self._session is not None, "StreamingClient.start() not called"
+        cancellation goes on, except the stall watchdog's and the request timeout's own, which come back
+        as a stall or a timeout like any other error. ``reply``: the record carries the answer's text."""
+        assert self._pool is not None, "StreamingClient.start() not called"
         payload = self._payload(prompt, max_tokens)
+        task = asyncio.current_task()
         p = _Progress(self.flavour, request_id, level, level_index, warmup, (prompt_tokens_requested, max_tokens),
-                      self._clock.now_ns(), asyncio.current_task())
+                      self._clock.now_ns(), task)
         p.reply = reply
         if reply or self.request.check_outputs:
             p.raw = []
         key = id(p.state)
         self._inflight[key] = p.state
+        timer = (asyncio.get_running_loop().call_later(self.request_timeout_s, task.cancel, _TIMEOUT)
+                 if self.request_timeout_s and task is not None else None)
         try:
-            resp_cm, resp = await self._connect(p, payload)
-            try:
-                # the stream is read straight from here: each suspension on a socket read passes through
-                # every coroutine frame between the task and the read, once per read
-                if await self._read_head(p, resp):
-                    await self._read_stream(p, resp)
-                    if p.error is None and not p.got_done and p.reader.finish_reason is None:
-                        p.error = (ErrorKind.MALFORMED, "stream ended without [DONE] or a finish_reason")
-            finally:
-                await resp_cm.__aexit__(None, None, None)
+            await self._exchange(p, payload)
+            if p.stream and p.error is None and not p.got_done and p.reader.finish_reason is None:
+                p.error = (ErrorKind.MALFORMED, "stream ended without [DONE] or a finish_reason")
         except asyncio.CancelledError as e:
             self._inflight.pop(key, None)
             why = e.args[0] if e.args and isinstance(e.args[0], str) else None
             now = self._clock.now_ns()
             p.error = self._cancelled(p, why, now)
             rec = self._finish_record(p, now)
-            if why == _STALL:
-                return rec  # the watchdog's own cancel: a stall, handed back like any other error
+            if why in (_STALL, _TIMEOUT):
+                if task is not None:
+                    task.uncancel()
+                return rec  # the client's own cancel: a stall or a timeout, handed back like any other error
             self.on_cancelled(rec)
             raise
-        except (_FreshReset, aiohttp.ClientError, TimeoutError, UnicodeDecodeError) as e:
+        except (_FreshReset, http1.ConnectFailed, http1.ConnectTimeout, http1.Dropped, http1.BadResponse,
+                UnicodeDecodeError) as e:
             p.error = self._failure(p, e)
+        finally:
+            if timer is not None:
+                timer.cancel()
         end = self._clock.now_ns()
         self._inflight.pop(key, None)
         return self._finish_record(p, end)
 
-    async def _connect(self, p: _Progress, payload: bytes) -> tuple[Any, aiohttp.ClientResponse]:
-        """The request sent and its response's head read: (the request's context manager, the response).
-        A request that meets a pooled connection the server had closed (stale) is sent again on a new one."""
-        session = self._fresh_session if self.fresh_only else self._session
-        assert session is not None
+    async def _exchange(self, p: _Progress, payload: bytes) -> None:
+        """The request sent and its response read into ``p``. A request that meets a pooled connection
+        the server had closed (stale) is sent again on a new one."""
+        pool = self._pool
+        assert pool is not None
+        body = b"%d\r\n\r\n%s" % (len(payload), payload)
         while True:
-            trace = _Reuse()
+            fresh = self.fresh_only or p.retries > 0
+            conn, reused = await pool.take(fresh)
+            fut = conn.request((self._head_close if fresh or not self._keepalive else self._head_keep) + body,
+                               functools.partial(self._on_head, p))
             try:
-                resp_cm = session.post(self.url, data=payload, headers=self._headers, allow_redirects=False,
-                                       trace_request_ctx=trace)
-                resp = await resp_cm.__aenter__()
-            except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as e:
-                if isinstance(e, aiohttp.ClientConnectorError) or p.retries >= MAX_STALE_RETRIES:
+                got = await fut
+            except http1.Dropped as e:
+                if e.answered or p.retries >= MAX_STALE_RETRIES:
                     raise
-                if not trace.reused:
+                if not reused:
                     # a brand-new connection reset before any response byte is the server's
                     # answer, not a stale pooled connection: sending again would triple the load
                     # (144 requests reached the server for 48 records)
@@ -313,38 +299,47 @@ class StreamingClient:
                 # The pool may hold several dead connections (one per finished stream of a
                 # server that closes after each): the retry goes on a connection of its own.
                 self._stale_connection()
-                session = self._fresh()
                 # the request is sent anew: timed from the attempt the server answers; the time the
                 # stale attempts cost is kept apart (retry_ns)
                 p.start = self._clock.now_ns()
                 continue
-            if trace.reused:
+            finally:
+                if p.keep is not None:
+                    p.keep()  # the stream's state, also when a read failed (a drop, a cancel)
+                if not fut.done():
+                    conn.abort()  # cancelled: the rest of the response is never read
+            if reused:
                 self.stale_in_row = 0  # a pooled connection answered: the server keeps them
-            return resp_cm, resp
+            pool.give_back(conn)
+            if got is not None:
+                self._read_body(p, got)
+            return
 
-    async def _read_head(self, p: _Progress, resp: aiohttp.ClientResponse) -> bool:
-        """The response by its status and content type: an error body, a redirect (not followed) or a
-        whole JSON answer is read here; True when it is a stream, for ``_read_stream``."""
-        p.status = status = resp.status
-        p.state[1] = self._clock.now_ns()
+    def _on_head(self, p: _Progress, status: int, headers: dict[str, str], now: int) -> http1.Sink | int | None:
+        """The response by its status and content type (called by the connection, at the head): an error
+        body or a whole JSON answer is collected (its bound), a redirect is not followed (None), a
+        stream is read into its sink."""
+        p.status = status
+        p.state[1] = now
         if status >= 400:
-            body = await resp.content.read(64 << 10)  # an error body is read, within bounds
-            p.error = (ErrorKind.HTTP, f"HTTP {status}: {_body_message(body)}")
-        elif 300 <= status < 400:
+            return 64 << 10  # an error body is read, within bounds
+        if 300 <= status < 400:
             # not followed: a redirect to another origin would carry the credentials there
             # (X-Api-Key went with a 307), and a load test must hit the server it names
-            where = resp.headers.get("Location", "(no Location)")[:200]
+            where = headers.get("location", "(no Location)")[:200]
             p.error = (ErrorKind.REDIRECT, f"HTTP {status} redirect to {where}: not followed; "
                                            "give specload the final URL")
-        elif "event-stream" not in resp.headers.get("Content-Type", "event-stream"):
-            await self._read_whole(p, resp)  # a plain JSON answer although a stream was asked for
-        else:
-            return True
-        return False
+            return None
+        if "event-stream" not in headers.get("content-type", "event-stream"):
+            return MAX_EVENT_BYTES + 1  # a plain JSON answer although a stream was asked for
+        p.stream = True
+        return self._stream_sink(p)
 
-    async def _read_whole(self, p: _Progress, resp: aiohttp.ClientResponse) -> None:
-        """A non-streamed answer, read whole (within bounds): one text chunk at the time it came."""
-        body = await resp.content.read(MAX_EVENT_BYTES + 1)
+    def _read_body(self, p: _Progress, body: bytes) -> None:
+        """A collected body: an error's message, or a non-streamed answer as one text chunk."""
+        if p.status is not None and p.status >= 400:
+            p.error = (ErrorKind.HTTP, f"HTTP {p.status}: {_body_message(body)}")
+            return
         now = self._clock.now_ns()
         try:
             if len(body) > MAX_EVENT_BYTES:
@@ -366,11 +361,11 @@ class StreamingClient:
             reader.completion_tokens, reader.prompt_tokens, reader.finish_reason = ct, pt, fr
             p.got_done = True
 
-    async def _read_stream(self, p: _Progress, resp: aiohttp.ClientResponse) -> None:
-        """The SSE stream, read by socket reads: the hot path. Its state lives in locals while it runs
-        (an attribute per chunk would cost on every token) and goes back to ``p`` when it ends, also
-        when a read raises (a drop, a cancel), so the record keeps what came before."""
-        clock_ns = self._clock.now_ns
+    def _stream_sink(self, p: _Progress) -> http1.Sink:
+        """The SSE stream's sink: called by the connection with each socket read's bytes and its clock
+        reading (b"" at the end), it returns True to stop reading (an error). The hot path: its state
+        lives in the closure's cells while it runs (an attribute per chunk would cost on every token)
+        and goes back to ``p`` through ``p.keep`` when the exchange ends, also when it failed."""
         on_tokens = self.on_tokens
         start, state, offsets, ktoks, reader = p.start, p.state, p.offsets, p.ktoks, p.reader
         raw = p.raw  # the reads kept for the answer (reply, --check-outputs), else None
@@ -388,98 +383,103 @@ class StreamingClient:
         feed = decoder.feed_runs
         read_event = reader.read
         loads = orjson.loads
-        content = resp.content
-        try:
-            while True:
-                data = await content.readany()
-                now = clock_ns()
-                state[1] = now
-                if raw is not None:
-                    raw.append(data)
-                    raw_kept += len(data)
-                    if raw_kept >= MAX_RAW_BYTES or len(raw) >= MAX_REPLY_READS:
-                        raw, p.raw_cut = None, True
-                try:
-                    events = feed(data) if data else decoder.finish()
-                except SSEEventTooLarge as e:
-                    error = (ErrorKind.OVERSIZE, str(e))
-                    break
-                batch = 0
-                unknown = 0
-                for name, ev in events:
-                    if isinstance(ev, int):
-                        # a run of plain text events the decoder counted (feed_runs)
-                        offsets += [now - start] * ev
-                        per_chunk_known = False
-                        unknown += ev
-                        continue
-                    # Fast path: a compact plain delta chunk (no usage, no finish, no error)
-                    # is classified by byte search, without a JSON parse. Servers serialise
-                    # compactly (vLLM, SGLang, llama.cpp, TGI); anything else is parsed.
-                    if (
-                        text_key is not None
-                        and name is None
-                        and ev.find(b'"finish_reason":null') >= 0
-                        and ev.find(b'"usage":{') < 0
-                        and ev.find(b'"error"') < 0
-                        and ev.find(b"reasoning") < 0
-                    ):
-                        if ev.find(text_key) >= 0 and ev.find(empty_text) < 0:
-                            offsets.append(now - start)
-                            per_chunk_known = False
-                            unknown += 1
-                        continue
-                    if ev == DONE:
-                        got_done = True
-                        continue
-                    if name == "error":
-                        error = (ErrorKind.STREAM_ERROR, ev.decode("utf-8", "replace")[:500])
-                        break
-                    try:
-                        read_event(loads(ev))
-                    except orjson.JSONDecodeError:
-                        error = (ErrorKind.MALFORMED, f"event is not JSON: {ev[:200]!r}")
-                        break
-                    except MalformedChunk as e:  # valid JSON of the wrong shape
-                        error = (ErrorKind.MALFORMED, str(e))
-                        break
-                    if reader.error is not None:
-                        error = (ErrorKind.STREAM_ERROR, reader.error[:500])
-                        break
-                    if reader.has_text:
-                        offsets.append(now - start)
-                        k = reader.tokens
-                        if k is None:
-                            per_chunk_known = False
-                            unknown += 1
-                        else:
-                            ktoks.append(k)
-                            batch += k
-                if batch or unknown:
-                    # chunks of unknown size count as the recent tokens-per-chunk, so the
-                    # live rate is right under speculative decoding, not settled in a lump
-                    add = batch + unknown * self._tokens_per_chunk
-                    streamed += add
-                    on_tokens(now, add)
-                    if len(offsets) > MAX_CHUNK_DETAIL:
-                        # bounded detail: keep the first chunks' times, count the rest
-                        last_offset = offsets[-1]
-                        extra_chunks += len(offsets) - MAX_CHUNK_DETAIL
-                        del offsets[MAX_CHUNK_DETAIL:]
-                        if len(ktoks) > MAX_CHUNK_DETAIL:
-                            extra_tokens += sum(ktoks[MAX_CHUNK_DETAIL:])
-                            del ktoks[MAX_CHUNK_DETAIL:]
-                if error is not None or not data:
-                    break
-        finally:
+
+        def keep() -> None:
             p.per_chunk_known, p.streamed, p.error, p.got_done = per_chunk_known, streamed, error, got_done
             p.extra_chunks, p.extra_tokens, p.last_offset = extra_chunks, extra_tokens, last_offset
+
+        p.keep = keep
+
+        def sink(data: bytes, now: int) -> bool:
+            nonlocal raw, raw_kept, per_chunk_known, streamed, error, got_done, extra_chunks, extra_tokens
+            nonlocal last_offset
+            state[1] = now
+            if raw is not None:
+                raw.append(data)
+                raw_kept += len(data)
+                if raw_kept >= MAX_RAW_BYTES or len(raw) >= MAX_REPLY_READS:
+                    raw, p.raw_cut = None, True
+            try:
+                events = feed(data) if data else decoder.finish()
+            except SSEEventTooLarge as e:
+                error = (ErrorKind.OVERSIZE, str(e))
+                return True
+            batch = 0
+            unknown = 0
+            for name, ev in events:
+                if isinstance(ev, int):
+                    # a run of plain text events the decoder counted (feed_runs)
+                    offsets.extend([now - start] * ev)
+                    per_chunk_known = False
+                    unknown += ev
+                    continue
+                # Fast path: a compact plain delta chunk (no usage, no finish, no error)
+                # is classified by byte search, without a JSON parse. Servers serialise
+                # compactly (vLLM, SGLang, llama.cpp, TGI); anything else is parsed.
+                if (
+                    text_key is not None
+                    and name is None
+                    and ev.find(b'"finish_reason":null') >= 0
+                    and ev.find(b'"usage":{') < 0
+                    and ev.find(b'"error"') < 0
+                    and ev.find(b"reasoning") < 0
+                ):
+                    if ev.find(text_key) >= 0 and ev.find(empty_text) < 0:
+                        offsets.append(now - start)
+                        per_chunk_known = False
+                        unknown += 1
+                    continue
+                if ev == DONE:
+                    got_done = True
+                    continue
+                if name == "error":
+                    error = (ErrorKind.STREAM_ERROR, ev.decode("utf-8", "replace")[:500])
+                    break
+                try:
+                    read_event(loads(ev))
+                except orjson.JSONDecodeError:
+                    error = (ErrorKind.MALFORMED, f"event is not JSON: {ev[:200]!r}")
+                    break
+                except MalformedChunk as e:  # valid JSON of the wrong shape
+                    error = (ErrorKind.MALFORMED, str(e))
+                    break
+                if reader.error is not None:
+                    error = (ErrorKind.STREAM_ERROR, reader.error[:500])
+                    break
+                if reader.has_text:
+                    offsets.append(now - start)
+                    k = reader.tokens
+                    if k is None:
+                        per_chunk_known = False
+                        unknown += 1
+                    else:
+                        ktoks.append(k)
+                        batch += k
+            if batch or unknown:
+                # chunks of unknown size count as the recent tokens-per-chunk, so the
+                # live rate is right under speculative decoding, not settled in a lump
+                add = batch + unknown * self._tokens_per_chunk
+                streamed += add
+                on_tokens(now, add)
+                if len(offsets) > MAX_CHUNK_DETAIL:
+                    # bounded detail: keep the first chunks' times, count the rest
+                    last_offset = offsets[-1]
+                    extra_chunks += len(offsets) - MAX_CHUNK_DETAIL
+                    del offsets[MAX_CHUNK_DETAIL:]
+                    if len(ktoks) > MAX_CHUNK_DETAIL:
+                        extra_tokens += sum(ktoks[MAX_CHUNK_DETAIL:])
+                        del ktoks[MAX_CHUNK_DETAIL:]
+            return error is not None
+
+        return sink
 
     def _cancelled(self, p: _Progress, why: str | None, now: int) -> tuple[ErrorKind, str]:
         """The error of a request cancelled with reason ``why`` (the cancel's message)."""
         if why == _STALL:
             return (ErrorKind.STALL, f"{'no response' if p.status is None else 'no data'} for "
                                      f"{self.stall_timeout_s:g} s")
+        if why == _TIMEOUT:
+            return (ErrorKind.TIMEOUT, f"request took over {self.request_timeout_s:g} s")
         silent_s = (now - p.state[1]) / 1e9
         if why is not None and silent_s >= 1.0:
             # stopped by specload for a reason of the server's (down, crashed) while the stream had
@@ -488,12 +488,11 @@ class StreamingClient:
         return (ErrorKind.CANCELLED, "cancelled by specload" + (f": {why}" if why else ""))
 
     def _failure(self, p: _Progress, e: BaseException) -> tuple[ErrorKind, str]:
-        """The error of a request that failed with ``e``; the order of the tests matters (subclasses
-        first: aiohttp's timeouts are TimeoutErrors, its connect errors OSErrors)."""
+        """The error of a request that failed with ``e`` (subclasses first: BadEncoding is a BadResponse)."""
         if isinstance(e, _FreshReset):
             return (ErrorKind.DISCONNECT, f"connection reset before any response byte (a new connection, "
                                           f"not retried): {_oneline(e.cause)}")
-        if isinstance(e, aiohttp.ConnectionTimeoutError):
+        if isinstance(e, http1.ConnectTimeout):
             late = loop_late_s()
             if late >= self.connect_timeout_s / 4:
                 # the loop that should have seen the connection made was seconds late: specload's
@@ -501,29 +500,23 @@ class StreamingClient:
                 return (ErrorKind.CLIENT, f"connect timeout while specload's own event loop was {late:.1f} s "
                                           "late: specload was the limit, not the server")
             return (ErrorKind.CONNECT, f"connect timeout: {e}")
-        if isinstance(e, aiohttp.SocketTimeoutError):
-            return (ErrorKind.STALL, f"{'no response' if p.status is None else 'no data'} for "
-                                     f"{self.stall_timeout_s:g} s")
-        if isinstance(e, aiohttp.ClientConnectorError):
-            if is_client_side(e):
+        if isinstance(e, http1.ConnectFailed):
+            if is_client_side(e.os_error):
                 # specload's own limit (file descriptors): not the server's fault, never "server down"
-                return (ErrorKind.CLIENT, connect_reason(e))
+                return (ErrorKind.CLIENT, connect_reason(e.os_error))
             if p.retries:
                 # the first attempt was dropped before any response byte and the retry was refused:
                 # not a stale connection but a server that died while this request was in it
-                return (ErrorKind.DISCONNECT, f"connection dropped before the response; reconnect: {_oneline(e)}")
-            return (ErrorKind.CONNECT, connect_reason(e))
-        if isinstance(e.__cause__, ContentEncodingError):  # compressed anyway, and not as it says
-            return (ErrorKind.MALFORMED, f"the stream does not decode as its Content-Encoding says: {_oneline(e.__cause__)}")
-        if isinstance(e, (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, aiohttp.ClientOSError)):
-            return (ErrorKind.DISCONNECT, _oneline(e))
-        if isinstance(e, aiohttp.ClientResponseError):
-            return (ErrorKind.MALFORMED, f"bad HTTP response: {_oneline(e)}")
-        if isinstance(e, TimeoutError):
-            return (ErrorKind.TIMEOUT, f"request took over {self.request_timeout_s:g} s")
+                return (ErrorKind.DISCONNECT, f"connection dropped before the response; reconnect: "
+                                              f"{connect_reason(e.os_error)}")
+            return (ErrorKind.CONNECT, connect_reason(e.os_error))
+        if isinstance(e, http1.BadEncoding):  # compressed anyway, and not as it says
+            return (ErrorKind.MALFORMED, f"the stream does not decode as its Content-Encoding says: {e}")
+        if isinstance(e, http1.BadResponse):
+            return (ErrorKind.MALFORMED, f"bad HTTP response: {e}")
         if isinstance(e, UnicodeDecodeError):
             return (ErrorKind.MALFORMED, _oneline(e))
-        return (ErrorKind.DISCONNECT, _oneline(e))  # any other aiohttp.ClientError
+        return (ErrorKind.DISCONNECT, str(e))  # http1.Dropped
 
     def _finish_record(self, p: _Progress, end: int) -> RequestRecord:
         """The record of a request that ended at ``end``; settles the live token counter with the
@@ -591,7 +584,6 @@ class StreamingClient:
         if self.fresh_only or self.stale_in_row < FRESH_AFTER_STALE:
             return
         self.fresh_only = True
-        self._fresh()  # before any other request starts: they go on it from now on
         self.on_event(Noted(self._clock.now_ns(), "fresh_connections", {"stale_closes": self.stale_in_row}))
         self.on_notice(f"the server closed {self.stale_in_row} pooled connections in a row under requests (it "
                        "closes after each stream, as llama-server does): every request now goes on a new "
@@ -618,7 +610,7 @@ class _Progress:
 
     __slots__ = ("request_id", "level", "level_index", "warmup", "asked", "first", "start", "state", "offsets",
                  "ktoks", "per_chunk_known", "streamed", "reader", "retries", "status", "error", "got_done",
-                 "extra_chunks", "extra_tokens", "last_offset", "raw", "raw_cut", "reply")
+                 "extra_chunks", "extra_tokens", "last_offset", "raw", "raw_cut", "reply", "stream", "keep")
 
     def __init__(self, flavour: str, request_id: int, level: int, level_index: int, warmup: bool,
                  asked: tuple[int | None, int | None], start: int, task: asyncio.Task | None) -> None:
@@ -643,9 +635,12 @@ class _Progress:
         self.raw: list[bytes] | None = None
         self.raw_cut = False  # they passed MAX_RAW_BYTES or MAX_REPLY_READS: the answer is the output's start
         self.reply = False  # the record carries the answer's text
+        self.stream = False  # the answer is an event stream
+        self.keep: Callable[[], None] | None = None  # the stream's state into these fields (_stream_sink)
 
 
 _STALL = "stall: no data for the stall timeout"  # the cancel message of the stall watchdog
+_TIMEOUT = "timeout: the request timeout"  # the cancel message of a request's timer
 
 
 class _FreshReset(Exception):
@@ -654,25 +649,3 @@ class _FreshReset(Exception):
     def __init__(self, cause: BaseException) -> None:
         super().__init__(str(cause))
         self.cause = cause
-
-
-class _Reuse:
-    """Per request attempt: did aiohttp send it on a pooled (reused) connection?"""
-
-    __slots__ = ("reused",)
-
-    def __init__(self) -> None:
-        self.reused = False
-
-
-async def _on_reuse(session: object, ctx: object, params: object) -> None:
-    trace = getattr(ctx, "trace_request_ctx", None)
-    if isinstance(trace, _Reuse):
-        trace.reused = True
-
-
-# one trace config for every client: it only marks reused connections (one callback per request
-# sent on a pooled connection, none per chunk)
-_REUSE_TRACE = aiohttp.TraceConfig()
-_REUSE_TRACE.on_connection_reuseconn.append(_on_reuse)
-_REUSE_TRACE.freeze()
