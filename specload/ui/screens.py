@@ -45,6 +45,10 @@ class Modal(KeyTaker, ModalScreen[T]):
     def action_cancel(self) -> None:
         self.dismiss(None)
 
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        event.stop()
+        self.submit(event.value)
+
 
 def parse_concurrency(text: str) -> int | None:
     """A positive whole number within the runner's limit, or None."""
@@ -72,10 +76,6 @@ class ConcurrencyScreen(Modal[int | None]):
             # the limit is said before anything is typed (a cut error line once hid it)
             yield Label(f"1 to {MAX_CONCURRENCY} · enter: apply · escape: cancel", classes="modal-hint")
 
-    def on_input_submitted(self, event: Input.Submitted) -> None:
-        event.stop()
-        self.submit(event.value)
-
     def submit(self, value: str) -> None:
         n = parse_concurrency(value)
         if n is None:
@@ -91,10 +91,6 @@ class MarkerScreen(Modal[str | None]):
             yield Label("Marker", classes="modal-title")
             yield Input(placeholder="optional note (what you just changed on the server)", id="marker-input")
             yield Label("enter: add the marker to the record · escape: cancel", classes="modal-hint")
-
-    def on_input_submitted(self, event: Input.Submitted) -> None:
-        event.stop()
-        self.submit(event.value)
 
     def submit(self, value: str) -> None:
         self.dismiss(value.strip())  # an empty note is a valid marker
