@@ -48,12 +48,15 @@ _ENGINES = ("vllm", "sglang", "llamacpp")
 # Every sample name read below. A scrape keeps only these lines before parsing: vLLM's /metrics is
 # ~600 lines, mostly histogram buckets, and parsing all of it took 6-9 ms of CPU per scrape on the
 # event loop that reads the streams; the dozen lines we use parse in well under a millisecond.
-_GAUGES = (
-    "vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
-    "vllm:gpu_cache_usage_perc", "sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:token_usage",
-    "sglang:gen_throughput", "sglang:spec_accept_length", "sglang:spec_accept_rate",
-    "llamacpp:requests_processing", "llamacpp:requests_deferred", "llamacpp:kv_cache_usage_ratio",
-)
+# Per engine: its gauges of requests running, requests queued and KV-cache usage (the first it has).
+_LOAD: dict[str, tuple[str, str, tuple[str, ...]]] = {
+    "vllm": ("vllm:num_requests_running", "vllm:num_requests_waiting",
+             ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")),
+    "sglang": ("sglang:num_running_reqs", "sglang:num_queue_reqs", ("sglang:token_usage",)),
+    "llamacpp": ("llamacpp:requests_processing", "llamacpp:requests_deferred", ("llamacpp:kv_cache_usage_ratio",)),
+}
+_GAUGES = (*(n for run, queue, usage in _LOAD.values() for n in (run, queue, *usage)),
+           "sglang:gen_throughput", "sglang:spec_accept_length", "sglang:spec_accept_rate")
 # accepted tokens per draft position, labelled {position="i"}
 _PER_POS = ("vllm:spec_decode_num_accepted_tokens_per_pos_total", "llamacpp:spec_decode_num_accepted_tokens_per_pos_total")
 _USED = (frozenset(_GAUGES) | frozenset(n for roles in _COUNTERS.values() for n in roles.values())
@@ -207,14 +210,10 @@ def samples_from_metrics(
     running = queued = token_usage = None
     gen_tok_s = rate("gen")
     prompt_tok_s = rate("prompt")
-    if engine == "vllm":
-        running = series.total("vllm:num_requests_running")
-        queued = series.total("vllm:num_requests_waiting")
-        token_usage = series.mean("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
-    elif engine == "sglang":
-        running = series.total("sglang:num_running_reqs")
-        queued = series.total("sglang:num_queue_reqs")
-        token_usage = series.mean("sglang:token_usage")
+    if engine is not None:
+        run, queue, usage = _LOAD[engine]
+        running, queued, token_usage = series.total(run), series.total(queue), series.mean(*usage)
+    if engine == "sglang":
         # SGLang's gauge is the last decode-log value and stays stale when idle: prefer the
         # counter delta, fall back to the gauge on the first scrape or without the counter.
         if gen_tok_s is None:
@@ -225,10 +224,6 @@ def samples_from_metrics(
         accept_len = al if al else None  # 0 means speculation is off
         ar = series.mean("sglang:spec_accept_rate")
         accept_rate = ar if ar else None
-    elif engine == "llamacpp":
-        running = series.total("llamacpp:requests_processing")
-        queued = series.total("llamacpp:requests_deferred")
-        token_usage = series.mean("llamacpp:kv_cache_usage_ratio")
     if d_drafts is not None:
         extra["drafts"] = d_drafts
     if d_draft_tokens is not None:
