@@ -33,6 +33,7 @@ from hypothesis import settings as hypothesis_settings
 from specload.config import RequestConfig, RunConfig, TargetConfig
 from specload.engine.api import CHAT
 from specload.engine.client import StreamingClient
+from specload.session.listener import SessionListener, forwarding_listener
 from specload.sim.config import SimConfig
 from specload.sim.server import SimServer
 from tests import processes
@@ -191,20 +192,15 @@ _REQUEST_FIELDS = {f.name for f in dataclasses.fields(RequestConfig)}
 
 
 class Heard:
-    """A ``SessionListener`` that keeps every call as ``(method name, argument)`` (several arguments
-    as a tuple), for tests to look through: ``[p for k, p in heard.calls if k == "notice"]``."""
+    """Every call a session makes to its listener (``Session(cfg, listener=heard.listener)``), kept as
+    ``(method name, argument)`` (several arguments as a tuple) for tests to look through:
+    ``heard.of("notice")``. The listener is ``forwarding_listener``'s: the methods are the
+    ``SessionListener`` protocol's, so a call the protocol lacks is an AttributeError, not a record."""
 
     def __init__(self) -> None:
         self.calls: list[tuple[str, object]] = []
-
-    def __getattr__(self, name: str) -> Callable[..., None]:
-        if name.startswith("_"):
-            raise AttributeError(name)
-
-        def record(*args: object) -> None:
-            self.calls.append((name, args[0] if len(args) == 1 else args))
-
-        return record
+        self.listener: SessionListener = forwarding_listener(
+            lambda name, args: self.calls.append((name, args[0] if len(args) == 1 else args)))
 
     def of(self, kind: str) -> list[object]:
         return [p for k, p in self.calls if k == kind]

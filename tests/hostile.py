@@ -102,6 +102,7 @@ class HostileServer:
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
         await site.start()
+        # aiohttp's own objects: it has no public hook for a connection accepted
         server = site._server  # type: ignore[attr-defined]
         port = server.sockets[0].getsockname()[1]
         self.url = f"http://127.0.0.1:{port}"

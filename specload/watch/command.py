@@ -196,6 +196,11 @@ class CommandSource:
         self._dropped_noticed = 0  # dropped-line count at the last notice (notices at 1, 2, 4, ... x)
 
     @property
+    def held_bytes(self) -> int:
+        """The bytes of the lines read from the command and not yet taken (bounded: ``queue_bytes``)."""
+        return self._queue.held_bytes
+
+    @property
     def dropped_lines(self) -> int:
         """Lines dropped because the loop fell behind the command (a log flood)."""
         return self._queue.dropped_lines

@@ -465,7 +465,7 @@ class GpuWatch:
         self._on_sample, self._on_fault, self._on_notice = on_sample, on_fault, on_notice
         self._nvml, self._which = nvml, which
         self._stop = asyncio.Event()
-        self._command: CommandSource | None = None
+        self.command: CommandSource | None = None  # the tool run as a process (its pid, its starts)
         self._scraper: Any = None
         self._min_gap_ns = int(interval_s * 1e9 / 2)
         self._next_ns: dict[int, int] = {}  # per GPU: the next sample taken
@@ -499,8 +499,8 @@ class GpuWatch:
 
     async def stop(self) -> None:
         self._stop.set()
-        if self._command is not None:
-            await self._command.stop()
+        if self.command is not None:
+            await self.command.stop()
         if self._scraper is not None:
             await self._scraper.stop()
 
@@ -521,8 +521,8 @@ class GpuWatch:
                 return False
             return not reader.hopeless and not self._stop.is_set()
 
-        self._command = CommandSource(cmd, what=what, on_exit=exited, on_notice=lambda t: self._fault("exited", t))
-        async for line in self._command.lines():
+        self.command = CommandSource(cmd, what=what, on_exit=exited, on_notice=lambda t: self._fault("exited", t))
+        async for line in self.command.lines():
             self.emit(reader.feed(line, self.clock.now_ns()))
 
     async def _run_nvml(self) -> None:

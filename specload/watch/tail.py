@@ -151,6 +151,11 @@ class LineQueue:
         self.dropped_lines = 0
         self._ready = asyncio.Event()
 
+    @property
+    def held_bytes(self) -> int:
+        """The bytes of the lines waiting (at most ``max_bytes``, or one line over it)."""
+        return self._bytes
+
     def put(self, lines: list[str]) -> None:
         for line in lines:
             self._lines.append(line)

@@ -46,6 +46,7 @@ async def test_a_request_that_met_a_stale_connection_is_timed_from_the_answered_
     notices: list[str] = []
     async with conftest.make_client(server.url, max_tokens=4, ignore_eos=True, clock=clock) as c:
         c.on_event, c.on_notice = events.append, notices.append
+        # the client's private step for a stale connection met: no public hook runs at that moment
         stale = c._stale_connection
 
         def slow_stale() -> None:  # the stale attempt took 1000 s (on the clock), then it is noticed

@@ -109,7 +109,7 @@ async def test_a_flood_is_dropped_oldest_first_in_bounded_memory() -> None:
         async with contextlib.aclosing(src.lines()) as it:
             async for _ in it:
                 seen += 1
-                assert src._queue._bytes <= 64 << 10
+                assert src.held_bytes <= 64 << 10
                 if seen % 100 == 0:
                     await asyncio.sleep(0.001)  # a slow examiner
                 if seen == 5000:

@@ -23,7 +23,7 @@ async def test_simulated_gpus_give_gpu_lines_and_energy_per_level(sim, tmp_path)
     server = await sim(gpus=2, step_ms=10, spec_tokens=3)
     rec = tmp_path / "run.jsonl"
     heard = Heard()
-    result = await asyncio.wait_for(Session(run_cfg(server.url, rec), listener=heard).run(), 60)
+    result = await asyncio.wait_for(Session(run_cfg(server.url, rec), listener=heard.listener).run(), 60)
     assert result.reason == "completed"
     assert f"GPU metrics from the DCGM exporter at {server.url}/metrics" in heard.of("notice")
     data = read_record(str(rec))
@@ -58,7 +58,7 @@ async def test_a_gpu_lost_to_nvidia_smi_is_a_fault_event_and_the_run_goes_on(sim
     rec = tmp_path / "run.jsonl"
     heard = Heard()
     result = await asyncio.wait_for(
-        Session(run_cfg(server.url, rec, gpu_metrics="nvidia-smi"), listener=heard).run(), 60)
+        Session(run_cfg(server.url, rec, gpu_metrics="nvidia-smi"), listener=heard.listener).run(), 60)
     assert result.reason == "completed" and result.exit_code == 0
     data = read_record(str(rec))
     faults = [e["value"] for e in data.events if e["kind"] == "gpu_fault"]
@@ -74,7 +74,7 @@ async def test_auto_without_any_source_says_so_once(sim, tmp_path, monkeypatch):
     server = await sim(step_ms=10)
     heard = Heard()
     cfg = make_config(server.url, concurrency=(1,), requests_per_level=2, max_tokens=5)
-    result = await asyncio.wait_for(Session(cfg, listener=heard).run(), 30)
+    result = await asyncio.wait_for(Session(cfg, listener=heard.listener).run(), 30)
     assert result.reason == "completed"
     said = [n for n in heard.of("notice") if "GPU metrics" in str(n)]
     assert said == ["GPU metrics off: neither NVML (pip install specload[gpu]) nor nvidia-smi found"]

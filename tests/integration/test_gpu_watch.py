@@ -66,7 +66,7 @@ async def test_nvidia_smi_eight_gpus_in_the_order_asked(smi):
     w = seen.watch("nvidia-smi")
     async with running(w):
         await until(lambda: len(seen.samples) >= 16)
-        pid = w._command.pid if w._command is not None else None
+        pid = w.command.pid if w.command is not None else None
     assert pid is not None and pid_gone(pid)  # stopped with its process group
     first = {s.gpu: s for s in seen.samples[:8]}
     assert sorted(first) == list(range(8))
@@ -96,7 +96,7 @@ async def test_nvidia_smi_dying_is_a_fault_and_restarted(smi):
     w = seen.watch("nvidia-smi")
     async with running(w):
         await until(lambda: len(seen.samples) >= 4)  # a loop from each of two starts
-        assert w._command is not None and w._command.starts >= 2
+        assert w.command is not None and w.command.starts >= 2
     assert seen.faults[0].kind == "exited"
     assert seen.faults[0].message.startswith("nvidia-smi exited with code 1, restarting in ")
     assert "Failed to query GPU: Unknown Error" in seen.notices[0]  # its last words, said once
@@ -119,7 +119,7 @@ async def test_no_driver_or_no_gpu_ends_the_source_with_one_fault(smi, mode, wor
     w = seen.watch("nvidia-smi")
     await asyncio.wait_for(w.run(), 10)  # ends by itself: restarting cannot help
     assert seen.kinds() == [("missing", None)] and words in seen.faults[0].message
-    assert w._command is not None and w._command.starts == 1
+    assert w.command is not None and w.command.starts == 1
 
 
 async def test_nvidia_smi_not_installed(monkeypatch, tmp_path):

@@ -97,7 +97,8 @@ async def test_a_request_cancelled_before_it_started_is_recorded_as_cancelled(ho
         runner.stop("interrupted")
         runner.cancel_in_flight()
         await asyncio.wait_for(run, 10)
-        # and tasks cancelled in the very turn they were started, before their coroutine ran
+        # and tasks cancelled in the very turn they were started, before their coroutine ran (the
+        # runner's private start of one request: nothing public starts one without a turn between)
         level = Level(plan.levels[0], 0, runner.clock)
         runner._launch(level)
         runner._launch(level)

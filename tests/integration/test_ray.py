@@ -24,6 +24,7 @@ from specload.engine.ray_workers import loopback_ray, ray_available
 from specload.exitcode import ExitCode
 from specload.record.reader import read_record
 from specload.session import Session
+from specload.session.listener import NullListener
 from tests import processes
 from tests.conftest import make_config
 from tests.waiting import until
@@ -169,9 +170,9 @@ async def test_an_actor_tells_its_switch_to_new_connections(ray_instance, sim, t
     rec = tmp_path / "fresh.jsonl"
     notices: list[str] = []
 
-    class Heard:
-        def __getattr__(self, name: str):
-            return (lambda text, *a, **k: notices.append(text)) if name == "notice" else (lambda *a, **k: None)
+    class Heard(NullListener):
+        def notice(self, text: str) -> None:
+            notices.append(text)
 
     session = Session(config(server.url, str(rec), ray="local", levels=(4,), n=40, warmup=0, prompt="hello"),
                       listener=Heard())

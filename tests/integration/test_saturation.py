@@ -80,7 +80,7 @@ async def test_session_records_and_announces_saturation_with_the_level(sim, tmp_
     cfg = make_config(server.url, concurrency=(3,), duration_per_level_s=2.5, drain=True,
                       max_tokens=20, health=False, metrics_url="off", path=str(rec))
     heard = Heard()
-    session = Session(cfg, listener=heard)
+    session = Session(cfg, listener=heard.listener)
     task = asyncio.ensure_future(session.run())
     await until(lambda: session.runner is not None and session.runner.started >= 3, what="the load to run")
     block_loop(0.3)  # the client is stuck: every stream's timing in this second is client-bound
@@ -190,7 +190,7 @@ async def test_a_saturated_client_never_declares_a_healthy_server_down(tmp_path,
         cfg = make_config(url, concurrency=(4,), duration_per_level_s=7, max_tokens=20, metrics_url="off",
                           gpu_metrics="off", path=str(rec))
         heard = Heard()
-        session = Session(cfg, listener=heard)
+        session = Session(cfg, listener=heard.listener)
         task = asyncio.ensure_future(session.run())
         await until(lambda: session.runner is not None and session.runner.started >= 4
                     and session.watch is not None and session.watch.health is not None

@@ -34,7 +34,7 @@ async def test_key_in_env_header_url_and_server_log_is_never_recorded(tmp_path, 
     cfg = build_config(params, ui=False)
     assert "@" not in cfg.target.url  # the URL's password moved into a (redacted) header
     heard = Heard()
-    session = Session(cfg, listener=heard)
+    session = Session(cfg, listener=heard.listener)
     await asyncio.wait_for(session.run(), 60)
     text = rec.read_text()
     assert KEY not in text and "pw-" not in text

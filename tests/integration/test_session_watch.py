@@ -146,7 +146,7 @@ async def test_server_dying_while_starting_is_reported_with_its_crash(tmp_path) 
     url = f"http://127.0.0.1:{free_port()}"
     heard = Heard()
     session = Session(cfg(url, rec, watch=WatchConfig(launch=f"{sys.executable} {script}", ready_timeout_s=20)),
-                      listener=heard)
+                      listener=heard.listener)
     result = await asyncio.wait_for(session.run(), 30)
     assert result.reason == "error" and result.exit_code == 1
     assert "exited with code 3" in result.message and "\n" not in result.message
@@ -196,7 +196,7 @@ async def test_a_server_without_health_endpoint_is_not_taken_for_dead(tmp_path) 
     heard = Heard()
     try:
         session = Session(cfg(url, tmp_path / "r.jsonl", watch=WatchConfig(metrics_url="off"), levels=(2,), n=6),
-                          listener=heard)
+                          listener=heard.listener)
         result = await asyncio.wait_for(session.run(), 30)
     finally:
         await runner.cleanup()

@@ -122,8 +122,7 @@ def test_an_unreachable_server_ends_the_tui_at_once_with_exit_1_and_the_reason(t
     s.close()  # nothing listens there
     rec = tmp_path / "r.jsonl"
     with TuiInPty([f"http://127.0.0.1:{port}", "-c", "1", "--record", str(rec)], cwd=tmp_path, cols=160) as tui:
-        assert tui.proc.wait(timeout=40) == 1  # by itself: no key is sent
-        tui._reader.join(timeout=10)
+        assert tui.wait_exit(timeout=40) == 1  # by itself: no key is sent
     after = bytes(tui.output).rsplit(b"\x1b[?1049l", 1)[-1].decode(errors="replace")
     assert f"specload: error: cannot connect to http://127.0.0.1:{port}" in after, after
     assert "Traceback" not in after

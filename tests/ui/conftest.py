@@ -9,6 +9,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from textual.notifications import Notification, SeverityLevel
+
 from specload.cli_run import build_config, tui_command
 from specload.config import RunConfig
 from specload.engine.runner import RunnerState
@@ -39,9 +41,22 @@ def runner(app) -> RunnerState:  # a running SpecloadApp
     return rs
 
 
+def notifications(app) -> list[Notification]:  # an App not yet running
+    """Every notification the app makes from now on (title, message, severity), kept: a toast on
+    screen expires after a few seconds, which a busy machine can outlast; this list does not."""
+    said: list[Notification] = []
+    notify = app.notify
+
+    def spy(message, *, title: str = "", severity: SeverityLevel = "information", **kw):
+        said.append(Notification(str(message), title, severity))
+        return notify(message, title=title, severity=severity, **kw)
+
+    app.notify = spy
+    return said
+
+
 def notices(app) -> list[str]:  # an App not yet running
-    """Every notice the app shows from now on, as "title: message" (a toast on screen expires after a
-    few seconds, which a busy machine can outlast; this list does not)."""
+    """Every notice the app shows from now on, as "title: message" (kept, as ``notifications``)."""
     said: list[str] = []
     notify = app.notify
 
@@ -89,6 +104,7 @@ def screen_text(app) -> str:  # a running App
     width, height = app.size
     console = Console(width=width, height=height, file=io.StringIO(), force_terminal=True,
                       color_system="truecolor", record=True, legacy_windows=False, safe_box=False)
+    # Textual's own compositor: it has no public way to render the screen as text
     console.print(app.screen._compositor.render_update(full=True, screen_stack=app._background_screens))
     return console.export_text()
 
@@ -105,4 +121,4 @@ def burst(app, *keys: str) -> None:  # a running App
         name = _character_to_key(key) if len(key) == 1 and not key.isalnum() else key
         event = events.Key(name, char)
         event.set_sender(app)
-        app._driver.send_message(event)
+        app._driver.send_message(event)  # as the terminal's driver does: Textual has no public way

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from specload.record.reader import read_record
-from specload.ui.widgets.levels import KneeChart, LevelTable, chart_title
+from specload.ui.widgets.levels import GOODPUT_COLUMNS, KneeChart, LevelTable, chart_title
 from specload.ui.widgets.metrics import LimitSparkline
 from tests.ui.conftest import live_app, load_running, quit_app, runner, wait_for
 
@@ -64,7 +64,8 @@ async def test_f_runs_a_search_that_shows_on_screen_and_b_holds_its_best_point(s
         # the level table grew the goodput columns, every probe a row (the last probe's level reaches
         # the table with a later frame than the search's result can: the engine runs in its own process)
         table = app.query_one(LevelTable)
-        await wait_for(pilot, lambda: table._goodput and table.row_count >= len(result.probes) + 1,
+        await wait_for(pilot, lambda: set(GOODPUT_COLUMNS) <= set(table.columns_shown)
+                       and table.row_count >= len(result.probes) + 1,
                        "a table row for every probe")
 
         await pilot.press("b")

@@ -426,11 +426,11 @@ async def test_a_live_baseline_of_another_max_tokens_reads_unsound_in_the_engine
     record = tmp_path / "run.jsonl"
     app = live_app(server.url, "-c", "1", "-n", "12", "--max-tokens", "16", "--baseline", str(baseline),
                    "--record", str(record))
+    said = notices(app)
     async with app.run_test(size=(160, 48)) as pilot:
         await wait_for(pilot, lambda: "unsound" in str(app.query_one("#load-live").render()),
                        "the verdict on the load panel", timeout=30)
-        assert any("unsound, no verdicts: the workloads differ: max_tokens 8 vs 16" in n.message
-                   for n in app._notifications)
+        assert any("unsound, no verdicts: the workloads differ: max_tokens 8 vs 16" in n for n in said)
         await wait_for(pilot, lambda: (rs := app.source.frame().runner) is not None and rs.plan_done
                        and rs.in_flight == 0, "the level to end", timeout=60)
         await pilot.press("q")

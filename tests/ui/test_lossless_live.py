@@ -10,7 +10,7 @@ import pytest
 
 from specload.record.reader import read_record
 from specload.ui.widgets.value import ValueLabel
-from tests.ui.conftest import live_app, quit_app, wait_for
+from tests.ui.conftest import live_app, notifications, quit_app, wait_for
 from tests.virtual_runs import virtual_record
 
 
@@ -28,12 +28,13 @@ async def test_divergence_is_alerted_and_the_share_shown(sim, base: Path, tmp_pa
                    "--check-outputs", "--baseline", str(base), "--record", str(record))
     bells: list[int] = []
     app.bell = lambda: bells.append(1)  # type: ignore[method-assign]
+    said = notifications(app)
     async with app.run_test(size=(120, 40)) as pilot:
         def alerted() -> bool:
-            return any(n.title == "✖ OUTPUT DIVERGES" for n in app._notifications)
+            return any(n.title == "✖ OUTPUT DIVERGES" for n in said)
 
         await wait_for(pilot, alerted, "the divergence alert", timeout=60)
-        (note,) = [n for n in app._notifications if n.title == "✖ OUTPUT DIVERGES"]
+        (note,) = [n for n in said if n.title == "✖ OUTPUT DIVERGES"]
         assert note.severity == "error" and "prompt synthetic:s0:" in note.message and "token " in note.message
         assert "baseline: …" in note.message and "this run: …" in note.message
         assert bells

@@ -12,7 +12,7 @@ from __future__ import annotations
 import signal
 
 from specload.ui.app import create_app
-from tests.ui.conftest import live_app, load_running, tui_config, wait_for
+from tests.ui.conftest import live_app, load_running, notices, tui_config, wait_for
 
 
 async def test_a_finished_quit_leaves_the_watchdog_disarmed(sim) -> None:
@@ -39,9 +39,11 @@ async def test_an_app_hosted_by_another_process_never_arms_the_watchdog(sim) -> 
     # the app's own rule, whatever its source: the session on the app's loop (no process to start)
     app = create_app(tui_config(server.url, "-c", "1", "-d", "60", "--max-tokens", "4"), engine="local")
     before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    said = notices(app)
     async with app.run_test(size=(120, 40)) as pilot:
         await wait_for(pilot, lambda: app.source.session.runner is not None, "the load to start")
         assert {sig: signal.getsignal(sig) for sig in before} == before  # the host's handlers stay
         await pilot.press("q")
-        await wait_for(pilot, lambda: app._quitting or not app.is_running, "the quit to start")
+        await wait_for(pilot, lambda: any(s.startswith("quitting") for s in said) or not app.is_running,
+                       "the quit to start")
         assert not app.watchdog.armed and app.watchdog.why == ""

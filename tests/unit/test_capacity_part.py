@@ -47,10 +47,9 @@ def test_without_objectives_only_a_searchs_probes_are_kept() -> None:
 def test_a_probe_whose_client_was_starved_half_the_time_is_measured_again() -> None:
     """The session's one-second client samples reach the search: a probe starved in at least half of
     them, which would set the limit, is measured again; a starved second now and then is not that."""
-    part = CapacityPart(None, collect_all=False)
-    driver = part.new_search(SearchSettings(requests=10, min_requests=10, throughput_ci=1.0))
     events: list[dict] = []
-    driver._on_event = events.append
+    part = CapacityPart(None, collect_all=False, on_event=events.append)
+    driver = part.new_search(SearchSettings(requests=10, min_requests=10, throughput_ci=1.0))
     for index, flags in enumerate((["starved", None, None, None], ["starved", "starved", None, None])):
         spec = asyncio.run(driver.next_level(index))
         assert spec is not None, events

@@ -142,6 +142,7 @@ def test_an_unfinished_line_is_kept_in_pieces_not_copied_per_read() -> None:
     d.feed(b"data: ")
     for _ in range(1000):
         d.feed(b"q" * 1000)
+    # (the pieces are private: nothing public shows how a line is held, and its time is a benchmark's)
     assert len(d._pending) == 1001 and d.pending_bytes == 6 + 1000 * 1000
     assert d.feed(b"\n\n") == [(None, b"q" * 1_000_000)]
 
@@ -150,7 +151,7 @@ def test_events_of_many_lines_are_parsed_as_their_lines_arrive() -> None:
     d = SSEDecoder()
     for i in range(1000):
         d.feed(b"data: %d\n" % i)
-        assert d._pending_len == 0  # complete lines are not held raw for re-splitting
+        assert d._pending_len == 0  # complete lines are not held raw for re-splitting (private, as above)
     assert d.feed(b"\n") == [(None, b"\n".join(b"%d" % i for i in range(1000)))]
 
 
