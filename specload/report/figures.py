@@ -10,7 +10,7 @@ HTML page, the PNG/SVG plots and the terminal show the same figures.
 from __future__ import annotations
 
 import datetime as _dt
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,7 +18,7 @@ import numpy as np
 
 from specload.report.timeseries import TimeSeries, build_time_series, crash_label
 from specload.secrets import redact_command
-from specload.stats.level_metrics import level_keys
+from specload.stats.level_metrics import LevelKey, level_keys
 
 # the run colours: Okabe-Ito, told apart with colour-blindness as well
 RUN_COLORS = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442")
@@ -187,21 +187,27 @@ def _levels_alone(run: Any) -> list[ReportLevel]:
     from specload.stats.level_metrics import estimate
 
     accept, power = run.timeline.server_series("accept_len"), run.timeline.gpu_power()
-    seen: dict[int, int] = {}
     out = []
-    for lv in run.levels:
-        if lv.n == 0 and lv.summary is None:
-            continue
-        k = seen.get(lv.concurrency, 0)
-        seen[lv.concurrency] = k + 1
+    for key, k, lv in _shown(run.levels):
         metrics = {m: _metric_cell(estimate(lv, m, seed=k, server=accept, gpu_power=power)) for m in COMPARED}
         itl = _itl_cell([lv])
         if itl is not None:
             metrics["itl_p50"] = itl
         n, ok, errors = _counts([lv])
-        key = f"C={lv.concurrency}" + (f" #{k + 1}" if k else "")
         out.append(ReportLevel(lv.concurrency, n, ok, errors, metrics, _level_notes(lv), key, _level_tok_s([lv])))
     return out
+
+
+def _shown(levels: Sequence[Any]) -> Iterator[tuple[str, int, Any]]:
+    """(key, occurrence, level) of each level a report shows (one with requests or a summary): the
+    k-th at its concurrency is ``C=4 #k+1``, as ``LevelKey`` names it."""
+    seen: dict[int, int] = {}
+    for lv in levels:
+        if lv.n == 0 and lv.summary is None:
+            continue
+        k = seen.get(lv.concurrency, 0)
+        seen[lv.concurrency] = k + 1
+        yield str(LevelKey(lv.concurrency, k)), k, lv
 
 
 def _series_from_comparison(sides: Sequence[Any], comparison: dict) -> list[ReportSeries]:
@@ -209,13 +215,7 @@ def _series_from_comparison(sides: Sequence[Any], comparison: dict) -> list[Repo
     levels_of: dict[str, dict[str, list[Any]]] = {}
     for s in sides:
         for run in s.runs:
-            seen: dict[int, int] = {}
-            for lv in run.levels:
-                if lv.n == 0 and lv.summary is None:
-                    continue
-                k = seen.get(lv.concurrency, 0)
-                seen[lv.concurrency] = k + 1
-                key = f"C={lv.concurrency}" + (f" #{k + 1}" if k else "")
+            for key, _, lv in _shown(run.levels):
                 levels_of.setdefault(s.label, {}).setdefault(key, []).append(lv)
     series = {s.label: ReportSeries(s.label, [], baseline=s.label == comparison.get("baseline")) for s in sides}
     for lvj in comparison.get("levels", []):
