@@ -159,12 +159,16 @@ class SimServer:
             self._crash()
         return self.url
 
-    async def stop(self) -> None:
+    def _halt(self) -> None:
+        """No more steps and no more periodic log lines."""
         if self._ticker is not None:
             self._ticker.cancel()
             self._ticker = None
         if self._scheduler is not None:
             self._scheduler.freeze()
+
+    async def stop(self) -> None:
+        self._halt()
         # wake everything that would otherwise wait forever, so shutdown does not sit out its timeout
         for f in list(self._hangs):
             f.cancel()
@@ -191,11 +195,7 @@ class SimServer:
         once every open generation request's client has left. Returns at once when none is open.
         ``stop()`` still has to be called afterwards."""
         self._draining = True
-        if self._ticker is not None:
-            self._ticker.cancel()
-            self._ticker = None
-        if self._scheduler is not None:
-            self._scheduler.freeze()
+        self._halt()
         for seq in self._live:
             # tokens drawn but not yet written stay unwritten: the streams go silent at once
             seq.pending.clear()
