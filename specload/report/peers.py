@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from typing import overload
 
@@ -278,17 +278,22 @@ def _is_vllm(path: str, head: bytes) -> bool:
     )
 
 
-def vllm_summary(d: dict) -> dict:
-    """The figures vLLM's summary holds, under its own names (ms for latencies)."""
-    out = {k: d[k] for k in ("completed", "failed", "duration", "total_input_tokens", "total_output_tokens",
-                             "request_throughput", "output_throughput", "total_token_throughput",
-                             "max_output_tokens_per_s", "max_concurrent_requests",
-                             "spec_decode_acceptance_length", "spec_decode_acceptance_rate")
-           if _f(d.get(k)) is not None}
+def _tool_summary(d: dict, keys: tuple[str, ...], latencies: Iterable[str]) -> dict:
+    """The figures a tool's summary holds, under its own names: ``keys`` as they are, and each
+    ``*_{latency}_ms`` as a float."""
+    out = {k: d[k] for k in keys if _f(d.get(k)) is not None}
     for key, v in d.items():
-        if any(key.endswith(f"_{m}_ms") for m in _VLLM_SUMMARY) and _f(v) is not None:
+        if any(key.endswith(f"_{m}_ms") for m in latencies) and _f(v) is not None:
             out[key] = float(v)
     return out
+
+
+def vllm_summary(d: dict) -> dict:
+    """The figures vLLM's summary holds, under its own names (ms for latencies)."""
+    return _tool_summary(d, ("completed", "failed", "duration", "total_input_tokens", "total_output_tokens",
+                             "request_throughput", "output_throughput", "total_token_throughput",
+                             "max_output_tokens_per_s", "max_concurrent_requests",
+                             "spec_decode_acceptance_length", "spec_decode_acceptance_rate"), _VLLM_SUMMARY)
 
 
 def recompute_vllm(d: dict) -> dict:
@@ -570,14 +575,9 @@ def _is_sglang(path: str, head: bytes) -> bool:
 
 
 def sglang_summary(d: dict) -> dict:
-    out = {k: d[k] for k in ("completed", "duration", "total_input_tokens", "total_output_tokens",
+    return _tool_summary(d, ("completed", "duration", "total_input_tokens", "total_output_tokens",
                              "total_output_tokens_retokenized", "request_throughput", "input_throughput",
-                             "output_throughput", "concurrency", "accept_length")
-           if _f(d.get(k)) is not None}
-    for key, v in d.items():
-        if any(key.endswith(f"_{m}_ms") for m in _SGLANG_SUMMARY) and _f(v) is not None:
-            out[key] = float(v)
-    return out
+                             "output_throughput", "concurrency", "accept_length"), _SGLANG_SUMMARY)
 
 
 def recompute_sglang(d: dict) -> dict:
