@@ -171,6 +171,9 @@ class SpecloadApp(App[int]):
         refresh_s: float = REFRESH_S,
     ) -> None:
         super().__init__()
+        # no animations: a tab switch's sliding underline alone repainted the screen some 20 times in
+        # 0.3 s, CPU that a run at full speed shares with the dashboard (benchmarks/tui_vs_headless.py)
+        self.animation_level = "none"
         self.source = source
         self.control: RunControl | None = source.control
         self.frame: Frame = source.frame()

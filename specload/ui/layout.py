@@ -51,11 +51,19 @@ class Dashboard(Container):
 
     def _fit(self, cols: int, rows: int) -> None:
         compact = cols < WIDE_COLS or rows < TALL_ROWS
-        self.set_class(compact, "-compact")
         # too narrow for the grid but tall (120x40): the tabs choose the top panel, and the crashes
         # and the log stay in view below it (one panel at a time left the levels tab mostly empty
         # with the crashes and the log hidden)
-        self.set_class(compact and rows >= TALL_ROWS, "-medium")
+        self.set_classes_at_once({"-compact": compact, "-medium": compact and rows >= TALL_ROWS})
+
+    def set_classes_at_once(self, wanted: dict[str, bool]) -> None:
+        """Several of the dashboard's classes, with one restyle of everything below it: each class
+        changed on its own restyles every widget of the dashboard (a tab switch changes two)."""
+        before = self.classes
+        for name, on in wanted.items():
+            self.set_class(on, name, update=False)
+        if self.classes != before:
+            self.update_node_styles()
 
     @property
     def medium(self) -> bool:
@@ -69,8 +77,7 @@ class Dashboard(Container):
         """Which detail panel a compact dashboard shows (all are shown when wide)."""
         if name not in DETAIL_PANELS:
             return
-        for other in DETAIL_PANELS:
-            self.set_class(other == name, f"-show-{other}")
+        self.set_classes_at_once({f"-show-{other}": other == name for other in DETAIL_PANELS})
         tabs = self.query_one(PanelTabs)
         if tabs.active != f"tab-{name}":
             tabs.active = f"tab-{name}"
