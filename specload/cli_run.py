@@ -179,9 +179,17 @@ def tui_command(**params: object) -> None:
         sys.exit(run_headless(cfg, as_json=out.as_json, no_record=out.no_record))
     given = cfg.record.path
     cfg, note = default_record(cfg, out.no_record)
+    # the engine process first: it builds the session while this one imports the dashboard
+    from specload.sources.engine_process import EngineStartError, ProcessSessionSource
+    from specload.ui.process import TUI_PROCESS
+
+    try:
+        engine = ProcessSessionSource(cfg, on_started=TUI_PROCESS.engine_started, wait=False)
+    except EngineStartError as e:
+        _fail(str(e), ExitCode.ERROR)
     from specload.ui.app import run_app
 
-    code = run_app(cfg, theme=tui.theme, notice=note)
+    code = run_app(cfg, theme=tui.theme, notice=note, engine=engine)
     _drop_unused(cfg.record.path, given)  # a quit before the load
     sys.exit(code)
 

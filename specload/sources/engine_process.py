@@ -60,14 +60,15 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from specload.exitcode import ExitCode
-from specload.session.listener import forwarding_listener
-from specload.sources.frame import Frame, RunControl, RunInfo, forwarding_control
-from specload.sources.local import SessionControl, run_info, session_frame
 
+# the engine's and the frames' modules are imported where they are used: importing this module is
+# cheap, so ``specload tui`` starts the engine process before it imports the dashboard (Textual, the
+# session's modules), and the two start-ups overlap
 if TYPE_CHECKING:
     from specload.config import RunConfig
     from specload.session import Session, SessionResult
     from specload.session.listener import SessionListener
+    from specload.sources.frame import Frame, RunControl, RunInfo
 
 CONTROL_WAIT_S = 2.0  # the longest the UI waits for a command to have run (it runs anyway, later)
 TEARDOWN_WAIT_S = 30.0  # an abandoned run's teardown (the app closed without a quit), at most
@@ -118,11 +119,12 @@ def _recv(sock: socket.socket) -> Any:
 
 class ProcessSessionSource:
     """``specload tui``'s source: the session runs in an engine process (see the module docstring);
-    the same options and defaults as ``SessionSource``. Building it starts the process and waits
-    until the session is built (``EngineStartError`` if it cannot be)."""
+    the same options and defaults as ``SessionSource``. Building it starts the process and, unless
+    ``wait`` is False, waits until the session is built (``EngineStartError`` if it cannot be);
+    with ``wait=False`` the caller does its own start-up meanwhile and calls ``wait_started``."""
 
     def __init__(self, cfg: RunConfig, *, on_started: Callable[[], object] | None = None, frame_s: float = FRAME_S,
-                 start_wait_s: float = START_WAIT_S, **session_options: object) -> None:
+                 start_wait_s: float = START_WAIT_S, wait: bool = True, **session_options: object) -> None:
         self.cfg = cfg
         self.stop_grace_s = cfg.watch.stop_grace_s
         self._lock = threading.Lock()  # the acks, the listener (UI thread and reader thread)
@@ -138,7 +140,6 @@ class ProcessSessionSource:
         self._result: SessionResult | None = None
         self.done: concurrent.futures.Future = concurrent.futures.Future()
         self.done.set_running_or_notify_cancel()  # a cancelled await must not cancel the result
-        self.control: RunControl | None = forwarding_control(lambda name, args: self.command(name, *args))
         # the engine's stdout and stderr; open as long as the source (its tail explains an engine that died)
         self._output = tempfile.TemporaryFile()  # noqa: SIM115
         ours, theirs = socket.socketpair()
@@ -153,8 +154,18 @@ class ProcessSessionSource:
         finally:
             theirs.close()
         self._sock = ours
+        self._on_started, self._start_wait_s = on_started, start_wait_s
+        self._send(("init", cfg, session_options, frame_s))
+        from specload.sources.frame import forwarding_control  # while the engine starts
+
+        self.control: RunControl | None = forwarding_control(lambda name, args: self.command(name, *args))
+        if wait:
+            self.wait_started()
+
+    def wait_started(self) -> None:
+        """Until the engine process has built its session (``EngineStartError`` if it could not)."""
+        ours, start_wait_s = self._sock, self._start_wait_s
         try:
-            self._send(("init", cfg, session_options, frame_s))
             ours.settimeout(start_wait_s)
             msg = _recv(ours)
         except TimeoutError:
@@ -167,11 +178,11 @@ class ProcessSessionSource:
             self.close()
             raise EngineStartError(why)
         _, self.info, self._last = msg
-        if on_started is not None:
-            # once the engine process runs (it keeps its own priority), in the thread that builds the
-            # source, before the reader below starts: what the UI's process sets for its threads
+        if self._on_started is not None:
+            # once the engine process runs (it keeps its own priority), in the thread that waits for
+            # it (the one that runs the app), before the reader below starts: what the UI's process sets for its threads
             # (``ui/process.py``) reaches every thread it starts from now on
-            on_started()
+            self._on_started()
         self._reader = threading.Thread(target=self._read, name="specload-engine-reader", daemon=True)
         self._reader.start()
 
@@ -339,6 +350,7 @@ def last_error(output: str) -> str:
 def on_loop(target: SessionListener, loop: asyncio.AbstractEventLoop) -> SessionListener:
     """A ``SessionListener`` whose every call is queued onto ``loop`` (the UI's), in order; the reader
     thread never waits for the listener. Calls after that loop closed are dropped (nobody listens)."""
+    from specload.session.listener import forwarding_listener
 
     def queue(name: str, args: tuple) -> None:
         with contextlib.suppress(RuntimeError):  # the UI's loop is closed: the app is gone
@@ -356,6 +368,8 @@ class _Wire:
     data). Never blocks: it writes into the socket's buffer, which the event loop drains."""
 
     def __init__(self, writer: asyncio.StreamWriter) -> None:
+        from specload.session.listener import forwarding_listener
+
         self.writer = writer
         self.frame: Callable[[], Frame] | None = None
         self.frame_failed = False  # said once
@@ -397,13 +411,16 @@ async def _read_msg(reader: asyncio.StreamReader) -> Any:
 
 class _Engine:
     def __init__(self, session: Session, info: RunInfo, wire: _Wire, frame_s: float) -> None:
+        from specload.sources.local import SessionControl, session_frame
+
+        self._session_frame = session_frame
         self.session, self.info, self.wire, self.frame_s = session, info, wire, frame_s
         self.control = SessionControl(session)
         self.ui_gone = False
         wire.frame = self.frame
 
     def frame(self) -> Frame:
-        return session_frame(self.session, self.info)
+        return self._session_frame(self.session, self.info)
 
     def command(self, seq: int, name: str, args: tuple) -> None:
         getattr(self.control, name)(*args)
@@ -439,6 +456,7 @@ class _Engine:
 
 async def _engine_main(sock: socket.socket) -> int:
     from specload.session import Session
+    from specload.sources.local import run_info
 
     reader, writer = await asyncio.open_unix_connection(sock=sock)
     wire = _Wire(writer)

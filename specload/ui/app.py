@@ -755,15 +755,23 @@ def create_app(
     return app
 
 
-def run_app(cfg: RunConfig, theme: str | None = None, notice: str | None = None) -> int:
+def run_app(cfg: RunConfig, theme: str | None = None, notice: str | None = None,
+            engine: ProcessSessionSource | None = None) -> int:
     """``specload tui``: run the dashboard until the user quits; the process exit status. ``notice``:
-    shown on screen at the start (where the run records to)."""
+    shown on screen at the start (where the run records to). ``engine``: the run's engine process,
+    started by the caller (``ProcessSessionSource(..., wait=False)``, with ``TUI_PROCESS.engine_started``)
+    before it imported this module, so that the two processes' start-ups overlap."""
     from specload.headless import print_tui_end
 
     install_loop()
     TUI_PROCESS.apply()  # process-global: here only, never in a test suite's process
+    notices = (notice,) if notice else ()
     try:
-        app = create_app(cfg, theme=theme, process=TUI_PROCESS, notices=(notice,) if notice else ())
+        if engine is None:
+            app = create_app(cfg, theme=theme, process=TUI_PROCESS, notices=notices)
+        else:
+            engine.wait_started()
+            app = create_app(source=engine, theme=theme, notices=notices)
     except EngineStartError as e:
         sys.stderr.write(f"specload: error: {e}\n")
         return ExitCode.ERROR

@@ -256,11 +256,43 @@ def test_the_engine_keeps_the_callers_scheduling_priority() -> None:
     assert seen["want"] >= 3
 
 
-def test_an_engine_that_does_not_start_in_time_is_one_line_and_leaves_nothing_behind() -> None:
+@pytest.mark.parametrize("wait", [True, False])
+def test_an_engine_that_does_not_start_in_time_is_one_line_and_leaves_nothing_behind(wait: bool) -> None:
     cfg = tui_config("http://127.0.0.1:9", "-c", "1")
     with pytest.raises(EngineStartError) as caught:
-        ProcessSessionSource(cfg, start_wait_s=0.001)  # no interpreter starts in a millisecond
+        # no interpreter starts in a millisecond; wait=False: the CLI's way, the wait comes later
+        source = ProcessSessionSource(cfg, start_wait_s=0.001, wait=wait)
+        source.wait_started()
     assert str(caught.value) == "the engine process did not start within 0.001 s"
+
+
+# `specload tui` with the engine's start patched to say what the process had imported by then, and
+# to end the process there (the dashboard is not what this looks at)
+_START_ORDER = """
+import json, os, subprocess, sys
+from specload import cli
+real = subprocess.Popen.__init__
+def popen(self, args, *a, **k):
+    real(self, args, *a, **k)
+    if "specload.sources.engine_process" in args:
+        seen = {m: m in sys.modules for m in ("textual", "specload.ui.app", "specload.session", "aiohttp")}
+        print(json.dumps(seen), flush=True)
+        self.kill()
+        os._exit(0)
+subprocess.Popen.__init__ = popen
+sys.argv = ["specload", "tui", "http://127.0.0.1:9", "-n", "1", "--no-record"]
+cli.main()
+"""
+
+
+def test_specload_tui_starts_the_engine_before_it_imports_the_dashboard() -> None:
+    # the engine's start-up (its imports, the session) overlaps the dashboard's (Textual's imports):
+    # the engine process is started before either is imported here
+    root = Path(__file__).resolve().parents[2]
+    proc = processes.run([sys.executable, "-c", _START_ORDER], cwd=root, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    seen = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert seen == {"textual": False, "specload.ui.app": False, "specload.session": False, "aiohttp": False}
 
 
 def test_a_secret_header_is_not_on_the_engine_command_line_and_an_unstarted_run_never_starts(tmp_path) -> None:
