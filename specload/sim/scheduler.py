@@ -338,7 +338,9 @@ class Scheduler:
 
     def _admit_pinned(self, seq: Sequence, t0: float) -> None:
         self._running[id(seq)] = seq
-        self._admitted(seq, time.perf_counter())
+        # admitted at t0 on the schedule (a freed slot's instant), also when this call comes late:
+        # its prefill runs from there, so prompt_ms is the pinned prefill, not the prefill less the delay
+        self._admitted(seq, time.perf_counter() - max(0.0, self._loop.time() - t0))
         seq.due = t0 + prefill_s(self.cfg, seq.prompt_tokens - seq.cached_tokens)
         heapq.heappush(self._heap, (seq.due, next(self._tie), seq))
 
