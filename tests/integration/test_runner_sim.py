@@ -264,8 +264,10 @@ async def test_level_figures_follow_the_pinned_server(sim) -> None:
     # TPOT: what followed the first token over the 29 steps after it
     assert all(r.tpot_ns == pytest.approx((r.e2e_ns - r.ttft_ns) / 29) for r in recs)
     # ITL: the median of the per-token gaps, in ms (within the histogram's 0.5 % bins)
+    # one gap per token after the first burst: a busy loop may read the second token with the first
     itl = sorted(x for r in recs for x in r.itl_per_token_ns())
-    assert len(itl) == 12 * 29
+    after_first = [sum(o != r.chunk_offsets_ns[0] for o in r.chunk_offsets_ns) for r in recs]
+    assert len(itl) == sum(after_first) and 12 * 29 * 0.9 <= len(itl) <= 12 * 29
     rank = (len(itl) - 1) / 2
     low, high = itl[int(rank)] / 1e6, itl[-int(-rank)] / 1e6
     assert lv.itl_ms_p50 is not None and low * 0.99 <= lv.itl_ms_p50 <= high * 1.01

@@ -28,14 +28,20 @@ def base(tmp_path: Path) -> Path:
                           sim={"step_ms": 4, "spec_tokens": 0}, fields={"dataset": DATASET, "ignore_eos": False})
 
 
+@pytest.mark.timeout(300)  # at load 12 the 24 requests took 95 s, start-up included
 async def test_the_ramps_end_shows_each_categorys_verdict(sim, base: Path, tmp_path: Path) -> None:
     server = await sim(step_ms=4, spec_tokens=3, accept_rate=0.7, draft_cost=0.4)
     record = tmp_path / "live.jsonl"
     app = live_app(server.url, "-c", "2", "-n", "24", "--dataset", DATASET, "--max-tokens", "32",
                    "--baseline", str(base), "--record", str(record))
     async with app.run_test(size=(120, 40)) as pilot:
+        def finished() -> bool:
+            rs = app.source.frame().runner
+            return rs is not None and rs.state == "finished"
+
+        await wait_for(pilot, finished, "the ramp to end", timeout=240)
         await wait_for(pilot, lambda: isinstance(app.screen, CategoryScreen), "the verdicts by category",
-                       timeout=90)
+                       timeout=30)
         await wait_for(pilot, lambda: "by category" in screen_text(app), "the dialog drawn")
         shown = screen_text(app)
         await pilot.press("escape")
