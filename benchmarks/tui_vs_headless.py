@@ -15,7 +15,9 @@ identical for both runs), then runs a fixed load twice, each in its own process:
 It prints TTFT p50, TPOT p50 and throughput from the two records (through the same report code as
 ``specload report``), their ratios, the engine's loop lag (max and p99 of the record's per-second
 ``client`` lines: the worst wake-up delay of the loop the requests run on, each second), and each
-process's CPU seconds per wall second. Numbers only: no asserts, since the figures depend on the machine.
+process's CPU seconds per wall second. The TUI child's line gives the UI process's own CPU (all its
+threads; not the engine's) per kind of action, its settling pause included, the median over the
+actions taken, and with ``--idle`` its CPU a second while left alone. Numbers only: no asserts, since the figures depend on the machine.
 
 Both children time every garbage collection (``gc.callbacks``; with the engine in a process of its own,
 the TUI child's figures are the UI's alone and stop nothing of the engine's); from the first request on,
@@ -191,26 +193,46 @@ def gc_figures(pauses: list, data) -> dict:
 # ---------------------------------------------------------------------------------- the TUI child
 
 
+# the UI process's CPU ms (all its threads; the engine is a process of its own) for each kind of
+# action, its settling pause included, and for the quarter seconds it was left alone
+UI_CPU_MS: dict[str, list[float]] = {}
+
+
+async def timed(name: str, coro, pilot, settle: float) -> None:
+    c0 = time.process_time()
+    await coro
+    await pilot.pause(settle)
+    UI_CPU_MS.setdefault(name, []).append((time.process_time() - c0) * 1000)
+
+
 async def work_the_ui(app, pilot) -> int:
     """One round of what a user does while watching a run; the number of UI actions taken."""
     actions = 0
 
-    async def act(coro, settle: float = 0.4) -> None:
+    async def act(name: str, coro, settle: float = 0.4) -> None:
         nonlocal actions
-        await coro
+        await timed(name, coro, pilot, settle)
         actions += 1
-        await pilot.pause(settle)
 
-    await act(pilot.press("question_mark"), 1.0)  # the help modal, left open for a second
-    await act(pilot.press("escape"))
-    await act(pilot.resize_terminal(120, 40))  # the tabbed layout
+    await act("help", pilot.press("question_mark"), 1.0)  # the help modal, left open for a second
+    await act("close", pilot.press("escape"))
+    await act("resize", pilot.resize_terminal(120, 40))  # the tabbed layout
     for key in ("right", "right", "right", "left"):
-        await act(pilot.press(key), 0.25)
-    await act(pilot.press("c"), 0.6)  # the concurrency dialog, cancelled
-    await act(pilot.press("escape"))
-    await act(pilot.resize_terminal(80, 24))
-    await act(pilot.resize_terminal(160, 48))
+        await act("tab", pilot.press(key), 0.25)
+    await act("dialog", pilot.press("c"), 0.6)  # the concurrency dialog, cancelled
+    await act("close", pilot.press("escape"))
+    await act("resize", pilot.resize_terminal(80, 24))
+    await act("resize", pilot.resize_terminal(160, 48))
     return actions
+
+
+def ui_cpu_line() -> str:
+    """The UI's CPU per action kind (median ms, the ones taken) and left alone (ms a second)."""
+    alone = UI_CPU_MS.pop("alone", [])
+    parts = [f"{k} {statistics.median(v):.0f} (x{len(v)})" for k, v in UI_CPU_MS.items()]
+    if alone:
+        parts.append(f"left alone {statistics.fmean(alone) * 4:.0f} ms/s")
+    return "UI CPU ms: " + ", ".join(parts) if parts else ""
 
 
 async def drive_tui(argv: list[str], idle: bool = False, tuning: object = None) -> None:
@@ -232,11 +254,13 @@ async def drive_tui(argv: list[str], idle: bool = False, tuning: object = None) 
             rs = app.source.frame().runner
             if rs is not None and rs.state == "finished" and rs.in_flight == 0:
                 break
-            if idle or rs is None:
+            if rs is None:  # the dashboard starting: not the load's
                 await pilot.pause(0.25)
+            elif idle:
+                await timed("alone", pilot.pause(0.25), pilot, 0)
             else:
                 actions += await work_the_ui(app, pilot)
-        sys.stderr.write(f"tui child: {actions} UI actions during the load\n")
+        sys.stderr.write(f"tui child: {actions} UI actions during the load; {ui_cpu_line()}\n")
         await pilot.press("q")
         while app.is_running and time.monotonic() < deadline + 5:
             await pilot.pause(0.1)
