@@ -134,36 +134,74 @@ class RequestRecord:
         if n < 2:
             return []
         per = self.chunk_tokens
+        mean = 0.0
         if per is None or len(per) != n:
             # the first chunk carries the prefill's one token; the others share the rest (over all
             # the chunks that came, also those beyond the detail kept)
             c = max(n, self.chunks)
             mean = (self.output_tokens - 1) / (c - 1) if self.output_tokens > c - 1 else 1.0
             per = None
-        out: list[float] = []
-        prev_t = offs[0]
-        i = 1
-        while i < n and offs[i] == prev_t:  # the rest of the first burst came with the first token
-            i += 1
-        while i < n:
-            t = offs[i]
-            j = i
-            tokens = 0.0
-            while j < n and offs[j] == t:
-                tokens += per[j] if per is not None else mean
-                j += 1
-            if per is None:
-                # every chunk carries the mean: one value per chunk weighs each token alike
-                out.extend([(t - prev_t) / max(tokens, 1e-9)] * (j - i))
-            elif tokens > 0:
-                # one value per token, so a level's percentiles pool tokens, not chunks
-                out.extend([(t - prev_t) / tokens] * int(tokens))
-            else:
-                i = j  # no token came in this burst: the next one's gap runs from the last token
-                continue
-            prev_t = t
-            i = j
-        return out
+        if n > 16 and (per is None or min(per) > 0):
+            fast = _itl_vectorised(offs, per, mean)
+            if fast is not None:
+                return fast
+        return _itl_loop(offs, per, mean)
+
+
+def _itl_loop(offs: tuple[int, ...], per: tuple[int, ...] | None, mean: float) -> list[float]:
+    """``itl_per_token_ns`` chunk by chunk (``per``: tokens per chunk, else ``mean`` each)."""
+    n = len(offs)
+    out: list[float] = []
+    prev_t = offs[0]
+    i = 1
+    while i < n and offs[i] == prev_t:  # the rest of the first burst came with the first token
+        i += 1
+    while i < n:
+        t = offs[i]
+        j = i
+        tokens = 0.0
+        while j < n and offs[j] == t:
+            tokens += per[j] if per is not None else mean
+            j += 1
+        if per is None:
+            # every chunk carries the mean: one value per chunk weighs each token alike
+            out.extend([(t - prev_t) / max(tokens, 1e-9)] * (j - i))
+        elif tokens > 0:
+            # one value per token, so a level's percentiles pool tokens, not chunks
+            out.extend([(t - prev_t) / tokens] * int(tokens))
+        else:
+            i = j  # no token came in this burst: the next one's gap runs from the last token
+            continue
+        prev_t = t
+        i = j
+    return out
+
+
+def _itl_vectorised(offs: tuple[int, ...], per: tuple[int, ...] | None, mean: float) -> list[float] | None:
+    """``itl_per_token_ns`` in numpy, value for value the same (the sums as the loop adds them),
+    for an answer whose every burst carries tokens: the loop costs ~0.1-0.5 us per chunk, once per
+    record, as much as reading the stream did. None where the loop is cheaper (a short answer in
+    bursts). numpy is imported here, not with this module."""
+    import numpy as np
+
+    o = np.asarray(offs, dtype=np.int64)
+    d = o[1:] - o[:-1]
+    nz = d.nonzero()[0]  # the chunk before each new burst: a burst's gap is d there
+    if not nz.size:
+        return []
+    gaps = d[nz].astype(np.float64)
+    if per is None and nz.size == d.size:  # every chunk at its own time: gap / mean each
+        return (gaps / max(mean, 1e-9)).tolist()
+    if len(offs) < 200:
+        return None  # fewer bursts than chunks, and few chunks: the loop is cheaper
+    bounds = np.append(nz, len(offs) - 1)
+    counts = bounds[1:] - bounds[:-1]  # chunks per burst
+    if per is None:
+        # the loop adds the mean once per chunk: a burst of k chunks carries the k-th partial sum
+        tokens = np.maximum(np.cumsum(np.full(int(counts.max()), mean))[counts - 1], 1e-9)
+        return np.repeat(gaps / tokens, counts).tolist()
+    tokens = np.add.reduceat(np.asarray(per, dtype=np.float64), nz + 1)  # sums of ints: exact
+    return np.repeat(gaps / tokens, tokens.astype(np.int64)).tolist()
 
 
 @dataclass(frozen=True, slots=True)

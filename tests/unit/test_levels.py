@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from specload.datatypes import ErrorKind, RequestRecord
+from specload.datatypes import ErrorKind, RequestRecord, _itl_loop, _itl_vectorised
 from specload.stats.histogram import LogHistogram
 from specload.stats.levels import LevelBook, LevelColumns, LevelSummary
 
@@ -181,3 +183,21 @@ def test_groups_per_category_and_turn_and_the_requests_own_acceptance() -> None:
     p = plain.summary()
     assert p.categories is None and p.turns is None and "categories" not in p.as_record()
     assert p.request_accept_len is None and "request_accept_len" not in p.as_record()
+
+
+@settings(max_examples=40, deadline=None)
+@given(sizes=st.lists(st.integers(1, 16), min_size=1, max_size=300), gaps=st.lists(st.integers(1, 10**7), min_size=1),
+       tokens=st.none() | st.lists(st.integers(1, 4), min_size=1), mean=st.floats(0.5, 4.0))
+def test_the_vectorised_itl_gives_the_loops_values_exactly(sizes, gaps, tokens, mean) -> None:
+    # long answers in bursts of any size, with and without per-chunk tokens: numpy's values are the
+    # loop's to the last bit (the partial sums as the loop adds them)
+    offs, t = [], 10**9
+    for k, size in enumerate(sizes):
+        t += gaps[k % len(gaps)]
+        offs += [t] * size
+    per = None if tokens is None else tuple(tokens[i % len(tokens)] for i in range(len(offs)))
+    fast = _itl_vectorised(tuple(offs), per, mean)
+    if fast is not None:
+        assert fast == _itl_loop(tuple(offs), per, mean)
+    else:
+        assert len(offs) < 200
