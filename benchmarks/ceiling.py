@@ -122,8 +122,10 @@ def steady(url: str, pids: list[int], a: argparse.Namespace, extra: list[str]) -
         root = Path(path).resolve()
         py = root / ".venv" / "bin" / "python"
         py_s = str(py) if py.exists() else sys.executable
+        # -P: `python -m` puts the working directory first on sys.path, before PYTHONPATH, so run
+        # from a checkout every --code client ran that checkout's code, not its own
         clients[name] = (lambda n, py_s=py_s, root=root: [
-            "env", f"PYTHONPATH={root}", *[py_s, *specload_cmd(url, a.concurrency, n, a.max_tokens, extra)[1:]]])
+            "env", f"PYTHONPATH={root}", *[py_s, "-P", *specload_cmd(url, a.concurrency, n, a.max_tokens, extra)[1:]]])
     names = list(clients)
     per: dict[str, list[float]] = {k: [] for k in names}
     shares: list[float] = []

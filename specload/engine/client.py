@@ -409,7 +409,10 @@ class StreamingClient:
             for name, ev in events:
                 if isinstance(ev, int):
                     # a run of plain text events the decoder counted (feed_runs)
-                    offsets.extend([now - start] * ev)
+                    if ev == 1:
+                        offsets.append(now - start)
+                    else:
+                        offsets.extend([now - start] * ev)
                     per_chunk_known = False
                     unknown += ev
                     continue

@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 DONE = b"[DONE]"
+_ONE: tuple[tuple[None, int]] = ((None, 1),)  # feed_runs of a read that is one plain event
 # unnamed events offered to ``learn`` before a stream is decoded event by event to its end (a chat
 # stream's first event is the role chunk; some servers send an empty text first)
 LEARN_TRIES = 4
@@ -48,14 +49,19 @@ class EventTemplate:
     contain the suffix (its quotes would be escaped), which is what makes counting them sound.
     """
 
-    __slots__ = ("prefix", "suffix", "boundary", "empty", "newlines")
+    __slots__ = ("prefix", "suffix", "boundary", "empty", "junction", "newlines", "single")
 
     def __init__(self, prefix: bytes, suffix: bytes) -> None:
         self.prefix = prefix
         self.suffix = suffix
         self.boundary = suffix + prefix  # one event ending where the next begins
         self.empty = prefix + suffix  # an event with empty text
+        # where an empty text's prefix meets its suffix: short, so searched for at a fraction of the
+        # cost of ``empty`` (a needle of 100 bytes or more takes CPython's slower two-way search)
+        self.junction = prefix[-16:] + suffix[:16]
         self.newlines = prefix.count(b"\n") + suffix.count(b"\n")  # per event: 2 (the blank line)
+        # its only line ends are the blank line's: a read of one such event is told by its ends
+        self.single = self.newlines == 2 and suffix.endswith(b"\n\n")
 
     @classmethod
     def around(cls, data: bytes, key: bytes) -> EventTemplate | None:
@@ -181,33 +187,42 @@ class SSEDecoder:
         plain event on. When a run is not clean (another event inside it, an empty TEXT), every
         event of the read is returned as ``feed`` returns it.
         """
-        buf = self._gather(chunk)
-        if buf is None:
-            return []
+        if self._pending or self._cr_end:
+            buf = self._gather(chunk)
+            if buf is None:
+                return []
+        else:
+            buf = chunk
         if self._data or self._event is not None:
             return self._split(buf)  # in the middle of an event: the line parser's business
         tpl = self.template
-        if tpl is None:
-            if self.learn is None or self._tries >= LEARN_TRIES:
-                return self._split(buf)
-            out: list[tuple[str | None, bytes | int]] = []
-            while tpl is None and self._tries < LEARN_TRIES:
-                cut = buf.find(b"\n\n")
-                if cut < 0:
-                    break
-                events = self._split(buf[:cut + 2])
-                buf = buf[cut + 2:]
-                out.extend(events)
-                for name, data in events:
-                    if name is None and tpl is None:
-                        self._tries += 1
-                        tpl = self.template = self.learn(data)
-                if self._data or self._event is not None:
-                    break  # (a CR made those lines end elsewhere) the rest goes the usual way
-            if buf:
-                out.extend(self._run(buf, tpl) if tpl is not None and not self._data else self._split(buf))
-            return out
-        return self._run(buf, tpl)
+        if tpl is not None:
+            # a read of exactly one plain event (a server writing one token per event, read as it
+            # comes): its ends are the template's, its text not empty, and no line end inside it
+            if (tpl.single and buf.startswith(tpl.prefix) and buf.endswith(tpl.suffix)
+                    and len(buf) > len(tpl.empty) and buf.find(b"\n", 0, len(buf) - 2) < 0
+                    and buf.find(b"\r") < 0):
+                return _ONE
+            return self._run(buf, tpl)
+        if self.learn is None or self._tries >= LEARN_TRIES:
+            return self._split(buf)
+        out: list[tuple[str | None, bytes | int]] = []
+        while tpl is None and self._tries < LEARN_TRIES:
+            cut = buf.find(b"\n\n")
+            if cut < 0:
+                break
+            events = self._split(buf[:cut + 2])
+            buf = buf[cut + 2:]
+            out.extend(events)
+            for name, data in events:
+                if name is None and tpl is None:
+                    self._tries += 1
+                    tpl = self.template = self.learn(data)
+            if self._data or self._event is not None:
+                break  # (a CR made those lines end elsewhere) the rest goes the usual way
+        if buf:
+            out.extend(self._run(buf, tpl) if tpl is not None and not self._data else self._split(buf))
+        return out
 
     def _run(self, buf: bytes, tpl: EventTemplate) -> Sequence[tuple[str | None, bytes | int]]:
         begin = buf.find(tpl.prefix)
@@ -222,7 +237,7 @@ class SSEDecoder:
             if (
                 buf.count(b"\n", begin, end) == n * tpl.newlines
                 and buf.find(b"\r", begin, end) < 0
-                and buf.find(tpl.empty, begin, end) < 0
+                and buf.find(tpl.junction, begin, end) < 0
             ):
                 out: list[tuple[str | None, bytes | int]] = []
                 if begin:
