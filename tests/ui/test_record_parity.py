@@ -36,12 +36,17 @@ def _config(run: dict) -> dict:
 def structure(recs: list[dict]) -> dict:
     periodic = {"server", "client"}
     events = [(r["kind"], r["value"]) for r in recs if r["type"] == "event" and r["kind"] != "health"]
+    started = {r["value"]["index"]: i for i, r in enumerate(recs) if r["type"] == "event" and r["kind"] == "level"}
     return {
-        # the order of every line but the requests: a level's summary waits for the server's last
-        # /metrics scrape, so the next level's first requests may come before it or after it (a
-        # matter of timing); the requests are compared as a set, per level, below
-        "types": [r["type"] for r in recs if r["type"] not in (*periodic, "request") and
+        # the order of every line but the requests and the level summaries: a summary waits for the
+        # server's last /metrics scrape, so the next level may start (its event, its first requests)
+        # before it or after it, a matter of timing (on a busy machine the TUI's came first); the
+        # summaries keep their own order ("levels"), each after its level's start; the requests are
+        # compared as a set, per level, below
+        "types": [r["type"] for r in recs if r["type"] not in (*periodic, "request", "level") and
                   not (r["type"] == "event" and r["kind"] == "health")],
+        "summaries_after_their_start": all(started[r["level_index"]] < i for i, r in enumerate(recs)
+                                           if r["type"] == "level"),
         "keys": {r["type"]: sorted(r) for r in recs if r["type"] not in ("event", *periodic)},
         # a periodic line's keys when there is one: whether a short run had its first second is timing
         "periodic": {r["type"]: sorted(r) for r in recs if r["type"] in periodic},
