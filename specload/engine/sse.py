@@ -35,6 +35,17 @@ LEARN_TRIES = 4
 MAX_EVENT_BYTES = 4 << 20
 
 
+def _newlines(buf: bytes, begin: int, end: int) -> int:
+    """The LFs in ``buf[begin:end]``. ``bytes.count`` of one byte is a plain loop, the costliest of a
+    run's scans when a read holds a whole response (37 us for 90 kB); numpy compares 16 bytes at a
+    time (7 us) but costs ~2 us to start, so it takes only the large reads (imported then)."""
+    if end - begin < 8192:
+        return buf.count(b"\n", begin, end)
+    import numpy as np
+
+    return int(np.count_nonzero(np.frombuffer(buf, np.uint8, end - begin, begin) == 10))
+
+
 class SSEEventTooLarge(ValueError):
     """An SSE event (or a line without its end) grew past the cap; one line for the record."""
 
@@ -235,7 +246,7 @@ class SSEDecoder:
             # newline or a CR) and no TEXT is empty.
             n = buf.count(tpl.boundary, begin, end) + 1
             if (
-                buf.count(b"\n", begin, end) == n * tpl.newlines
+                _newlines(buf, begin, end) == n * tpl.newlines
                 and buf.find(b"\r", begin, end) < 0
                 and buf.find(tpl.junction, begin, end) < 0
             ):

@@ -278,6 +278,13 @@ def test_feed_runs_gives_the_same_events_in_order_for_any_split(seed: int) -> No
     assert d.template is not None and calls[:2] == [ROLE, chat_event(b" w0")]  # learnt from the first text
 
 
+def test_a_read_of_one_plain_event_or_a_large_run_is_counted() -> None:
+    d = SSEDecoder(learn=learner([]))
+    d.template = EventTemplate.around(chat_event(b"x"), KEY)
+    assert list(d.feed_runs(sse(chat_event(b" one")))) == [(None, 1)]
+    assert d.feed_runs(sse(*(chat_event(b" m%d" % i) for i in range(300)))) == [(None, 300)]
+
+
 def test_a_response_in_one_read_is_counted_from_its_first_plain_event() -> None:
     calls: list[bytes] = []
     d = SSEDecoder(learn=learner(calls))
@@ -303,11 +310,12 @@ def test_feed_runs_falls_back_when_an_event_inside_the_run_differs() -> None:
     # inside a text (an SSE line end there would hide a line or an event)
     odds = (chat_event(b""), ROLE, b"{not json", chat_event(b"a") + b"junk", chat_event(b"a\nb"),
             chat_event(b"a\rb"), chat_event(b"a\r\n\r\nb"), chat_event(b"a") + b"\n\n\ndata: " + chat_event(b"b"))
+    many = tuple(chat_event(b" m%d" % i) for i in range(200))  # a read over 8 kB: LFs counted by numpy
     for odd in odds:
-        d = SSEDecoder(learn=learner([]))
-        d.template = EventTemplate.around(chat_event(b"x"), KEY)
-        body = sse(chat_event(b"a"), odd, chat_event(b"b"))
-        assert d.feed_runs(body) == decode_all([body]), odd
+        for body in (sse(chat_event(b"a"), odd, chat_event(b"b")), sse(*many, odd, *many), sse(odd)):
+            d = SSEDecoder(learn=learner([]))
+            d.template = EventTemplate.around(chat_event(b"x"), KEY)
+            assert d.feed_runs(body) == decode_all([body]), odd
     assert EventTemplate.around(chat_event(b"a\nb"), KEY) is None
     assert EventTemplate.around(chat_event(b"a\rb"), KEY) is None
 
