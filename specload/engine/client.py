@@ -52,7 +52,7 @@ from specload.engine.api import (
     read_full_response,
     reply_text,
 )
-from specload.engine.sse import DONE, MAX_EVENT_BYTES, EventTemplate, SSEDecoder, SSEEventTooLarge
+from specload.engine.sse import DONE, MAX_EVENT_BYTES, ONE_PLAIN, EventTemplate, SSEDecoder, SSEEventTooLarge
 from specload.neterrors import connect_reason, is_client_side
 from specload.secrets import Scrubber
 from specload.stats.client_load import loop_late_s
@@ -404,6 +404,14 @@ class StreamingClient:
             except SSEEventTooLarge as e:
                 error = (ErrorKind.OVERSIZE, str(e))
                 return True
+            if events is ONE_PLAIN and len(offsets) < MAX_CHUNK_DETAIL:
+                # the usual read of a server writing one token per event: one plain text chunk
+                offsets.append(now - start)
+                per_chunk_known = False
+                add = self._tokens_per_chunk
+                streamed += add
+                on_tokens(now, add)
+                return False
             batch = 0
             unknown = 0
             for name, ev in events:

@@ -126,6 +126,10 @@ def _chunk_size(line: bytes) -> int:
 class Conn(asyncio.Protocol):
     """One connection: a request written, its response read into the request's sink or a buffer."""
 
+    __slots__ = ("pool", "clock", "transport", "closed", "keep", "idle_since", "fut", "phase", "on_head",
+                 "answered", "head", "sink", "parts", "limit", "size", "framing", "left", "rest", "crlf", "last",
+                 "mid", "decomp", "coding", "reusable")
+
     def __init__(self, pool: Pool) -> None:
         self.pool = pool
         self.clock = pool.clock_ns
@@ -150,6 +154,7 @@ class Conn(asyncio.Protocol):
         self.rest = b""  # an unfinished chunk-size or trailer line
         self.crlf = 0  # bytes of the CRLF after a chunk's data still to come
         self.last = False  # the last (empty) chunk came: trailers until a blank line
+        self.mid = False  # any of left, crlf, rest, last: a read does not start at a chunk's start
         self.decomp: Any = None
         self.coding = ""
         self.reusable = False
@@ -189,7 +194,7 @@ class Conn(asyncio.Protocol):
         try:  # the hot path, inlined: a read that is one whole chunk is cut without _dechunk
             if self.framing == _CHUNKED:
                 piece = None
-                if data[-2:] == b"\r\n" and not (self.left or self.crlf or self.rest or self.last):
+                if not self.mid and data[-2:] == b"\r\n":
                     j = data.find(b"\r\n")
                     try:
                         size = int(data[:j], 16)
@@ -430,6 +435,7 @@ class Conn(asyncio.Protocol):
                 if j == pos:  # the blank line after the trailers: the body has ended
                     if j + 2 < n:
                         self.reusable = False
+                    self.mid = True
                     return (out[0] if len(out) == 1 else b"".join(out)), True
                 pos = j + 2
                 continue  # a trailer, ignored
@@ -451,6 +457,7 @@ class Conn(asyncio.Protocol):
                 pos = end + 2
             else:
                 self.left, pos = size, start
+        self.mid = bool(self.left or self.crlf or self.rest or self.last)
         return (out[0] if len(out) == 1 else b"".join(out)), False
 
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 DONE = b"[DONE]"
-_ONE: tuple[tuple[None, int]] = ((None, 1),)  # feed_runs of a read that is one plain event
+ONE_PLAIN: tuple[tuple[None, int]] = ((None, 1),)  # feed_runs of a read that is one plain event (this object)
 # unnamed events offered to ``learn`` before a stream is decoded event by event to its end (a chat
 # stream's first event is the role chunk; some servers send an empty text first)
 LEARN_TRIES = 4
@@ -213,7 +213,7 @@ class SSEDecoder:
             if (tpl.single and buf.startswith(tpl.prefix) and buf.endswith(tpl.suffix)
                     and len(buf) > len(tpl.empty) and buf.find(b"\n", 0, len(buf) - 2) < 0
                     and buf.find(b"\r") < 0):
-                return _ONE
+                return ONE_PLAIN
             return self._run(buf, tpl)
         if self.learn is None or self._tries >= LEARN_TRIES:
             return self._split(buf)
