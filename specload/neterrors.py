@@ -65,8 +65,8 @@ REFUSED = "connection refused (nothing listens on that port)"
 
 def connect_reason(e: BaseException) -> str:
     """One line on why a connection could not be made (or was refused at once)."""
-    if isinstance(e, aiohttp.ClientConnectorCertificateError):
-        cert = e.certificate_error
+    if isinstance(e, aiohttp.ClientConnectorCertificateError | ssl.SSLCertVerificationError):
+        cert = e.certificate_error if isinstance(e, aiohttp.ClientConnectorCertificateError) else e
         why = getattr(cert, "verify_message", None) or getattr(cert, "reason", None) or str(cert)
         return f"TLS certificate verification failed ({why}): the server is up but its certificate is not trusted here"
     if isinstance(e, aiohttp.ClientSSLError | ssl.SSLError):

@@ -14,7 +14,7 @@ from specload.clock import FakeClock
 from specload.datatypes import ErrorKind
 from specload.engine.client import MAX_CHUNK_DETAIL, StreamingClient
 from tests.conftest import make_client
-from tests.hostile import chunk, usage
+from tests.hostile import chunk, self_signed_cert, start_tls, usage
 from tests.waiting import until
 
 
@@ -145,3 +145,19 @@ async def test_endless_fast_streams_keep_bounded_chunk_detail(hostile) -> None:
     assert r.chunks > MAX_CHUNK_DETAIL  # the count is exact...
     assert len(r.chunk_offsets_ns) == MAX_CHUNK_DETAIL and r.chunk_detail_capped  # ...the detail bounded
     assert r.e2e_ns >= r.chunk_offsets_ns[-1]
+
+
+async def test_https_is_read_by_the_same_client_and_an_untrusted_certificate_is_named(
+        hostile, tmp_path, monkeypatch) -> None:
+    pair = self_signed_cert(str(tmp_path))
+    if pair is None:
+        pytest.skip("no openssl command to make a test certificate")
+    server = await hostile()
+    url = await start_tls(server, *pair)
+    r = await send(url)
+    assert r.error_kind is ErrorKind.CONNECT and "TLS certificate verification failed" in r.error_detail
+    assert server.requests == 0
+    monkeypatch.setenv("SSL_CERT_FILE", pair[0])  # trusted now: the stream comes over TLS
+    r = await send(url)
+    assert r.ok, r.error_detail
+    assert r.chunks == 4 and r.output_tokens == 4 and server.requests == 1
