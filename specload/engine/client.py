@@ -1,30 +1,21 @@
 """The streaming HTTP client: one call sends one request and returns its ``RequestRecord``.
 
-This is the hot path. The connection (``engine/http1.py``, HTTP/1.1 of specload's own) hands each
-socket read's body bytes, with one clock reading, to the request's sink synchronously, and the SSE
-decoder counts the runs of plain text chunks in it with a few C-level scans (``feed_runs``; the
-chunks' template is learnt from the first one, which is parsed); the other events (role, finish,
-usage, errors, and any stream whose chunks carry per-chunk usage) are classified one by one, by byte
-search or one JSON parse. Per read one list extend and one counter call, and no coroutine wakes up
-until the response has ended; with ``--check-outputs`` the read is also kept (``engine/answers.py``
-reads the answer from the reads once the request has ended). Everything else (percentiles,
-summaries, records) happens after the request ends, in the sinks.
+The hot path: the connection (``engine/http1.py``) hands each socket read's body, with one clock
+reading, to the request's sink synchronously; the SSE decoder counts the runs of plain text chunks in
+it (``feed_runs``) and classifies the other events (role, finish, usage, errors) by byte search or one
+JSON parse. No coroutine wakes until the response has ended; percentiles, summaries and records
+happen afterwards, in the sinks. With ``--check-outputs`` or ``reply=True`` (a conversation's turn)
+the reads are also kept and the answer read from them once the request has ended.
 
 Errors are data: every failure (HTTP status, refused connection, stall, drop, malformed stream,
 cancellation) becomes a record with an ``ErrorKind``; only programming errors raise. A request
-cancelled by specload itself is recorded as cancelled before the cancellation goes on.
+cancelled by specload is recorded as cancelled before the cancellation goes on; the request timeout
+and the stall watchdog cancel with a message of their own, so their records say why.
 
-With ``reply=True`` (a conversation's turn) the answer's bytes are kept as they come, one list append
-per socket read, and its text parsed once it ended (``api.reply_text``) into the record's ``reply``.
-
-One request's state is one ``_Progress``: ``send`` sends it on a connection of the pool
-(``_exchange``), judges the response by its head (``_on_head``: an error or a whole answer is
-collected, a stream read into ``_stream_sink``'s closure) and makes the record from it
-(``_finish_record``). The request timeout and the stall watchdog cancel the request's task with a
-message of their own, so their records say why. A pooled connection the server had closed
-(llama-server closes after every stream) is met by sending again on a new one, timed from that
-attempt; after ``FRESH_AFTER_STALE`` in a row every request gets a new connection (a notice and a
-record event).
+``send`` sends a request (its state: one ``_Progress``) on a pooled connection (``_exchange``). A
+pooled connection the server had closed (llama-server closes after every stream) is met by sending
+again on a new one, timed from that attempt; after ``FRESH_AFTER_STALE`` in a row every request gets
+a new connection (a notice and a record event).
 """
 
 from __future__ import annotations

@@ -14,10 +14,8 @@ huge line costs linear time (joining the tail to every read made a 40 MB line co
 identically except for the text (compact JSON from vLLM, SGLang, llama.cpp, TGI), so once the client
 has parsed one such event and knows its bytes around the text (an ``EventTemplate``), a run of them
 is recognised and counted with a few C-level scans of the whole read, without splitting it into
-events. Anything else in the read (the finish and usage chunks, errors, keep-alives) is decoded as
-usual. Byte searches use ``find``/``count``, never ``in``: CPython's ``bytes.__contains__`` first
-tries its argument as an integer and formats a TypeError message each time (a third of the
-client's instructions per token when it was used per event).
+events; anything else in the read is decoded as usual. Byte searches use ``find``/``count``, never
+``in`` (``bytes.__contains__`` formats a TypeError message per call).
 """
 
 from __future__ import annotations

@@ -1,42 +1,21 @@
 """A ``Session`` in a process of its own: ``specload tui``'s engine, which the UI cannot delay.
 
-On the UI's event loop every millisecond the UI spent (a modal, a resize: 46-122 ms) was one every
-stream waited; on a thread of the UI's process the two still took turns with one GIL and one
-garbage collector (the engine's loop lagged 10-12 ms on average where headless lags 5-7). In a
-process of its own the engine has its own interpreter: the UI's Python work, its heap and its
-collections are not the engine's, and the kernel's scheduler shares the CPUs (the UI's thread is
-niced, so the streams get a CPU first when they are short).
+With its own interpreter, heap and collector, no modal, resize or collection of the UI (46-122 ms)
+holds a stream. The engine is ``python -m specload.sources.engine_process FD``: it runs the
+``Session`` built from the ``RunConfig`` it is sent, on its own loop (uvloop when installed), in its
+own process group (the terminal's keys and signals reach the UI alone) but the caller's session, so
+it keeps the caller's autogroup and nice value (``setsid`` once starved it). Its output goes to a
+file whose tail explains an engine that died. All crosses one ``socketpair`` as pickles (no key in ``ps``):
 
-``ProcessSessionSource`` is the ``RunSource`` ``specload tui`` uses. The engine process is
-``python -m specload.sources.engine_process FD``: it builds the ``Session`` from the ``RunConfig`` it
-is sent and runs it on its own event loop (uvloop when installed, as headless). It has a process
-group of its own (the terminal's keys and signals reach the UI's, the foreground group, alone) in the
-caller's session: so it stays in the caller's kernel autogroup, with its scheduling priority (a
-session of its own, ``setsid``, put it in an autogroup of its own at the default priority, and a
-client run under ``nice`` or an autogroup of -19 starved where headless did not); its nice value is
-the caller's (the UI lowers its own threads only once the engine runs). Its standard output and error
-go to a file (nothing it prints can tear the screen; the tail explains an engine that died).
-Everything crosses one ``socketpair`` as length-prefixed pickles, nothing as argv or environment (a
-config's API key is not in ``ps``):
-
-* **Frames** (engine -> UI): the engine sends one every ``frame_s`` (the UI's refresh period), one
-  before each happening (so a crash's alert shows with its data) and one with each command's ack;
-  ``frame()`` returns the newest. A frame is built where the state changes, on the engine's loop
-  (a few hundred microseconds), and is never torn.
-* **Commands** (UI -> engine): each ``RunControl`` method is a message; the UI waits (bounded by
-  ``CONTROL_WAIT_S``) for its ack, which carries the frame built right after it ran, so the frame the
-  UI samples after a key shows the key's effect.
-* **Happenings** (engine -> UI): each ``SessionListener`` call is a message, queued onto the UI's
-  loop in the order the session made it (the app's handlers touch widgets).
-* **The end**: ``run`` resolves with the session's result, sent when the engine's loop finished the
-  run (the record closed, a launched server stopped); then the process exits. If the engine process
-  ends without a result (killed, or an error of its own), the run ends as an ``error`` with its exit
-  status and what its output says went wrong, and the UI writes the record's end line (reason
-  ``error``, with that cause), which the engine could not. If the UI goes away (its process killed, the app closed
-  without a quit), the engine sees its end of the socket close and quits as 'q' does: the record is
-  closed, in-flight requests recorded as cancelled, a launched server stopped. The quit watchdog
-  (``ui/watchdog.py``) kills the engine's process group and the launched server's if a quit does not
-  finish in time.
+* **Frames** (engine -> UI): one every ``frame_s``, one before each happening, one with each ack;
+  ``frame()`` returns the newest, built on the engine's loop and never torn.
+* **Commands** (UI -> engine): one message per ``RunControl`` method, acked (bounded by
+  ``CONTROL_WAIT_S``) with the frame built right after it, so a key's effect shows at once.
+* **Happenings**: each ``SessionListener`` call, queued onto the UI's loop in order.
+* **The end**: the session's result once the record is closed. An engine that ends without one is
+  an ``error`` run whose end line the UI writes, with its exit status and its output's cause; a UI
+  that goes away closes the socket and the engine quits as 'q' does. ``ui/watchdog.py`` kills both
+  process groups if a quit does not finish in time.
 """
 
 from __future__ import annotations
