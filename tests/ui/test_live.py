@@ -63,6 +63,28 @@ async def test_levels_fill_the_table_and_sparklines_fill(sim, tmp_path) -> None:
     assert data.end is not None and len(data.levels) == 2
 
 
+async def test_each_levels_srv_tok_s_is_the_servers_own_over_that_level(sim, tmp_path) -> None:
+    """The levels table's ``srv tok/s`` is the server's generation counter over each level's own span,
+    as the record has it: C=1 then C=4 at pinned timing (the second level makes about four times the
+    tokens a second), so a level read over the next one's span would be off by about that factor."""
+    server = await sim(ttft_ms=5, itl_ms=5, spec_tokens=0)
+    record = tmp_path / "run.jsonl"
+    app = live_app(server.url, "-c", "1,4", "-d", "3", "--max-tokens", "40", "--metrics-interval", "0.5",
+                   "--record", str(record))
+    async with app.run_test(size=(160, 48)) as pilot:
+        table = app.query_one(LevelTable)
+        await wait_for(pilot, lambda: table.row_count == 2, "two finished levels in the table", timeout=60)
+        shown = [str(table.get_row(f"level-{i}")[3]) for i in (0, 1)]  # the srv tok/s column
+        await quit_app(pilot, app)
+    levels = read_record(str(record)).levels
+    assert [lv["concurrency"] for lv in levels] == [1, 4]
+    for cell, lv in zip(shown, levels, strict=True):
+        srv = lv["server_gen_tok_s"]
+        assert srv is not None and cell == f"{srv:.1f}", (cell, lv)  # the engine's figure, as measured
+        # the server's tokens over the level's span against the client's over the same level
+        assert 0.5 <= srv / lv["throughput_tok_s"] <= 2.0, lv
+
+
 class _Run:
     """A dashboard driving a real session in its engine process against a slow simulator (Pilot waits
     for idle, up to 1 s, after each key: a slow stream keeps the process mostly idle), on the first
