@@ -123,6 +123,7 @@ class HelpScreen(Modal[None]):
 
     DEFAULT_CSS = """
     HelpScreen > Vertical { width: 72; }
+    HelpScreen VerticalScroll { height: auto; max-height: 55vh; }
     """
     BINDINGS = [Binding("escape,question_mark,q", "cancel", "Close")]
 

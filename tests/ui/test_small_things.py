@@ -42,6 +42,22 @@ async def test_help_names_the_palette_entry_as_it_is() -> None:
         assert quoted and all(q in names for q in quoted), (quoted, names)
 
 
+async def test_the_help_box_fits_its_keys_and_keeps_its_hint_on_a_small_screen() -> None:
+    from textual.containers import Vertical
+
+    from specload.ui.screens import KEYS_HELP
+
+    for size in ((80, 24), (160, 48)):
+        app = create_app(source=mid_run_source())
+        async with app.run_test(size=size) as pilot:
+            await app.push_screen(HelpScreen())
+            await pilot.pause()
+            assert "escape or ?: close" in screen_text(app), size  # the hint is never scrolled away
+            box = app.screen.query_one(Vertical)
+            # as tall as its keys (plus title, hint, padding and border), not a box of empty rows
+            assert box.outer_size.height <= len(KEYS_HELP) + 4 + 10, (size, box.outer_size)
+
+
 async def test_h_at_the_end_of_the_plan_says_so(sim, tmp_path) -> None:
     from tests.ui.conftest import live_app, notices, runner
 
