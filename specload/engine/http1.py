@@ -73,12 +73,7 @@ def _decoder(encoding: str) -> Any:
         return _Deflate(16 + zlib.MAX_WBITS)
     if encoding == "deflate":
         return _Deflate()
-    if encoding == "br":
-        try:
-            import brotli  # type: ignore[import-not-found]
-        except ImportError:
-            raise BadEncoding("cannot decode content-encoding: br (Brotli is not installed)") from None
-        return _Brotli(brotli.Decompressor())
+    # br is not decoded: Brotli's decompressor takes no output bound, so one read could be a bomb
     raise BadEncoding(f"cannot decode content-encoding: {encoding[:40]}")
 
 
@@ -100,20 +95,6 @@ class _Deflate:
 
     def flush(self) -> bytes:
         return self._z.flush() if self._z is not None else b""
-
-
-class _Brotli:
-    unconsumed_tail = b""
-
-    def __init__(self, d: Any) -> None:
-        self._d = d
-
-    def decompress(self, data: bytes) -> bytes:
-        out: bytes = self._d.process(data)
-        return out
-
-    def flush(self) -> bytes:
-        return b""
 
 
 def _chunk_size(line: bytes) -> int:
@@ -351,7 +332,7 @@ class Conn(asyncio.Protocol):
     def _decode(self, data: bytes) -> bytes:
         try:
             out: bytes = self.decomp.decompress(data)
-        except Exception as e:  # noqa: BLE001 (zlib.error, brotli.error)
+        except Exception as e:  # noqa: BLE001 (zlib.error)
             raise BadEncoding(f"cannot decode content-encoding: {self.coding} ({e})") from None
         if self.decomp.unconsumed_tail:
             raise BadEncoding(f"content-encoding: {self.coding}: one read inflates past {MAX_INFLATE >> 20} MiB")
@@ -383,7 +364,7 @@ class Conn(asyncio.Protocol):
         if self.decomp is not None:
             try:
                 tail = self.decomp.flush()
-            except Exception as e:  # noqa: BLE001 (zlib.error, brotli.error)
+            except Exception as e:  # noqa: BLE001 (zlib.error)
                 raise BadEncoding(f"cannot decode content-encoding: {self.coding} ({e})") from None
             if tail and self._deliver(tail, now):
                 return
