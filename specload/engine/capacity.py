@@ -63,7 +63,6 @@ class SearchView:
     phase: str  # grow, down, bisect, done
     bracket: tuple[float | None, float | None]
     current: ProbePlan | None
-    current_requests: int  # the current probe's request count so far (with extensions)
     probes: tuple[ProbeView, ...]  # complete probes, in the order they ran
     result: SearchResult | None
     slo: str | None
@@ -136,7 +135,6 @@ class SearchDriver:
             phase="done" if self._result is not None else s.phase,
             bracket=s.bracket(),
             current=cur.plan if cur is not None and self._result is None else None,
-            current_requests=cur.quota if cur is not None else 0,
             probes=probes,
             result=self._result,
             slo=self.spec.text() if self.spec is not None else None,

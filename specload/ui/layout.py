@@ -66,10 +66,6 @@ class Dashboard(Container):
             self.update_node_styles()
 
     @property
-    def medium(self) -> bool:
-        return self.has_class("-medium")
-
-    @property
     def compact(self) -> bool:
         return self.has_class("-compact")
 

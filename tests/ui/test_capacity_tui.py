@@ -114,11 +114,11 @@ def test_chart_title_and_ticks_say_where_the_search_is() -> None:
     from specload.ui.widgets.load import probe_text
 
     plan = ProbePlan(5, 12.0, 48, 192, "bisect", (8.0, 16.0))
-    running = SearchView("concurrency", "bisect", (8.0, 16.0), plan, 48, (), None, "tpot_p50<=45ms")
+    running = SearchView("concurrency", "bisect", (8.0, 16.0), plan, (), None, "tpot_p50<=45ms")
     assert chart_title(running) == "search: bisect C=8..C=16"
     assert probe_text(running) == "probe 5 bisect C=12 · [8..16]"
-    first = SearchView("rate", "grow", (None, None), ProbePlan(1, 4.0, 44, 176, "grow", (None, None)), 44, (),
-                       None, None)
+    first = SearchView("rate", "grow", (None, None), ProbePlan(1, 4.0, 44, 176, "grow", (None, None)), (), None,
+                       None)
     assert chart_title(first) == "search: probing 4/s" and probe_text(first) == "probe 1 grow 4/s"
     assert chart_title(None) == "throughput vs concurrency"
     # a bisection's close loads are not all labelled: the ends and the powers of two are

@@ -60,7 +60,3 @@ class KeyedTable(DataTable):
                 if new != was:
                     self.update_cell(key, col, new)
         self._shown[key] = cells
-
-    @property
-    def keys_shown(self) -> int:
-        return len(self._shown)
