@@ -92,7 +92,19 @@ def _number(cell: str) -> float | None:
     return v if math.isfinite(v) else None
 
 
-class SmiReader:
+class _SaysOnce:
+    """A reader that says each fault or notice once: ``_once`` passes an item the first time its key comes."""
+
+    _said: set[tuple]
+
+    def _once(self, key: tuple, item: Item) -> tuple[Item, ...]:
+        if key in self._said:
+            return ()
+        self._said.add(key)
+        return (item,)
+
+
+class SmiReader(_SaysOnce):
     """nvidia-smi's CSV, a line at a time, into samples, faults and notices (pure: no I/O)."""
 
     def __init__(self, fields: Iterable[str] | None, source: str) -> None:
@@ -101,12 +113,6 @@ class SmiReader:
         self.hopeless = False  # no driver or no GPU: restarting the command will not help
         self._said: set[tuple] = set()
         self._strange = 0
-
-    def _once(self, key: tuple, item: Item) -> tuple[Item, ...]:
-        if key in self._said:
-            return ()
-        self._said.add(key)
-        return (item,)
 
     def feed(self, line: str, t_ns: int) -> tuple[Item, ...]:
         line = line.strip()
@@ -250,7 +256,7 @@ def dcgm_read(text: str, state: DcgmState | None, t_ns: int) -> tuple[tuple[Item
 # ------------------------------------------------------------------------------------------------- NVML
 
 
-class NvmlReader:
+class NvmlReader(_SaysOnce):
     """NVML through a module with pynvml's API (the real one, or a test's fake), called synchronously:
     ``GpuWatch`` runs ``open`` and ``poll`` in a thread."""
 
@@ -298,12 +304,6 @@ class NvmlReader:
                 except n.NVMLError as e:
                     out += self._once(("xid-events", i), f"GPU {i}: XID errors not watched ({e})")
         return tuple(out)
-
-    def _once(self, key: tuple, item: Item) -> tuple[Item, ...]:
-        if key in self._said:
-            return ()
-        self._said.add(key)
-        return (item,)
 
     def poll(self, t_ns: int) -> tuple[Item, ...]:
         n = self.nvml
@@ -400,16 +400,9 @@ def describe(kind: str, arg: str) -> str:
 async def has_dcgm_series(url: str, timeout: float = 3.0) -> bool:
     """Whether ``url`` answers Prometheus text with a DCGM exporter's GPU series (the built-in
     simulator's ``--gpus``, or a server behind a proxy that merges the exporter in)."""
-    import aiohttp
+    from specload.watch.metrics import probe_metrics
 
-    from specload.watch.metrics import fetch
-
-    try:
-        async with aiohttp.ClientSession() as session:
-            status, text = await fetch(session, url, timeout)
-    except (TimeoutError, aiohttp.ClientError, OSError):
-        return False
-    return status == 200 and _DCGM_SERIES_RE.search(text) is not None
+    return await probe_metrics(url, timeout, lambda text: _DCGM_SERIES_RE.search(text) is not None)
 
 
 def is_local(url: str) -> bool:

@@ -267,14 +267,15 @@ def _looks_like_metrics(text: str) -> bool:
     return bool(series.sums)
 
 
-async def probe_metrics(url: str, timeout: float = 3.0) -> bool:
-    """True when ``url`` answers 200 with Prometheus text holding at least one sample."""
+async def probe_metrics(url: str, timeout: float = 3.0, looks: Callable[[str], bool] = _looks_like_metrics) -> bool:
+    """True when ``url`` answers 200 with text that ``looks`` accepts (by default: Prometheus text
+    holding at least one sample)."""
     try:
         async with aiohttp.ClientSession() as session:
             status, text = await fetch(session, url, timeout)
     except (TimeoutError, aiohttp.ClientError, OSError):
         return False
-    return status == 200 and _looks_like_metrics(text)
+    return status == 200 and looks(text)
 
 
 def _error_text(exc: BaseException) -> str:
