@@ -24,6 +24,11 @@ LEVEL_KEYS = (
 )
 EVENT_KEYS = ("type", "t_s", "kind", "value")
 END_KEYS = ("type", "reason", "elapsed_s", "requests", "ok", "ended_at")
+# a request line's optional keys, as the record's attributes: a group is written when its first is set
+_OPTIONAL_KEYS = (
+    ("prompt_tokens_requested",), ("max_tokens",), ("prompt_tokens_cached",), ("category",), ("turn", "conversation"),
+    ("prompt_id", "prompt_sha"), ("spec_verify_ct",), ("spec_drafted", "spec_accepted"), ("server_timings",),
+)
 
 
 def _ms(ns: float | None) -> float | None:
@@ -64,29 +69,11 @@ def request_line(rec: RequestRecord, t0_ns: int, *, with_chunks: bool = False) -
     if rec.retries:
         # the time the stale attempts cost (the request is timed from the attempt the server answered)
         d["retry_ms"] = _ms(rec.retry_ns)
-    if rec.prompt_tokens_requested is not None:
-        d["prompt_tokens_requested"] = rec.prompt_tokens_requested
-    if rec.max_tokens is not None:
-        d["max_tokens"] = rec.max_tokens
-    if rec.prompt_tokens_cached is not None:
-        d["prompt_tokens_cached"] = rec.prompt_tokens_cached
-    if rec.category is not None:
-        d["category"] = rec.category
-    if rec.turn is not None:
-        d["conversation"] = rec.conversation
-        d["turn"] = rec.turn
-    if rec.prompt_id is not None:
-        d["prompt_id"] = rec.prompt_id
-        d["prompt_sha"] = rec.prompt_sha
+    for keys in _OPTIONAL_KEYS:
+        if getattr(rec, keys[0]) is not None:
+            d.update((k, getattr(rec, k)) for k in keys)
     if rec.output is not None:
         d["output"] = output_dict(rec.output)
-    if rec.spec_verify_ct is not None:
-        d["spec_verify_ct"] = rec.spec_verify_ct
-    if rec.spec_drafted is not None:
-        d["spec_accepted"] = rec.spec_accepted
-        d["spec_drafted"] = rec.spec_drafted
-    if rec.server_timings is not None:
-        d["server_timings"] = rec.server_timings
     if rec.chunk_detail_capped:
         # said in the record: ITL covers only the first chunks (chunks, TTFT, E2E are exact)
         d["chunk_detail_capped"] = len(rec.chunk_offsets_ns)
