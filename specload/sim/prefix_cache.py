@@ -40,7 +40,10 @@ class PrefixCache:
 
     def store(self, ids: list[int]) -> None:
         """Keep the blocks of ``ids`` (a finished sequence: its prompt and what it generated)."""
-        for k in self._keys(ids):
+        self._keep(self._keys(ids))
+
+    def _keep(self, keys: list[int]) -> None:
+        for k in keys:
             self._blocks[k] = None
             self._blocks.move_to_end(k)
         while len(self._blocks) > self.capacity_blocks:
@@ -54,11 +57,7 @@ class PrefixCache:
             if k not in self._blocks:
                 break
             hit += 1
-        for k in keys:
-            self._blocks[k] = None
-            self._blocks.move_to_end(k)
-        while len(self._blocks) > self.capacity_blocks:
-            self._blocks.popitem(last=False)
+        self._keep(keys)
         cached = hit * self.block_tokens
         # at least one token is always computed (the last one's logits give the first output token)
         cached = min(cached, max(0, len(ids) - 1))
