@@ -14,8 +14,9 @@ from __future__ import annotations
 import math
 import os
 import zlib
+from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -259,8 +260,7 @@ def _workload_differences(baseline: Side, others: Sequence[Side]) -> dict[str, l
 def _withhold(results: dict[tuple[str, str], MetricResult], side: str, why: str) -> None:
     for k, res in list(results.items()):
         if k[0] == side and res.decision is not None:
-            results[k] = MetricResult(res.metric, res.side, res.estimate, res.per_run, res.ratio, res.difference,
-                                      Decision(iv.UNSOUND, why))
+            results[k] = replace(res, decision=Decision(iv.UNSOUND, why))
 
 
 def _by_category(sides: Sequence[Side], keyed: dict[str, list[dict[LevelKey, list[LevelRequests]]]],
@@ -388,10 +388,7 @@ def _flags_of(out: list[Flag], means: dict[str, tuple[float | None, float | None
         out.append(Flag(s.label, "estimated_tokens", f"{who}: token counts estimated from chunks"))
     kinds = [k for k in (lv.error_kind or ()) if k is not None and k != "cancelled"]
     if kinds:
-        counts: dict[str, int] = {}
-        for k in kinds:
-            counts[k] = counts.get(k, 0) + 1
-        detail = ", ".join(f"{k} {n}" for k, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+        detail = ", ".join(f"{k} {n}" for k, n in Counter(kinds).most_common())
         out.append(Flag(s.label, "errors", f"{who}: {len(kinds)}/{lv.n} failed ({detail})"))
     clients = run.during("client", lv)
     if clients:
