@@ -11,6 +11,7 @@ written to a pipe or a file.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 import sys
@@ -180,11 +181,9 @@ def run_headless(cfg: RunConfig, *, as_json: bool) -> int:
         printer.err(f"specload: error: {result.message}")
     if result.reason == "error":
         return result.exit_code or ExitCode.ERROR
-    try:
+    with contextlib.suppress(OSError):  # stdout gone (terminal hung up, pipe closed): the record has it all
         print_summary(session, result, as_json=as_json, saturated=printer.saturated_levels,
                       starved=printer.starved_levels)
-    except OSError:  # stdout gone (terminal hung up, pipe closed): the record has it all
-        pass
     snap = session.stats.snapshot()
     if result.exit_code == 0 and snap.requests_total > 0 and snap.requests_ok == 0:
         printer.err("specload: every request failed")
@@ -206,7 +205,7 @@ def print_tui_end(result: SessionResult | None, record_path: str | None, stream=
     out = stream if stream is not None else sys.stdout
     console = Console(file=out, width=output_width(out))
     levels = list(result.levels) if result is not None else []
-    try:
+    with contextlib.suppress(OSError):  # stdout gone: the record has it all
         if levels:
             console.print(level_table(levels, width=console.width))
         by_category = baseline_by_category(cfg, levels) if cfg is not None else None
@@ -220,8 +219,6 @@ def print_tui_end(result: SessionResult | None, record_path: str | None, stream=
             console.print("record: none (the run ended before anything was recorded)", highlight=False)
         else:
             console.print(f"record: {record_path}" if record_path else "record: none (--no-record)", highlight=False)
-    except OSError:  # stdout gone: the record has it all
-        pass
 
 
 def print_summary(

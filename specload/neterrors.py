@@ -11,6 +11,7 @@ pause of the load).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import ssl
 
@@ -100,8 +101,6 @@ async def speaks_tls(host: str, port: int, timeout_s: float = 3.0) -> bool:
     except (OSError, TimeoutError, ssl.SSLError):
         return False
     writer.close()
-    try:
+    with contextlib.suppress(OSError, TimeoutError, ssl.SSLError):
         await asyncio.wait_for(writer.wait_closed(), 1.0)
-    except (OSError, TimeoutError, ssl.SSLError):
-        pass
     return True

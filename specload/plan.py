@@ -10,6 +10,7 @@ list); draws come from an RNG the caller seeds (``--seed``).
 
 from __future__ import annotations
 
+import contextlib
 import random
 import re
 from dataclasses import dataclass, replace
@@ -127,7 +128,7 @@ class Lengths:
     def parse(cls, spec: str | int, what: str = "length") -> Lengths:
         """``128``, ``128:32`` or ``64,128,256``; ValueError with a one-line message otherwise."""
         text = str(spec).strip().replace(" ", "")
-        try:
+        with contextlib.suppress(ValueError):
             if text.isdigit():
                 n = int(text)
                 if n < 1:
@@ -144,8 +145,6 @@ class Lengths:
                 if min(vals) < 1:
                     raise ValueError
                 return cls("choice", vals)
-        except ValueError:
-            pass
         raise ValueError(
             f"bad {what} {spec!r}: expected N, MEAN:SPREAD (uniform, spread < mean) or a list A,B,C of positive integers"
         )
@@ -199,7 +198,7 @@ class ThinkTime:
     def parse(cls, spec: str | float) -> ThinkTime:
         """ValueError with a one-line message when ``spec`` is none of the shapes."""
         text = str(spec).strip().replace(" ", "")
-        try:
+        with contextlib.suppress(ValueError):
             if "," in text:
                 vals = tuple(float(v) for v in text.split(","))
                 if min(vals) >= 0 and max(vals) <= 86_400:
@@ -210,8 +209,6 @@ class ThinkTime:
                 if mean <= 86_400 and spread <= mean:
                     kind = "exp" if m.group(1) else "uniform" if spread else "fixed"
                     return cls(kind, (mean, spread) if spread else (mean,))
-        except ValueError:
-            pass
         raise ValueError(f"bad --think-time {spec!r}: expected seconds S, MEAN:SPREAD (uniform, spread <= mean), "
                          "exp:MEAN (exponential) or a list A,B,C (at most a day)")
 

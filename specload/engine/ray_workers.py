@@ -19,6 +19,7 @@ to it. Ray is optional (``pip install "specload[ray]"``) and imported only here,
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import faulthandler
 import importlib.util
 import io
@@ -184,10 +185,8 @@ class RayActors:
         # no file descriptor ("file.fileno() is not a valid file descriptor"): on the real stderr
         # first, and Ray leaves it be
         if not faulthandler.is_enabled() and sys.__stderr__ is not None:
-            try:
+            with contextlib.suppress(ValueError, OSError, io.UnsupportedOperation):
                 faulthandler.enable(file=sys.__stderr__, all_threads=False)
-            except (ValueError, OSError, io.UnsupportedOperation):
-                pass
         quiet = {"logging_level": logging.ERROR, "log_to_driver": False}
         if self.address == "local":
             # a Ray instance for this run only, with room for every actor
@@ -203,11 +202,9 @@ class RayActors:
         ray = self._ray
         if ray is not None:
             stops = [a.handle.stop.remote() for a in self._actors if a.alive]
-            try:
+            with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(10):
                     await asyncio.gather(*stops, return_exceptions=True)
-            except TimeoutError:
-                pass
             self._kill_all()
             for t in self._calls:
                 t.cancel()

@@ -17,6 +17,7 @@ the run goes, ahead of the plan's remaining ones, and may extend a level whose v
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 from collections.abc import Awaitable, Callable
@@ -509,11 +510,9 @@ class Runner:
         if timeout is None:
             await self._wake.wait()
             return
-        try:
+        with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(timeout):
                 await self._wake.wait()
-        except TimeoutError:
-            pass
 
     def _launch(self, level: Level) -> None:
         session = self.prompts.multi_turn and not level.warmup

@@ -18,6 +18,7 @@ back as a ``lost`` record naming it, and ``on_worker_lost`` tells the session.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import os
 import signal
@@ -474,10 +475,9 @@ class Pipes:
 
     @staticmethod
     def _write(w: Worker, obj: dict) -> None:
-        try:
+        # its pipe is closing: the reader reports the worker lost, and fails its requests
+        with contextlib.suppress(ConnectionError, RuntimeError):
             w.handle.stdin.write(orjson.dumps(obj) + b"\n")
-        except (ConnectionError, RuntimeError):
-            pass  # its pipe is closing: the reader reports the worker lost, and fails its requests
 
     def send(self, w: Worker, msg: dict) -> None:
         self._write(w, msg)
@@ -526,11 +526,9 @@ class Pipes:
                 w.handle.kill()
                 await w.handle.wait()
         # the readers end on their own once the workers' output closes
-        try:
+        with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(10):
                 await asyncio.gather(*self._readers, return_exceptions=True)
-        except TimeoutError:
-            pass
         for t in self._readers:
             t.cancel()
         await asyncio.gather(*self._readers, return_exceptions=True)
@@ -587,16 +585,12 @@ def main() -> None:
     # Ctrl-C in the terminal reaches the whole process group: the main process decides what
     # happens to in-flight requests (recorded as cancelled), so workers ignore it.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
+    with contextlib.suppress(ImportError):
         import uvloop
 
         asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
-    except ImportError:
-        pass
-    try:
+    with contextlib.suppress(KeyboardInterrupt, BrokenPipeError):
         asyncio.run(_worker_main())
-    except (KeyboardInterrupt, BrokenPipeError):
-        pass
     os._exit(0)
 
 

@@ -10,6 +10,7 @@ batches (``flush_loop``, a task of the session's TaskGroup), GPU lines too, ever
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable
 from typing import Any
 
@@ -106,12 +107,10 @@ class RecordSink:
         still leaves a record of what was seen (the crash the server printed, the error) and how it
         ended. Returns the record's own error, if writing failed."""
         if self.recorder is None and self.cfg.path:
-            try:
+            with contextlib.suppress(RecordError):
                 self.open(header)
                 if message and self.recorder is not None:
                     self.recorder.event(Noted(self.clock.now_ns(), "error", message))
-            except RecordError:
-                pass
         r = self.recorder
         if r is None:
             return None

@@ -8,6 +8,7 @@ a 100,000-request run neither holds its records in memory nor pays a syscall per
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import os
 from collections.abc import Callable
@@ -187,11 +188,10 @@ class Recorder:
         keep = data.rfind(b"\n", 0, done) + 1
         kept = data.count(b"\n", 0, keep)
         self._size += keep
-        try:
+        # the file is as the failed write left it; the reader drops a cut last line
+        with contextlib.suppress(OSError):
             os.ftruncate(self._fd, self._size)
             os.lseek(self._fd, self._size, os.SEEK_SET)
-        except OSError:
-            pass  # the file is as the failed write left it; the reader drops a cut last line
         self.lines_written += kept
         self.lines_lost += count - kept
         if self.error is None:

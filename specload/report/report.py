@@ -7,6 +7,7 @@ request lines (ITL percentiles then come from per-request medians, flagged in th
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 
@@ -49,11 +50,9 @@ def output_width(stream=None) -> int:
     is set, else 160."""
 
     out = stream if stream is not None else sys.stdout
-    try:
+    with contextlib.suppress(OSError, ValueError, AttributeError):
         if out.isatty():
             return os.get_terminal_size(out.fileno()).columns
-    except (OSError, ValueError, AttributeError):
-        pass
     try:
         return max(20, int(os.environ.get("COLUMNS", "")))
     except ValueError:

@@ -11,6 +11,7 @@ code 1; ``--fail-start`` -> the model load's traceback, exit 1) and the first st
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import signal
 import sys
@@ -163,10 +164,8 @@ def _parent_watch(stop: asyncio.Event) -> asyncio.Task | None:
                     alive = True
             if not alive:
                 stop.set()
-                try:  # the pipe it read is likely gone with it
+                with contextlib.suppress(OSError, ValueError):  # the pipe it read is likely gone with it
                     print(f"specload sim: specload (pid {pid}) is gone: stopping", file=sys.stderr, flush=True)
-                except (OSError, ValueError):
-                    pass
                 return
             await asyncio.sleep(PARENT_POLL_S)
 

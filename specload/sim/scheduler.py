@@ -10,6 +10,7 @@ simulated crash; ``on_admit`` serves llama.cpp's slot log line and its ``prompt_
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import heapq
 import itertools
 import random
@@ -266,10 +267,8 @@ class Scheduler:
                 self._fill_slots_pinned(self._loop.time())
                 self._arm_pinned()
         else:
-            try:
+            with contextlib.suppress(ValueError):
                 self._waiting.remove(seq)
-            except ValueError:
-                pass
 
     def freeze(self) -> None:
         self._frozen = True

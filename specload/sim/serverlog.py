@@ -8,6 +8,7 @@ periodic line, and its sampler's assertion abort as the crash.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import sys
 import time
@@ -256,11 +257,10 @@ class ServerLog:
         out = self._out
         if out is None:
             return
-        try:
+        # closed stdout / full disk must not take the server down
+        with contextlib.suppress(ValueError, OSError):
             out.write(text + "\n")
             out.flush()
-        except (ValueError, OSError):
-            pass  # closed stdout / full disk must not take the server down
 
     def lines(self, texts: list[str]) -> None:
         for t in texts:

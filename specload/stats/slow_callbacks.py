@@ -19,6 +19,7 @@ time, which misses blocking calls but never blames a callback for a busy machine
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import threading
 import time
@@ -100,10 +101,8 @@ class SlowCallbackProbe:
             if tid not in live:
                 os.close(self._others.pop(tid))
         for tid in live - set(self._others):
-            try:
+            with contextlib.suppress(OSError):
                 self._others[tid] = os.open(f"/proc/self/task/{tid}/schedstat", os.O_RDONLY)
-            except OSError:
-                pass
         self._threads_seen = threading.active_count()
 
     def __enter__(self) -> SlowCallbackProbe:

@@ -15,6 +15,7 @@ to stdout. Exit status: 0 every configuration ran; 3 one crashed or did not star
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shlex
 import sys
@@ -195,10 +196,8 @@ def run_sweep(plan: SweepPlan, base: RunConfig, state: SweepState, params: dict[
         stream = os.fdopen(params["progress_fd"], "wb", buffering=0)
 
         def progress(event: dict[str, Any]) -> None:
-            try:
+            with contextlib.suppress(OSError, ValueError, TypeError):
                 stream.write(orjson.dumps(event, option=orjson.OPT_SERIALIZE_NUMPY) + b"\n")
-            except (OSError, ValueError, TypeError):
-                pass
 
     async def status(session: Any, where: str) -> None:
         while True:
@@ -221,7 +220,7 @@ def run_sweep(plan: SweepPlan, base: RunConfig, state: SweepState, params: dict[
     result = finish(state, base)
     if progress is not None:
         progress({"kind": "end", "exit_code": code, "result": {k: result[k] for k in ("best_by_level", "schedule_text")}})
-    try:
+    with contextlib.suppress(OSError):
         if params.get("as_json"):
             from specload.report.sweep import shown
 
@@ -231,8 +230,6 @@ def run_sweep(plan: SweepPlan, base: RunConfig, state: SweepState, params: dict[
             from specload.report.sweep import render
 
             render(result, wide_console(), title=str(state.dir))
-    except OSError:
-        pass
     return code
 
 

@@ -20,6 +20,7 @@ tests, so all three run the same app.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import sys
@@ -264,10 +265,9 @@ class SpecloadApp(App[int]):
             # signal can leave a server without its stop. Python-level handlers, not the loop's: they
             # run even when something blocks the loop, and they arm the watchdog before anything else.
             for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP) if self.owns_process else ():
-                try:
+                # not the main thread (an embedding), or no such signal
+                with contextlib.suppress(ValueError, OSError):
                     signal.signal(sig, self._on_signal)
-                except (ValueError, OSError):  # not the main thread (an embedding), or no such signal
-                    pass
             self.run_worker(self._run_source(), name="session", exit_on_error=False)
 
     def on_app_blur(self, event: events.AppBlur) -> None:
@@ -427,10 +427,9 @@ class SpecloadApp(App[int]):
     def _call_in_loop(self, fn: Callable[[int], None], sig: int) -> None:
         loop = self._loop
         if loop is not None and not loop.is_closed():
-            try:
+            # the loop closed meanwhile: the watchdog ends the process
+            with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(fn, sig)
-            except RuntimeError:  # the loop closed meanwhile: the watchdog ends the process
-                pass
 
     def _arm_watchdog(self, why: str) -> None:
         """The process ends at the deadline whatever blocks it (watchdog.py); the run's own teardown

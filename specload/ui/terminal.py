@@ -19,6 +19,7 @@ thread saw it, to ``on_terminal_lost`` of the app (which must be callable from a
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import os
 import selectors
@@ -180,8 +181,6 @@ class GuardedDriver(LinuxDriver):
             process(selector.select(0.1), final=True)
         finally:
             selector.close()
-            try:
+            with contextlib.suppress(EOFError, ParseError):
                 for _ in feed(""):
                     pass
-            except (EOFError, ParseError):
-                pass

@@ -13,6 +13,7 @@ once the app has closed the record.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -61,15 +62,11 @@ class QuitWatchdog:
 
     def _expire(self) -> None:
         for pgid in self._process_groups():  # the engine process's, a launched server's: each its own
-            try:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pgid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-        try:
+        with contextlib.suppress(OSError, ValueError, AttributeError):
             err = sys.__stderr__  # None when Python started without one
             if err is not None:
                 err.write(f"specload: the quit did not finish in time ({self.why}); ended without it\n")
                 err.flush()
-        except (OSError, ValueError, AttributeError):
-            pass
         os._exit(self._exit_code())

@@ -16,6 +16,7 @@ how a process ended (``ProcessExit``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 import signal
@@ -223,10 +224,8 @@ class CommandSource:
             await terminate_group(proc, self.kill_grace)
 
     async def _sleep(self, seconds: float) -> None:
-        try:
+        with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._stop.wait(), seconds)
-        except TimeoutError:
-            pass
 
     async def _pump(self, proc: asyncio.subprocess.Process) -> None:
         split = LineSplitter()

@@ -428,12 +428,10 @@ def resolve_auto(server_local: bool, nvml: Any = None, which: Callable[[str], st
         return "off", ("GPU metrics off: the server is not on this machine (--gpu-metrics dcgm:URL or "
                        "cmd:'ssh HOST nvidia-smi ...' reads its GPUs)")
     if nvml is not None:
-        try:
+        with contextlib.suppress(nvml.NVMLError):
             nvml.nvmlInit()
             nvml.nvmlShutdown()
             return "nvml", ""
-        except nvml.NVMLError:
-            pass
     if which("nvidia-smi"):
         return "nvidia-smi", ""
     return "off", "GPU metrics off: neither NVML (pip install specload[gpu]) nor nvidia-smi found"

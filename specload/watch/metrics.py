@@ -10,6 +10,7 @@ label one series per engine. The names read, vLLM's, SGLang's and llama.cpp's, a
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -344,13 +345,11 @@ class MetricsScraper:
         ``timeout`` s): a level's figures then include its last moments. One scraper, one connection."""
         want = self._rounds_started + 1
         self.scrape_soon()
-        try:
+        with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(timeout):
                 while self._rounds_done < want and not self._stop.is_set():
                     self._round_done.clear()
                     await self._round_done.wait()
-        except TimeoutError:
-            pass
 
     def _fail(self, why: str) -> None:
         self.failures += 1
@@ -405,8 +404,6 @@ class MetricsScraper:
                     self._rounds_done += 1
                     self._round_done.set()
                 wait = max(0.0, self.interval - (loop.time() - t0))
-                try:
+                with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(wait):
                         await self._wake.wait()
-                except TimeoutError:
-                    pass

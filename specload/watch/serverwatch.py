@@ -13,6 +13,7 @@ TaskGroup; what they find leaves through the callbacks given.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -104,15 +105,14 @@ class ServerWatch:
     async def _has_health_endpoint(self) -> bool:
         import aiohttp
 
-        try:
+        # unreachable now: the monitor will report it
+        with contextlib.suppress(aiohttp.ClientError, TimeoutError):
             async with aiohttp.ClientSession(
                 timeout=aiohttp.ClientTimeout(total=5), connector=aiohttp.TCPConnector(force_close=True)
             ) as s, s.get(self.url + "/health", allow_redirects=False, headers={"Accept-Encoding": "identity"}) as r:
                 if r.status in (404, 405, 501):
                     self._notice(f"{self.url}/health answers HTTP {r.status}: server health not watched")
                     return False
-        except (aiohttp.ClientError, TimeoutError):
-            pass  # unreachable now: the monitor will report it
         return True
 
     def mark_down(self, detail: str) -> None:
@@ -135,11 +135,9 @@ class ServerWatch:
         """The last interval's counters, read before the server may be stopped."""
         if self.metrics is None:
             return
-        try:
+        with contextlib.suppress(TimeoutError, OSError):
             async with asyncio.timeout(FINAL_SCRAPE_S):
                 await self.metrics.scrape_now()
-        except (TimeoutError, OSError):
-            pass
 
     async def stop(self) -> None:
         if self.gpu is not None:

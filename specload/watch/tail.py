@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import os
 import stat
 from collections.abc import AsyncIterator, Callable
@@ -243,10 +244,8 @@ class FileTail:
         self._stop.set()
 
     async def _sleep(self) -> None:
-        try:
+        with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._stop.wait(), self.poll_interval)
-        except TimeoutError:
-            pass
 
     def _open(self) -> tuple[int, os.stat_result]:
         # O_NONBLOCK so a FIFO passed as the "log file" cannot hang the loop on open or read.
