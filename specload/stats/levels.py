@@ -165,22 +165,13 @@ class LevelSummary:
             throughput_tok_s=d["throughput_tok_s"],
             per_request_tok_s=d["per_request_tok_s"],
             req_s=d.get("req_s", 0.0),
-            rate=d.get("rate"),
             goodput=LevelGoodput.from_record(d.get("goodput")),
             judged=LevelJudgement.from_record(d.get("judged")),
-            input_tokens=d.get("input_tokens"),
-            peak_concurrency=d.get("peak_concurrency"),
             accept_per_pos=None if per_pos is None else tuple(per_pos),
-            server_source=d.get("server_source"),
-            cut=d.get("cut"),
-            active_s=d.get("active_s"),
-            lost=d.get("lost"),
             gpu=GpuFigures.from_record(d.get("gpu")),
-            request_accept_len=d.get("request_accept_len"),
-            request_accept_rate=d.get("request_accept_rate"),
             categories=GroupFigures.groups_from_record(d.get("categories")),
             turns=GroupFigures.groups_from_record(d.get("turns")),
-            **{name: d.get(name) for name in _FLOATS[4:]},
+            **{name: d.get(name) for name in (*_FLOATS[4:], *_AS_READ)},
         )
 
     def with_server(self, fig: ServerFigures | None) -> LevelSummary:
@@ -231,6 +222,9 @@ _FLOATS = (
     "ttft_ms_p90", "ttft_ms_p95", "tpot_ms_p90", "tpot_ms_p95", "itl_ms_p90", "itl_ms_p95",
     "gap_ms_p90", "gap_ms_p95", "e2e_s_p90", "e2e_s_p95",
 )
+# the other fields a level line holds as they are (None where it has none)
+_AS_READ = ("rate", "input_tokens", "peak_concurrency", "server_source", "cut", "active_s", "lost",
+            "request_accept_len", "request_accept_rate")
 
 
 @dataclass(frozen=True, slots=True)
