@@ -826,12 +826,13 @@ class LevelBook:
     def _complete(self, idx: int) -> bool:
         return idx in self._closed and self._in_flight.get(idx, 0) <= 0
 
-    def _release(self) -> list[LevelSummary]:
+    def _release(self, everything: bool = False) -> list[LevelSummary]:
+        """Summaries not yet released, in level order, up to the first incomplete level (or all)."""
         out = []
         for idx in sorted(self._cols):
             if idx in self._released:
                 continue
-            if not self._complete(idx):
+            if not everything and not self._complete(idx):
                 break
             self._released.add(idx)
             # a level that started no request (skipped, or paused all along) is released too: the
@@ -851,9 +852,4 @@ class LevelBook:
 
     def flush(self) -> list[LevelSummary]:
         """At the end of a run: the summaries of levels not yet released (cut short by a stop)."""
-        out = []
-        for idx in sorted(self._cols):
-            if idx not in self._released:
-                self._released.add(idx)
-                out.append(self._own(idx, self._cols[idx].summary()))
-        return out
+        return self._release(everything=True)
