@@ -23,7 +23,7 @@ import signal
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 
-from specload.watch.tail import CHUNK_BYTES, LINES_PER_TURN, LineQueue, LineSplitter, NoticeFn, NoticeLog
+from specload.watch.tail import LINES_PER_TURN, LineQueue, LineSplitter, NoticeFn, NoticeLog, read_stream
 
 
 def signal_name(signum: int) -> str:
@@ -231,14 +231,7 @@ class CommandSource:
         split = LineSplitter()
         assert proc.stdout is not None
         try:
-            while True:
-                data = await proc.stdout.read(CHUNK_BYTES)
-                if not data:
-                    break
-                self._queue.put(split.feed(data))
-            rest = split.flush()
-            if rest is not None:
-                self._queue.put([rest])
+            await read_stream(proc.stdout, split, self._queue.put)
         finally:
             self._cut += split.cut_lines
             self._queue.wake()

@@ -21,7 +21,7 @@ from typing import TypeVar
 import aiohttp
 
 from specload.watch.command import ProcessExit, group_alive, spawn_shell, terminate_group
-from specload.watch.tail import CHUNK_BYTES, LineSplitter, NoticeFn, NoticeLog
+from specload.watch.tail import LineSplitter, NoticeFn, NoticeLog, read_stream
 
 ProgressFn = Callable[[float, "str | None"], None]
 T = TypeVar("T")
@@ -151,17 +151,8 @@ class LaunchedServer:
 
     async def _read_output(self) -> None:
         assert self._proc is not None and self._proc.stdout is not None
-        stdout = self._proc.stdout
-        split = LineSplitter()
         try:
-            while True:
-                data = await stdout.read(CHUNK_BYTES)
-                if not data:
-                    break
-                self._push(split.feed(data))
-            rest = split.flush()
-            if rest is not None:
-                self._push([rest])
+            await read_stream(self._proc.stdout, LineSplitter(), self._push)
         finally:
             self._output_done = True
             self._wake.set()

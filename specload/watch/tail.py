@@ -56,6 +56,17 @@ def _drain(fd: int, split: LineSplitter, chunks: int = CHUNKS_PER_POLL) -> tuple
     return lines, n_bytes, True
 
 
+async def read_stream(stream: asyncio.StreamReader, split: LineSplitter, put: Callable[[list[str]], None]
+                      ) -> None:
+    """A child's output to its end, chunk by chunk, into ``put`` as lines (the unended last one too).
+    The one read loop of the command sources and the launched server."""
+    while data := await stream.read(CHUNK_BYTES):
+        put(split.feed(data))
+    rest = split.flush()
+    if rest is not None:
+        put([rest])
+
+
 class LogSource(Protocol):
     """What the session reads server log lines from."""
 
