@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import orjson
 
 from specload import lines
+from specload.record.schema import GPU_FIELDS, SERVER_FIELDS
 
 
 class RecordReadError(Exception):
@@ -155,12 +156,10 @@ _SCHEMA: dict[str, dict] = {
     },
     "server": {
         "t_s": (is_num, True), "source": (is_str, True),
-        **{k: (_onum, False) for k in ("running", "queued", "gen_tok_s", "prompt_tok_s", "accept_len", "accept_rate",
-                                        "token_usage")},
+        **{k: (_onum, False) for k in SERVER_FIELDS},
     },
     "gpu": {"t_s": (is_num, True), "gpu": (is_int, True), "source": (is_str, False), "name": (_ostr, False),
-            **{k: (_onum, False) for k in ("util_pct", "mem_used_mib", "mem_total_mib", "power_w", "sm_clock_mhz",
-                                            "temp_c")}},
+            **{k: (_onum, False) for k in GPU_FIELDS}},
     "client": {"t_s": (is_num, True), "cpu_pct": (_onum, False), "loop_lag_ms": (_onum, False),
                "saturated": (_bool, False), "level": (is_int, False), "starved": (_bool, False),
                "lag_cpu_wait_ms": (_onum, False)},

@@ -130,27 +130,27 @@ def crash_line(ev: CrashEvent, t0_ns: int) -> dict:
     }
 
 
+# the figures of a server line and of a gpu line, each left out when the sample has none
+SERVER_FIELDS = ("running", "queued", "gen_tok_s", "prompt_tok_s", "accept_len", "accept_rate", "token_usage")
+GPU_FIELDS = ("util_pct", "mem_used_mib", "mem_total_mib", "power_w", "sm_clock_mhz", "temp_c")
+
+
+def _present(sample: ServerSample | GpuSample, fields: tuple[str, ...]) -> dict:
+    return {k: getattr(sample, k) for k in fields if getattr(sample, k) is not None}
+
+
 def server_line(s: ServerSample, t0_ns: int) -> dict:
-    d = {"type": "server", "t_s": round((s.t_ns - t0_ns) / 1e9, 6), "source": s.source}
-    for k in ("running", "queued", "gen_tok_s", "prompt_tok_s", "accept_len", "accept_rate", "token_usage"):
-        v = getattr(s, k)
-        if v is not None:
-            d[k] = v
+    d = {"type": "server", "t_s": round((s.t_ns - t0_ns) / 1e9, 6), "source": s.source,
+         **_present(s, SERVER_FIELDS)}
     if s.extra:
         d["extra"] = s.extra
     return d
 
 
-GPU_FIELDS = ("util_pct", "mem_used_mib", "mem_total_mib", "power_w", "sm_clock_mhz", "temp_c")
-
-
 def gpu_line(s: GpuSample, t0_ns: int, *, named: bool) -> dict:
     """One GPU at one sample; its name only on its first line (``named``)."""
-    d: dict = {"type": "gpu", "t_s": round((s.t_ns - t0_ns) / 1e9, 6), "gpu": s.gpu, "source": s.source}
-    for k in GPU_FIELDS:
-        v = getattr(s, k)
-        if v is not None:
-            d[k] = v
+    d: dict = {"type": "gpu", "t_s": round((s.t_ns - t0_ns) / 1e9, 6), "gpu": s.gpu, "source": s.source,
+               **_present(s, GPU_FIELDS)}
     if named and s.name:
         d["name"] = s.name
     return d

@@ -27,6 +27,7 @@ from specload.formatting import (
     table_columns,
 )
 from specload.record.reader import RecordData, RecordReadError, read_record
+from specload.record.schema import SERVER_FIELDS
 from specload.stats.level_metrics import DEFAULT_PRIMARY, METRICS
 from specload.stats.levels import LevelColumns, LevelSummary
 from specload.stats.lossless import NEAR_TIE_NATS
@@ -252,8 +253,7 @@ def _server_levels(data: RecordData) -> ServerLevels:
     record's own clock: seconds since the run started, as the request lines' are read)."""
     book = ServerLevels()
     for d in data.servers:
-        fields = {k: d.get(k) for k in ("running", "queued", "gen_tok_s", "prompt_tok_s", "accept_len", "accept_rate",
-                                         "token_usage")}
+        fields = {k: d.get(k) for k in SERVER_FIELDS}
         book.add(ServerSample(t_ns=int(d.get("t_s", 0) * 1e9), source=d.get("source", "?"),
                               extra=d.get("extra") or {}, **fields))
     return book

@@ -37,6 +37,7 @@ from specload.datatypes import (
 )
 from specload.engine.runner import RunnerState
 from specload.record.reader import RecordData
+from specload.record.schema import SERVER_FIELDS
 from specload.session.listener import SessionListener
 from specload.sources.frame import LOG_TAIL, Frame, RunInfo
 from specload.stats.levels import LevelSummary
@@ -47,8 +48,6 @@ NS = 1_000_000_000
 SLICE_S = 0.25  # token feed granularity, in record time (LiveStats buckets by the second)
 if TYPE_CHECKING:
     from specload.session import SessionResult
-
-_SAMPLE_KEYS = ("running", "queued", "gen_tok_s", "prompt_tok_s", "accept_len", "accept_rate", "token_usage")
 
 
 class _RecordClock:
@@ -290,7 +289,7 @@ class ReplaySource:
                     self._log(item.t_s, f"{ev.kind}: {ev.value}" if ev.value != "" else ev.kind)
         elif item.kind == "server":
             self._stats.on_server(ServerSample(ns, str(p.get("source", "")), **{
-                k: p[k] for k in _SAMPLE_KEYS if isinstance(p.get(k), int | float)}))
+                k: p[k] for k in SERVER_FIELDS if isinstance(p.get(k), int | float)}))
         elif item.kind == "crash":
             c = CrashEvent(
                 signature=str(p.get("signature")), exception_type=str(p.get("exception_type") or "?"),
