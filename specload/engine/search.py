@@ -205,8 +205,6 @@ def _side(iv: Interval, threshold: float) -> bool | None:
 @dataclass(slots=True)
 class _Probe:
     plan: ProbePlan
-    outcome: ProbeOutcome | None = None
-    looks: int = 0
 
 
 @dataclass(slots=True)
@@ -378,7 +376,6 @@ class CapacitySearch:
         if cur is None or self._end is not None:
             return 0
         s = self.settings
-        cur.looks += 1
         if started + cur.plan.requests > cur.plan.cap:
             return 0
         if s.budget_s is not None and elapsed_s >= s.budget_s:

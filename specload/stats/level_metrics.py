@@ -123,8 +123,6 @@ def level_keys(levels: Iterable[LevelRequests]) -> dict[LevelKey, list[LevelRequ
 @dataclass(frozen=True)
 class SteadyState:
     mask: np.ndarray  # bool per request: ran wholly at the level's full load
-    t_fill: float | None  # the level filled at this time (seconds since the run started)
-    t_drain: float | None  # ... and started draining here (the first end after its last start)
     span: tuple[float, float] | None  # first start to last end of the steady requests
     mean_in_flight: float | None  # the level's own requests in flight, averaged over ``span``
     note: str | None = None  # why fill and drain could not be excluded, or a caveat
@@ -145,12 +143,12 @@ def _in_flight_at(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.nd
 
 def steady_state(level: LevelRequests) -> SteadyState:
     if level.start_s is None or level.end_s is None or level.n == 0:
-        return SteadyState(level.ok.copy(), None, None, None, None,
+        return SteadyState(level.ok.copy(), None, None,
                            "no request times: fill and drain could not be excluded")
     start, end = level.start_s, level.end_s
     valid = np.isfinite(start) & np.isfinite(end)
     if not valid.any():
-        return SteadyState(np.zeros(level.n, bool), None, None, None, None, "no request times")
+        return SteadyState(np.zeros(level.n, bool), None, None, "no request times")
     s, e = start[valid], end[valid]
     if level.open_loop:
         t_fill = float(e.min())
@@ -172,7 +170,7 @@ def steady_state(level: LevelRequests) -> SteadyState:
     first_counts = level.concurrency == 1 and not level.open_loop
     mask = valid & ((start >= t_fill) if first_counts else (start > t_fill)) & (end <= t_drain)
     if not mask.any():
-        return SteadyState(mask, t_fill, t_drain, None, None, None)
+        return SteadyState(mask, None, None, None)
     a, b = float(start[mask].min()), float(end[mask].max())
     mean_in_flight = None
     if level.running and not level.open_loop:
@@ -180,7 +178,7 @@ def steady_state(level: LevelRequests) -> SteadyState:
     elif b > a:
         overlap = np.clip(np.minimum(e, b) - np.maximum(s, a), 0.0, None)
         mean_in_flight = float(overlap.sum() / (b - a))
-    return SteadyState(mask, t_fill, t_drain, (a, b), mean_in_flight, None)
+    return SteadyState(mask, (a, b), mean_in_flight, None)
 
 
 # ------------------------------------------------------------------------------------------ metrics

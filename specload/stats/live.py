@@ -60,7 +60,6 @@ class StatsSnapshot:
     tok_s_series: tuple[float, ...]  # per completed second, oldest first
     tok_s: float  # the last completed second
     tok_s_avg10: float  # mean of the last 10 completed seconds
-    req_s_series: tuple[float, ...]
     req_s: float  # the last completed second
     # mean of the last 10 completed seconds: requests end in bursts (a level's first C requests
     # together), so one second's count is mostly 0 or C at low concurrency
@@ -277,7 +276,6 @@ class LiveStats:
             tok_s_series=tok,
             tok_s=tok[-1] if tok else 0.0,
             tok_s_avg10=sum(last10) / len(last10) if last10 else 0.0,
-            req_s_series=req,
             req_s=req[-1] if req else 0.0,
             req_s_avg10=sum(req10) / len(req10) if req10 else 0.0,
             tokens_total=round(self.tokens_total),

@@ -81,7 +81,6 @@ def mid_run_snapshot(with_crash: bool = True) -> StatsSnapshot:
         tok_s_series=_wave(n, 300.0, 60.0),
         tok_s=402.0,
         tok_s_avg10=396.5,
-        req_s_series=_wave(n, 1.5, 0.3),
         req_s=1.6,
         req_s_avg10=1.5,
         tokens_total=48_213,
@@ -135,7 +134,7 @@ def idle_source() -> StaticSource:
     """Before the server answered: nothing measured yet."""
     empty = LatencyView((), (), None, None)
     snap = StatsSnapshot(
-        t_ns=T0, elapsed_s=0.0, tok_s_series=(), tok_s=0.0, tok_s_avg10=0.0, req_s_series=(), req_s=0.0, req_s_avg10=0.0,
+        t_ns=T0, elapsed_s=0.0, tok_s_series=(), tok_s=0.0, tok_s_avg10=0.0, req_s=0.0, req_s_avg10=0.0,
         tokens_total=0, requests_total=0, requests_ok=0, requests_failed=0, ttft=empty, tpot=empty, e2e=empty,
         errors_by_kind=(), last_errors=(), levels=(), server=None, server_gen_tok_s_series=(),
         accept_len_series=(), crashes=(), health="unknown", client_cpu_pct=None, loop_lag_ms=None,

@@ -51,7 +51,7 @@ def test_rates_before_ten_seconds_average_over_the_seconds_there_are() -> None:
     clock.set_ns(3 * NS)
     snap = stats.snapshot()
     # seconds 0, 1 and 2 are complete: 3 requests and 300 tokens, all in second 1
-    assert snap.req_s_series == (0.0, 3.0, 0.0)
+    assert snap.req_s == 0.0 and snap.tok_s_series == (0.0, 300.0, 0.0)
     assert snap.req_s_avg10 == pytest.approx(1.0)
     assert snap.tok_s_avg10 == pytest.approx(100.0)
     assert snap.elapsed_s == pytest.approx(3.0)
