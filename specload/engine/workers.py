@@ -447,12 +447,10 @@ class Pipes:
         return local_timeline(workers=True)
 
     def __init__(self) -> None:
-        self._pool: WorkerPool | None = None
         self._readers: list[asyncio.Task] = []
         self._workers: list[Worker] = []
 
     async def start(self, pool: WorkerPool) -> list[Worker]:
-        self._pool = pool
         up: list[asyncio.Event] = []
         for i in range(pool.n):
             proc = await asyncio.create_subprocess_exec(

@@ -39,13 +39,11 @@ class ServerExitedError(RuntimeError):
 class ReadyTimeoutError(TimeoutError):
     """The health URL did not answer 200 within the ready timeout."""
 
-    def __init__(self, elapsed: float, last_line: str | None, last_detail: str | None) -> None:
+    def __init__(self, elapsed: float, last_detail: str | None) -> None:
         msg = f"server not ready after {elapsed:.0f} s"
         if last_detail:
             msg += f" (health: {last_detail})"
         super().__init__(msg)
-        self.elapsed = elapsed
-        self.last_line = last_line
         self.last_detail = last_detail
 
 
@@ -269,7 +267,7 @@ class LaunchedServer:
                 if on_progress is not None:
                     on_progress(elapsed, self.last_line)
                 if elapsed >= timeout:
-                    raise ReadyTimeoutError(elapsed, self.last_line, self.last_health_detail)
+                    raise ReadyTimeoutError(elapsed, self.last_health_detail)
                 remaining = timeout - elapsed
                 ok = await self._race_exit(self._probe(session, min(request_timeout, remaining)))
                 if ok:
