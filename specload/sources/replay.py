@@ -139,7 +139,7 @@ class ReplaySource:
         self.end_s = max([i.t_s for i in self._items] + [float((data.end or {}).get("elapsed_s") or 0.0)])
         self._level_index = -1
         self._level_count = len(self._level_starts)
-        self._tokens = _TokenCurve(data, self.t0_ns)
+        self._tokens = _TokenCurve(data)
         self._fed_tokens_s = 0.0
         self._starts = np.array(sorted(r["start_s"] for r in data.requests if isinstance(r.get("start_s"), float | int)))
         ends = [(r["start_s"], r.get("end_s", r["start_s"])) for r in data.requests if isinstance(r.get("start_s"), float | int)]
@@ -335,7 +335,7 @@ class _TokenCurve:
     """How many tokens the recorded requests had produced by each moment: the first at TTFT, the rest
     spread evenly to the last (or at the recorded chunk times, with ``--record-chunks``)."""
 
-    def __init__(self, data: RecordData, t0_ns: int) -> None:
+    def __init__(self, data: RecordData) -> None:
         t1, t2, rest = [], [], []
         exact_t: list[float] = []
         exact_n: list[float] = []

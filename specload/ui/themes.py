@@ -66,7 +66,7 @@ def user_themes_dir() -> Path:
     return Path(base) / "specload" / "themes"
 
 
-def theme_from_mapping(data: dict, *, origin: str = "<data>") -> Theme:
+def theme_from_mapping(data: dict) -> Theme:
     """A ``Theme`` from a parsed TOML table; ``ValueError`` with a one-line reason when it is unusable."""
     name = data.get("name")
     if not isinstance(name, str) or not name.strip():
@@ -117,7 +117,7 @@ def load_theme_file(path: Path) -> Theme:
         raise ValueError(e.strerror or str(e)) from None
     except tomllib.TOMLDecodeError as e:
         raise ValueError(f"bad TOML: {e}") from None
-    return theme_from_mapping(data, origin=str(path))
+    return theme_from_mapping(data)
 
 
 def load_themes(dirs: list[Path] | None = None) -> ThemeSet:

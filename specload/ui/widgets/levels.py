@@ -229,10 +229,10 @@ class KneeChart(PlotextPlot):
             plt.ylim(0, ticks[-1])
             plt.yticks(ticks, [f"{t:g}" for t in ticks])
             if sv is not None:
-                self._draw_search(sv, top)
+                self._draw_search(sv)
         self.refresh()
 
-    def _draw_search(self, sv: SearchView, top: float) -> None:
+    def _draw_search(self, sv: SearchView) -> None:
         plt = self.plt
         bad = [(math.log2(p.value), p.throughput) for p in sv.probes if not p.acceptable and p.value > 0]
         if bad:
