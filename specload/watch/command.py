@@ -23,14 +23,8 @@ import signal
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 
+from specload.watch.markers import signal_name
 from specload.watch.tail import LINES_PER_TURN, LineQueue, LineSplitter, NoticeFn, NoticeLog, read_stream
-
-
-def signal_name(signum: int) -> str:
-    try:
-        return signal.Signals(signum).name
-    except ValueError:
-        return f"signal {signum}"
 
 
 @dataclass(frozen=True, slots=True)

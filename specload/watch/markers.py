@@ -18,7 +18,7 @@ from typing import NamedTuple
 from specload.watch.logline import LogLine
 
 __all__ = ["MARKERS", "MARKER_STEPS", "PREFILTER_RE", "SHELL_RE", "Hit", "Marker", "MarkerLine", "demangle",
-           "exit_message"]
+           "exit_message", "signal_name"]
 
 
 # ------------------------------------------------------------------------------------------- demangling
@@ -82,7 +82,7 @@ _STOP_SIGNALS = frozenset({"SIGTERM", "SIGINT", "SIGHUP", "SIGPIPE"})
 _SIGNAL_ALT = "SIGABRT|SIGSEGV|SIGBUS|SIGILL|SIGFPE|SIGTRAP|SIGKILL|SIGSYS"
 
 
-def _signal_name(number: int) -> str:
+def signal_name(number: int) -> str:
     try:
         return signal.Signals(number).name
     except ValueError:
@@ -95,7 +95,7 @@ def exit_message(code: int, *, shell_status: bool = False) -> str | None:
     if code == 0:
         return None
     if shell_status and 128 < code <= 128 + 64:
-        name = _signal_name(code - 128)
+        name = signal_name(code - 128)
         return None if name in _STOP_SIGNALS else f"exited with code {code} ({name})"
     return f"exited with code {code}"
 
@@ -217,7 +217,7 @@ def _docker_exit_hit(m: re.Match[str], _line: MarkerLine) -> Hit | None:
 
 
 def _mpirun_signal_hit(m: re.Match[str], _line: MarkerLine) -> Hit | None:
-    msg = _killed_message(_signal_name(int(m.group(2))))
+    msg = _killed_message(signal_name(int(m.group(2))))
     return Hit("process_exit", msg, process=f"rank {m.group(1)}", consequence=True) if msg else None
 
 
@@ -226,13 +226,13 @@ def _systemd_hit(m: re.Match[str], _line: MarkerLine) -> Hit | None:
     if code == "exited":
         msg = exit_message(status)
     else:  # killed, dumped: status is the signal number and its short name
-        msg = _killed_message("SIG" + name if name.isupper() else _signal_name(status), core=code == "dumped")
+        msg = _killed_message("SIG" + name if name.isupper() else signal_name(status), core=code == "dumped")
     return Hit("process_exit", msg, process=unit, consequence=True) if msg else None
 
 
 def _elastic_hit(m: re.Match[str], _line: MarkerLine) -> Hit | None:
     code = int(m.group(1))
-    msg = _killed_message(_signal_name(-code)) if code < 0 else exit_message(code)
+    msg = _killed_message(signal_name(-code)) if code < 0 else exit_message(code)
     return Hit("process_exit", msg, process=f"local_rank {m.group(2)}", consequence=True) if msg else None
 
 
