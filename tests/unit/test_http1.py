@@ -87,6 +87,32 @@ def test_a_chunked_body_split_anywhere_reaches_the_sink_whole_and_ends_once(piec
     assert [n for _, n in got] == sorted(n for _, n in got) and max(n for _, n in got) <= len(reads)
 
 
+@settings(max_examples=60, deadline=None)
+@given(pieces=st.lists(st.sampled_from([b"data: x\n\n", b"a\r\nb", b"\r\n", b"0", b"z" * 300, b"y" * 600]) | st.binary(min_size=1, max_size=30),
+                       max_size=12),
+       sizes=st.lists(st.sampled_from([b"%x", b"%X", b"0%x"]), min_size=12, max_size=12),
+       groups=st.lists(st.integers(1, 4), max_size=12))
+def test_reads_of_whole_chunks_are_cut_as_the_general_reader_cuts_them(pieces, sizes, groups) -> None:
+    # reads that hold whole chunks take the one-split path when each size is lowercase hex and no
+    # data holds a CRLF, the general loop otherwise: the same bytes reach the sink either way
+    chunks = [(fmt % len(p)) + b"\r\n" + p + b"\r\n" for p, fmt in zip(pieces, sizes, strict=False)]
+    chunks.append(b"0\r\n\r\n")
+    reads, i = [HEAD], 0
+    for g in groups + [len(chunks)]:
+        if i < len(chunks):
+            reads.append(b"".join(chunks[i:i + g]))
+            i += g
+    fut, got, _ = _exchange(reads)
+    assert fut.done() and fut.result() is None
+    assert b"".join(d for d, _ in got) == b"".join(pieces)
+    assert [d for d, _ in got].count(b"") == 1 and got[-1][0] == b""
+
+
+def test_chunks_after_the_last_chunk_in_one_read_are_not_data() -> None:
+    fut, got, _ = _exchange([HEAD, b"3\r\nabc\r\n0\r\n\r\n3\r\nxyz\r\n3\r\nuvw\r\n"])
+    assert fut.done() and [d for d, _ in got] == [b"abc", b""]
+
+
 def test_the_last_chunk_in_a_read_of_its_own_ends_the_body() -> None:
     # a read of just "0\r\n\r\n" once looked like one whole empty chunk: the stream never ended
     fut, got, _ = _exchange([HEAD + b"3\r\nabc\r\n", b"0\r\n\r\n"])
