@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 
 class ErrorKind(StrEnum):
@@ -129,6 +129,13 @@ class RequestRecord:
         speculative decoding) therefore give the same k values of gap / k. Tokens per chunk
         come from the server when it tells them, else from the request's mean (one value per chunk).
         """
+        itl = self.itl_per_token()
+        return itl if isinstance(itl, list) else itl.tolist()
+
+    def itl_per_token(self, offs_array: Any = None) -> Any:
+        """``itl_per_token_ns`` as a list, or as a numpy array where numpy computed it (for the
+        level's histogram, which takes either without a copy); ``offs_array``: the chunk offsets as
+        an int64 array, when the caller has made one."""
         offs = self.chunk_offsets_ns
         n = len(offs)
         if n < 2:
@@ -142,7 +149,7 @@ class RequestRecord:
             mean = (self.output_tokens - 1) / (c - 1) if self.output_tokens > c - 1 else 1.0
             per = None
         if n > 16 and (per is None or min(per) > 0):
-            fast = _itl_vectorised(offs, per, mean)
+            fast = _itl_vectorised(offs if offs_array is None else offs_array, per, mean)
             if fast is not None:
                 return fast
         return _itl_loop(offs, per, mean)
@@ -177,7 +184,7 @@ def _itl_loop(offs: tuple[int, ...], per: tuple[int, ...] | None, mean: float) -
     return out
 
 
-def _itl_vectorised(offs: tuple[int, ...], per: tuple[int, ...] | None, mean: float) -> list[float] | None:
+def _itl_vectorised(offs: Any, per: tuple[int, ...] | None, mean: float) -> Any:
     """``itl_per_token_ns`` in numpy, value for value the same (the sums as the loop adds them),
     for an answer whose every burst carries tokens: the loop costs ~0.1-0.5 us per chunk, once per
     record, as much as reading the stream did. None where the loop is cheaper (a short answer in
@@ -191,7 +198,7 @@ def _itl_vectorised(offs: tuple[int, ...], per: tuple[int, ...] | None, mean: fl
         return []
     gaps = d[nz].astype(np.float64)
     if per is None and nz.size == d.size:  # every chunk at its own time: gap / mean each
-        return (gaps / max(mean, 1e-9)).tolist()
+        return gaps / max(mean, 1e-9)
     if len(offs) < 200:
         return None  # fewer bursts than chunks, and few chunks: the loop is cheaper
     bounds = np.append(nz, len(offs) - 1)
@@ -199,9 +206,9 @@ def _itl_vectorised(offs: tuple[int, ...], per: tuple[int, ...] | None, mean: fl
     if per is None:
         # the loop adds the mean once per chunk: a burst of k chunks carries the k-th partial sum
         tokens = np.maximum(np.cumsum(np.full(int(counts.max()), mean))[counts - 1], 1e-9)
-        return np.repeat(gaps / tokens, counts).tolist()
+        return np.repeat(gaps / tokens, counts)
     tokens = np.add.reduceat(np.asarray(per, dtype=np.float64), nz + 1)  # sums of ints: exact
-    return np.repeat(gaps / tokens, tokens.astype(np.int64)).tolist()
+    return np.repeat(gaps / tokens, tokens.astype(np.int64))
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,10 +36,12 @@ def _ms(ns: float | None) -> float | None:
 
 
 def request_line(rec: RequestRecord, t0_ns: int, *, with_chunks: bool = False) -> dict:
-    itl = rec.itl_per_token_ns() if rec.ok else []
-    if itl:
-        s = sorted(itl)
-        itl_p50 = _ms(s[len(s) // 2] if len(s) % 2 else (s[len(s) // 2 - 1] + s[len(s) // 2]) / 2)
+    itl = rec.itl_per_token() if rec.ok else []  # numpy's array for a long answer: sorted in C
+    if len(itl):
+        s = sorted(itl) if isinstance(itl, list) else itl.copy()
+        if not isinstance(s, list):
+            s.sort()
+        itl_p50 = _ms(float(s[len(s) // 2] if len(s) % 2 else (s[len(s) // 2 - 1] + s[len(s) // 2]) / 2))
     else:
         itl_p50 = None
     d: dict = {

@@ -198,6 +198,6 @@ def test_the_vectorised_itl_gives_the_loops_values_exactly(sizes, gaps, tokens, 
     per = None if tokens is None else tuple(tokens[i % len(tokens)] for i in range(len(offs)))
     fast = _itl_vectorised(tuple(offs), per, mean)
     if fast is not None:
-        assert fast == _itl_loop(tuple(offs), per, mean)
+        assert list(fast) == _itl_loop(tuple(offs), per, mean)
     else:
         assert len(offs) < 200
