@@ -238,7 +238,8 @@ def server_watch(cfg: RunConfig, url: str, client: LoadClient, *, clock: Clock, 
     return ServerWatch(cfg.watch, url, clock=clock, on_health=fan.health, on_server=fan.server,
                        on_client_load=fan.client_load, on_notice=fan.notice,
                        worker_loads=lambda: client.worker_loads, on_gpu=fan.gpu,
-                       on_gpu_fault=fan.gpu_fault, server_local=launched or is_local(url))
+                       on_gpu_fault=fan.gpu_fault, server_local=launched or is_local(url),
+                       streamed=lambda: fan.stats.tokens_total)
 
 
 def header(cfg: RunConfig, *, target: str | None, model: str | None, api: str | None, builtin_sim: bool,

@@ -14,6 +14,8 @@ loop, where the state lives (``observe`` and ``mark_down`` run there and nowhere
 be starved too, by other processes on a busy machine: a check that timed out while its own thread,
 or the main thread (which holds the interpreter's lock while it waits for a CPU, so the checks wait
 with it), spent half the timeout waiting for a CPU (the kernel's run-queue wait) gives no verdict.
+Nor does a timeout while the load's streams kept receiving tokens since the last check (``streamed``):
+a server too busy to answer its health check in time while it streams is slow, not down.
 """
 
 from __future__ import annotations
@@ -69,6 +71,7 @@ class HealthMonitor:
         clock: Clock = SYSTEM_CLOCK,
         on_change: HealthFn | None = None,
         down_after: int = 2,
+        streamed: Callable[[], float] | None = None,
     ) -> None:
         self.url = url
         self.interval = INTERVAL_S if interval is None else interval
@@ -81,6 +84,8 @@ class HealthMonitor:
         self._clock = clock
         self._on_change = on_change
         self._failures = 0
+        self._streamed = streamed  # the tokens the load has received so far
+        self._streamed_seen: float | None = None  # ... as at the last check
         self._stop = threading.Event()
         self._wake: Callable[[], None] = lambda: None  # the checking thread's stop, once it runs
         self._first = asyncio.Event()  # set by the first verdict (or the thread's end)
@@ -105,6 +110,9 @@ class HealthMonitor:
         if check.client_side:
             self.detail = check.detail
             return
+        if self._streaming() and not check.ok and check.detail.startswith("timeout"):
+            self.detail = f"{check.detail} while its streams went on: slow, not down"
+            return
         if check.ok:
             self._failures = 0
             self._set("up", check.detail)
@@ -115,6 +123,13 @@ class HealthMonitor:
             self._set("down", check.detail)
         else:
             self.detail = check.detail
+
+    def _streaming(self) -> bool:
+        """Tokens came in since the last check."""
+        if self._streamed is None:
+            return False
+        seen, self._streamed_seen = self._streamed_seen, self._streamed()
+        return seen is not None and self._streamed_seen > seen
 
     async def check_once(self, session: aiohttp.ClientSession) -> HealthCheck:
         loop = asyncio.get_running_loop()

@@ -49,6 +49,7 @@ class ServerWatch:
         on_gpu: Callable[[GpuSample], None] = lambda _s: None,
         on_gpu_fault: Callable[[GpuFault], None] = lambda _f: None,
         server_local: bool = True,
+        streamed: Callable[[], float] | None = None,
     ) -> None:
         self.cfg = cfg
         self.url = url
@@ -57,6 +58,7 @@ class ServerWatch:
         self._notice = on_notice
         self._worker_loads = worker_loads
         self._on_gpu, self._on_gpu_fault, self._server_local = on_gpu, on_gpu_fault, server_local
+        self._streamed = streamed  # the load's tokens so far: a health timeout while they grow is no verdict
         self.health: HealthMonitor | None = None  # when watched
         self.metrics: MetricsScraper | None = None  # when scraped
         self.gpu: GpuWatch | None = None  # when the GPUs are read
@@ -68,7 +70,8 @@ class ServerWatch:
         if w.health and await self._has_health_endpoint():
             from specload.watch.health import HealthMonitor
 
-            self.health = HealthMonitor(self.url + "/health", clock=self.clock, on_change=self._on_health)
+            self.health = HealthMonitor(self.url + "/health", clock=self.clock, on_change=self._on_health,
+                                        streamed=self._streamed)
             self._tasks.append(tg.create_task(self.health.run()))
             await self.health.first_verdict()
         if w.metrics_url != "off":

@@ -159,3 +159,21 @@ def test_a_timeout_while_the_checking_thread_waited_for_a_cpu_is_no_verdict() ->
     assert starved_check(timeout, None, 2.0) is timeout  # not known (not Linux): the timeout stands
     mon.observe(starved_check(timeout, 0.3, 2.0))  # the server had most of the time: down
     assert rec.values == ["up", "down"]
+
+
+def test_a_timeout_while_the_streams_go_on_is_no_verdict() -> None:
+    # a server too busy to answer /health in time while it streams tokens is slow, not down
+    rec = Recorder()
+    tokens = [0.0]
+    mon = HealthMonitor("http://127.0.0.1:1/health", timeout=2.0, on_change=rec, down_after=1,
+                        streamed=lambda: tokens[0])
+    mon.observe(HealthCheck(True, "HTTP 200 in 1 ms"))
+    timeout = HealthCheck(False, "timeout after 2 s")
+    tokens[0] = 500.0
+    mon.observe(timeout)  # tokens came since the last check
+    assert rec.values == ["up"] and "slow, not down" in mon.detail
+    mon.observe(HealthCheck(False, "HTTP 503"))  # an answer is one, streams or not
+    assert rec.values == ["up", "down"]
+    mon.observe(HealthCheck(True, "HTTP 200 in 1 ms"))
+    mon.observe(timeout)  # no token since the last check: the timeout stands
+    assert rec.values == ["up", "down", "up", "down"]

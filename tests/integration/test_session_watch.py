@@ -205,6 +205,60 @@ async def test_a_server_without_health_endpoint_is_not_taken_for_dead(tmp_path) 
     assert session.stats.snapshot().health == "unknown"
 
 
+async def test_a_server_slow_to_answer_health_while_it_streams_is_not_down(tmp_path, monkeypatch) -> None:
+    # overloaded servers answer /health late while their streams go on (a bench server at C=10000
+    # did): that is slow, not down, and the load is never paused for it
+    from aiohttp import web
+
+    from specload.datatypes import HealthChanged, LoadControl
+    from specload.watch import health
+
+    monkeypatch.setattr(health, "INTERVAL_S", 0.1)
+    monkeypatch.setattr(health, "TIMEOUT_S", 0.3)
+    calls = [0]
+
+    async def slow_health(request: web.Request) -> web.Response:
+        calls[0] += 1
+        if calls[0] > 2:  # the first answers in time (the run starts with the server up), then late
+            await asyncio.sleep(1.0)
+        return web.Response(text="ok")
+
+    async def chat(request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        for _ in range(10):
+            await asyncio.sleep(0.03)
+            await resp.write(b'data: {"choices":[{"delta":{"content":"hi"},"finish_reason":null}]}\n\n')
+        await resp.write(b'data: {"choices":[{"delta":{},"finish_reason":"length"}]}\n\ndata: [DONE]\n\n')
+        return resp
+
+    async def models(request: web.Request) -> web.Response:
+        return web.json_response({"data": [{"id": "busy-model"}]})
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", chat)
+    app.router.add_get("/v1/models", models)
+    app.router.add_get("/health", slow_health)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    url = f"http://127.0.0.1:{runner.addresses[0][1]}"
+    heard = Heard()
+    try:
+        session = Session(cfg(url, tmp_path / "r.jsonl", watch=WatchConfig(metrics_url="off", gpu_metrics="off"),
+                              levels=(2,), duration=2.5), listener=heard.listener)
+        result = await asyncio.wait_for(session.run(), 30)
+    finally:
+        await runner.cleanup()
+    assert result.reason == "completed"
+    assert calls[0] >= 4  # checks timed out during the load
+    events = heard.of("run_event")
+    assert [e.state for e in events if isinstance(e, HealthChanged)] == ["up"], events
+    assert not [e for e in events if isinstance(e, LoadControl) and e.action == "pause"], events
+    assert session.stats.snapshot().requests_ok >= 4
+
+
 async def test_a_crash_line_printed_in_a_loop_is_one_record_line(sim, tmp_path) -> None:
     # a server (or a wrapper script) printing the same crash line 20,000 times: one failure, one crash
     # line in the record (each line used to write one, 310,000 lines in 15 s with the client saturated)
