@@ -306,17 +306,13 @@ async def _find_reset(s: aiohttp.ClientSession, url: str) -> tuple[str | None, t
 
 async def reset(url: str, support: OutputSupport, headers: dict[str, str], *, timeout_s: float = 30.0) -> str | None:
     """Reset the server's prefix cache; None when it did, else why not (one line)."""
+    paths = {"vllm": ["/reset_prefix_cache"], "sglang": ["/flush_cache"],
+             "llamacpp": [f"/slots/{i}?action=erase" for i in support.slots]}.get(support.reset or "")
+    if paths is None:
+        return support.detail or "no cache reset"
     timeout = aiohttp.ClientTimeout(total=timeout_s)
     async with aiohttp.ClientSession(timeout=timeout, headers=headers) as s:
-        if support.reset == "vllm":
-            calls = [_post(s, url + "/reset_prefix_cache")]
-        elif support.reset == "sglang":
-            calls = [_post(s, url + "/flush_cache")]
-        elif support.reset == "llamacpp":
-            calls = [_post(s, f"{url}/slots/{i}?action=erase") for i in support.slots]
-        else:
-            return support.detail or "no cache reset"
-        answers = await asyncio.gather(*calls)
+        answers = await asyncio.gather(*(_post(s, url + path) for path in paths))
     bad = [(st, body) for st, body in answers if st != 200]
     if not bad:
         return None
