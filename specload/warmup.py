@@ -13,24 +13,20 @@ program: 15-22 ms each). Both delay whichever stream is read next, so a request 
 shows a TTFT the server never had.
 
 ``settle_before_load`` runs each per-request and per-level path once on a made-up request (nothing is
-recorded or shown), collects, and freezes what exists (``gc.freeze``): later collections only walk
-objects created during the load. During the load it freezes again every second, so they walk only
-the last second's: 10,000 open streams are ~260k objects, and full passes over them held the loop
-for 100-600 ms every 1-2 s (they found nothing to free: a request's objects go by reference count
-when it ends, tests/integration/test_client_sim.py). ``after_load`` unfreezes, so a process that
-runs several sessions (the test suite, the TUI's next run) frees them normally.
+recorded or shown), then collects and freezes what exists, and again each second of the load
+(``engine/collector.py``): the collector's passes walk only the load's newest objects.
+``after_load`` unfreezes, so a process that runs several sessions (the test suite, the TUI's next
+run) frees them normally.
 """
 
 from __future__ import annotations
 
 import asyncio
-import gc
 
 from specload.datatypes import RequestRecord
+from specload.engine import collector
 
 _frozen = False
-REFREEZE_S = 1.0
-_refreeze: asyncio.TimerHandle | None = None
 
 
 def install_loop() -> None:
@@ -68,30 +64,12 @@ def settle_before_load() -> None:
     """Called once the client, the watchers and the record are set up, right before the first request."""
     global _frozen
     _exercise()
-    gc.collect()
-    gc.freeze()
+    collector.freeze_while_loading()
     _frozen = True
-    try:
-        _refreeze_later(asyncio.get_running_loop())
-    except RuntimeError:
-        pass  # no loop runs here: frozen once
-
-
-def _refreeze_later(loop: asyncio.AbstractEventLoop) -> None:
-    global _refreeze
-    _refreeze = loop.call_later(REFREEZE_S, _refreeze_now, loop)
-
-
-def _refreeze_now(loop: asyncio.AbstractEventLoop) -> None:
-    gc.freeze()
-    _refreeze_later(loop)
 
 
 def after_load() -> None:
-    global _frozen, _refreeze
-    if _refreeze is not None:
-        _refreeze.cancel()
-        _refreeze = None
+    global _frozen
     if _frozen:
-        gc.unfreeze()
+        collector.thaw()
         _frozen = False

@@ -32,6 +32,7 @@ import orjson
 
 from specload.config import RequestConfig, TargetConfig
 from specload.datatypes import ErrorKind, Output, RequestRecord, RunEvent, event_from_record
+from specload.engine import collector
 from specload.engine.client import StreamingClient, local_timeline
 from specload.options import from_dict, to_dict
 from specload.secrets import Scrubber
@@ -149,6 +150,7 @@ class StreamWorker:
         # the same monitor as the main process's: its samples are judged there (starved or saturated)
         self._monitor = asyncio.ensure_future(ClientLoadMonitor(on_sample=lambda s: self._say(
             {"op": "load", "cpu": s.cpu_pct, "lag": s.loop_lag_ms, "wait": s.lag_cpu_wait_ms})).run())
+        collector.freeze_while_loading()  # its thousands of streams kept out of the collector's passes
         return {"pid": os.getpid(), "host": socket.gethostname(), "boot_id": boot_id(),
                 "now_ns": time.perf_counter_ns()}
 
@@ -202,6 +204,7 @@ class StreamWorker:
             await asyncio.gather(self._monitor, return_exceptions=True)
         if self._client is not None:
             await self._client.close()
+        collector.thaw()
 
 
 # ---------------------------------------------------------------------- the pool
