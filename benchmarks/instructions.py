@@ -1,6 +1,6 @@
 """Instructions per streamed token, counted by callgrind: the repeatable measure of the hot path.
 
-    python benchmarks/instructions.py [--small 40] [--large 160] [--max-tokens 500] [--api completions]
+    python benchmarks/instructions.py [--small 40] [--large 160] [--max-tokens 500] [--api completions] [--burst 16]
 
 CPU time on a shared 2-core machine swings by tens of percent between runs; the number of
 instructions a run executes does not. This runs ``specload run`` twice under ``valgrind
@@ -68,8 +68,9 @@ def main() -> None:
     ap.add_argument("--api", default="completions")
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--extra", default="", help="extra specload options")
+    ap.add_argument("--burst", type=int, default=16, help="bench server: SSE events per write (1: one token each)")
     a = ap.parse_args()
-    with tempfile.TemporaryDirectory() as tmp, bench_server(1, 16) as (url, _pids):
+    with tempfile.TemporaryDirectory() as tmp, bench_server(1, a.burst) as (url, _pids):
         small, f_small = run(url, a.small, a, f"{tmp}/small.out")
         large, f_large = run(url, a.large, a, f"{tmp}/large.out")
     tokens = (a.large - a.small) * a.max_tokens

@@ -252,12 +252,16 @@ class StreamingClient:
             if why in (_STALL, _TIMEOUT):
                 if task is not None:
                     task.uncancel()
+                e.__traceback__ = None  # (as for a failure below)
                 return rec  # the client's own cancel: a stall or a timeout, handed back like any other error
             self.on_cancelled(rec)
             raise
         except (_FreshReset, http1.ConnectFailed, http1.ConnectTimeout, http1.Dropped, http1.BadResponse,
                 UnicodeDecodeError) as e:
             p.error = self._failure(p, e)
+            # its traceback holds the frames that hold the future that holds it: a cycle, left to the
+            # collector (and frozen with the load's objects), for every failed request
+            e.__traceback__ = None
         finally:
             if timer is not None:
                 timer.cancel()
