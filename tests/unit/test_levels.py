@@ -201,3 +201,36 @@ def test_the_vectorised_itl_gives_the_loops_values_exactly(sizes, gaps, tokens, 
         assert list(fast) == _itl_loop(tuple(offs), per, mean)
     else:
         assert len(offs) < 200
+
+
+@settings(max_examples=15, deadline=None)
+@given(answers=st.lists(st.tuples(st.integers(1, 300), st.integers(1, 16), st.integers(0, 10**9)), min_size=1, max_size=150),
+       every=st.integers(7, 70))
+def test_a_levels_figures_do_not_depend_on_when_they_are_read(answers, every) -> None:
+    # a level holds its requests' ITLs, gaps and token times and folds them in batches: read after
+    # every few requests or once at the end, the figures are the same (the histograms' exactly)
+    def record(i: int, n: int, burst: int, start: int) -> RequestRecord:
+        offs = tuple(5_000_000 + (k // burst) * 20_000_000 for k in range(n))
+        return RequestRecord(request_id=i, level=4, level_index=0, warmup=False, start_ns=start, end_ns=start + offs[-1],
+                             ttft_ns=offs[0], e2e_ns=offs[-1], output_tokens=n, tokens_estimated=True,
+                             prompt_tokens=8, chunks=n, chunk_offsets_ns=offs)
+
+    recs = [record(i, n, b, s) for i, (n, b, s) in enumerate(answers)]
+    once, often = LevelColumns(0, 4), LevelColumns(0, 4)
+    for i, r in enumerate(recs):
+        once.add(r)
+        often.add(r)
+        if i % every == 0:
+            often.summary()
+    a, b = once.summary(), often.summary()
+    assert a.peak_tok_s and b.peak_tok_s  # every request's tokens are in the buckets, held or not
+    for key in ("itl_ms_p50", "itl_ms_p99", "itl_ms_p90", "gap_ms_p50", "gap_ms_p99"):
+        assert getattr(a, key) == getattr(b, key), key
+    for key in ("itl_ms_avg", "itl_ms_std", "gap_ms_avg", "gap_ms_std", "peak_tok_s"):
+        assert getattr(a, key) == pytest.approx(getattr(b, key), rel=1e-9, abs=1e-9), key
+    # and the same as one histogram of every value
+    hist = LogHistogram()
+    for r in recs:
+        hist.add_many(r.itl_per_token_ns())
+    p50 = hist.percentile(50)
+    assert (a.itl_ms_p50 is None) if p50 is None else a.itl_ms_p50 == pytest.approx(p50 / 1e6, abs=1e-3)
