@@ -4,10 +4,12 @@ server reach the run within a second and act on it; health, /metrics and log sta
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import sys
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -173,6 +175,29 @@ async def test_interrupt_while_waiting_for_a_slow_server(tmp_path) -> None:
     assert pid is not None
 
 
+@contextlib.asynccontextmanager
+async def _openai_server(chat, *, model: str, health=None) -> AsyncIterator[str]:
+    """A small OpenAI-shaped server on 127.0.0.1 (port 0): ``chat`` answers the completions, ``health``
+    (if given) GET /health; yields its URL."""
+    from aiohttp import web
+
+    async def models(request: web.Request) -> web.Response:
+        return web.json_response({"data": [{"id": model}]})
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", chat)
+    app.router.add_get("/v1/models", models)
+    if health is not None:
+        app.router.add_get("/health", health)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    try:
+        yield f"http://127.0.0.1:{runner.addresses[0][1]}"
+    finally:
+        await runner.cleanup()
+
+
 async def test_a_server_without_health_endpoint_is_not_taken_for_dead(tmp_path) -> None:
     from aiohttp import web
 
@@ -182,24 +207,11 @@ async def test_a_server_without_health_endpoint_is_not_taken_for_dead(tmp_path) 
     async def chat(request: web.Request) -> web.Response:
         return web.Response(body=sse, content_type="text/event-stream")
 
-    async def models(request: web.Request) -> web.Response:
-        return web.json_response({"data": [{"id": "proxy-model"}]})
-
-    app = web.Application()
-    app.router.add_post("/v1/chat/completions", chat)
-    app.router.add_get("/v1/models", models)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    url = f"http://127.0.0.1:{runner.addresses[0][1]}"
     heard = Heard()
-    try:
+    async with _openai_server(chat, model="proxy-model") as url:
         session = Session(cfg(url, tmp_path / "r.jsonl", watch=WatchConfig(metrics_url="off"), levels=(2,), n=6),
                           listener=heard.listener)
         result = await asyncio.wait_for(session.run(), 30)
-    finally:
-        await runner.cleanup()
     assert result.reason == "completed" and session.stats.snapshot().requests_ok == 6
     assert any("health not watched" in n for n in heard.of("notice"))
     assert session.stats.snapshot().health == "unknown"
@@ -232,25 +244,11 @@ async def test_a_server_slow_to_answer_health_while_it_streams_is_not_down(tmp_p
         await resp.write(b'data: {"choices":[{"delta":{},"finish_reason":"length"}]}\n\ndata: [DONE]\n\n')
         return resp
 
-    async def models(request: web.Request) -> web.Response:
-        return web.json_response({"data": [{"id": "busy-model"}]})
-
-    app = web.Application()
-    app.router.add_post("/v1/chat/completions", chat)
-    app.router.add_get("/v1/models", models)
-    app.router.add_get("/health", slow_health)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    url = f"http://127.0.0.1:{runner.addresses[0][1]}"
     heard = Heard()
-    try:
+    async with _openai_server(chat, model="busy-model", health=slow_health) as url:
         session = Session(cfg(url, tmp_path / "r.jsonl", watch=WatchConfig(metrics_url="off", gpu_metrics="off"),
                               levels=(2,), duration=2.5), listener=heard.listener)
         result = await asyncio.wait_for(session.run(), 30)
-    finally:
-        await runner.cleanup()
     assert result.reason == "completed"
     assert calls[0] >= 4  # checks timed out during the load
     events = heard.of("run_event")
