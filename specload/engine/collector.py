@@ -32,18 +32,16 @@ def freeze_while_loading() -> None:
         if _timer is not None:
             _timer.cancel()
         _loads, _loop = 0, loop
-        _again(loop)
+        _refreeze(loop, now=False)
     _loads += 1
 
 
-def _again(loop: asyncio.AbstractEventLoop) -> None:
+def _refreeze(loop: asyncio.AbstractEventLoop, now: bool = True) -> None:
+    """Freeze (unless just frozen), and again in REFREEZE_S."""
     global _timer
+    if now:
+        gc.freeze()
     _timer = loop.call_later(REFREEZE_S, _refreeze, loop)
-
-
-def _refreeze(loop: asyncio.AbstractEventLoop) -> None:
-    gc.freeze()
-    _again(loop)
 
 
 def thaw() -> None:

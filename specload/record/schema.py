@@ -36,12 +36,13 @@ def _ms(ns: float | None) -> float | None:
 
 
 def request_line(rec: RequestRecord, t0_ns: int, *, with_chunks: bool = False) -> dict:
-    itl = rec.itl_per_token() if rec.ok else []  # numpy's array for a long answer: sorted in C
+    itl = rec.itl_per_token() if rec.ok else []  # numpy's array for a long answer, else a list
     if len(itl):
-        s = sorted(itl) if isinstance(itl, list) else itl.copy()
-        if not isinstance(s, list):
-            s.sort()
-        itl_p50 = _ms(float(s[len(s) // 2] if len(s) % 2 else (s[len(s) // 2 - 1] + s[len(s) // 2]) / 2))
+        import numpy as np  # (as datatypes does: not with this module)
+
+        s = np.sort(itl)
+        n = len(s)
+        itl_p50 = _ms(float(s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2))
     else:
         itl_p50 = None
     d: dict = {

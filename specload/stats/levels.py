@@ -486,7 +486,7 @@ class LevelColumns:
             self._add_chunks(rec, offs)
 
     def _add_chunks(self, rec: RequestRecord, offs: np.ndarray | None) -> None:
-        if offs is None:
+        if offs is None:  # one chunk: no gap between chunks
             offs = np.asarray(rec.chunk_offsets_ns, dtype=np.int64)
         else:
             self.gap.add(np.diff(offs).astype(np.float64))
