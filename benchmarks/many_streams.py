@@ -17,6 +17,10 @@ Each variant runs ``specload run URL -c C -n N --ramp-up S --record R`` (what sh
 - the limit this machine sets: file descriptors (the soft limit against C plus a few per process),
   memory (MemAvailable / memory per stream), CPU (streams per core at the CPU specload used).
 
+``--reference`` also runs the lean reference client (``benchmarks/reference_client.py``: raw asyncio
+streams, counting events, same loop lag probe) on the same load, first: the floor any Python asyncio
+client meets here, in CPU per token and loop lag, against which specload's figures are read.
+
 ``--frames`` also runs the load in this process with the dashboard's frame built every 0.25 s on the
 engine's loop, as the engine process of ``specload tui`` does (``sources.local.session_frame``), and
 reports the frame's build time and its pickled size (what crosses the pipe to the UI).
@@ -142,6 +146,19 @@ def run_variant(url: str, a: argparse.Namespace, workers: int, tmp: Path) -> dic
     }
 
 
+def run_reference(url: str, a: argparse.Namespace) -> dict:
+    cmd = [sys.executable, str(Path(__file__).parent / "reference_client.py"), url, "--concurrency",
+           str(a.concurrency), "--requests", str(a.requests), "--max-tokens", str(a.max_tokens),
+           "--ramp-up", str(a.ramp_up)]
+    ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, check=True).stdout
+    ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    r = json.loads(out)
+    r["cpu_s"] = ru1.ru_utime - ru0.ru_utime + ru1.ru_stime - ru0.ru_stime  # user + system, as for specload
+    r["us_per_token"] = r["cpu_s"] / max(r["events"], 1) * 1e6
+    return r
+
+
 async def frames_in_process(url: str, a: argparse.Namespace) -> tuple[list[float], list[int]]:
     """The load on this loop with the engine process's frame built every 0.25 s; build times (ms) and
     pickled sizes (bytes)."""
@@ -176,6 +193,7 @@ def main() -> None:
     ap.add_argument("--ramp-up", type=float, default=10.0)
     ap.add_argument("--workers", default="1,2")
     ap.add_argument("--frames", action="store_true")
+    ap.add_argument("--reference", action="store_true", help="also run the lean reference client (first)")
     a = ap.parse_args()
     soft_fd = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
     print(f"C={a.concurrency}, {a.requests} requests x {a.max_tokens} tokens, {a.itl_ms} ms between tokens, "
@@ -183,12 +201,21 @@ def main() -> None:
           f"ulimit -n {soft_fd}", flush=True)
     with bench_server(1, 1, "--itl-ms", a.itl_ms, "--backlog", "8192") as (url, _pids), \
             tempfile.TemporaryDirectory() as tmp:
+        lo, _, hi = a.itl_ms.partition(":")
+        tok_s_per_stream = 2000 / (float(lo) + float(hi or lo))
+        if a.reference:
+            r = run_reference(url, a)
+            lags = r["lag_ms"]
+            print(f"\nreference client ({r['wall_s']:.0f} s): {r['requests']} requests ({r['failed']} failed), "
+                  f"{r['events']} events; "
+                  f"loop lag at steady state ({len(lags)} s): p50 {pct(lags, 50):.1f} ms, p99 {pct(lags, 99):.1f} ms; "
+                  f"{r['cpu_s']:.0f} CPU s in all, {r['us_per_token']:.1f} us per event received; "
+                  f"CPU ~{1e6 / (r['us_per_token'] * tok_s_per_stream):,.0f} streams per core at this pace",
+                  flush=True)
         for w in (int(x) for x in a.workers.split(",")):
             r = run_variant(url, a, w, Path(tmp))
             # what a stream at this pace costs, whether or not the client got the CPU it needed: its
             # CPU per token (the whole run, start-up and connection set-up included) x tokens per second
-            lo, _, hi = a.itl_ms.partition(":")
-            tok_s_per_stream = 2000 / (float(lo) + float(hi or lo))
             streams_per_core = 1e6 / (r["us_per_token"] * tok_s_per_stream)
             print(f"\n--workers {w} (load average {r['load']:.1f} at the start, {r['wall_s']:.0f} s):\n"
                   f"  requests ok {r['ok']}/{r['requests']}, lost or failed {r['requests'] - r['ok']} "
