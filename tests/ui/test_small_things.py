@@ -280,3 +280,22 @@ async def test_a_levels_late_summary_takes_its_place_in_the_levels_order() -> No
         await wait_for(pilot, lambda: table.row_count == len(LEVELS), "the levels' rows")
         await pilot.pause()
         assert [r.key.value for r in table.ordered_rows] == [row_key(s) for s in LEVELS]
+
+
+async def test_the_load_panel_shows_ten_thousand_in_flight_whole() -> None:
+    # at C=10000 the in-flight count was cut off the 38-column label ("in flight " and nothing)
+    import dataclasses
+
+    from specload.ui.widgets.load import LoadPanel
+    from tests.ui import fixed_data
+
+    runner = dataclasses.replace(fixed_data.RUNNER, target=10000, in_flight=9876, level_concurrency=10000)
+    for size in ((80, 24), (120, 40), (160, 48)):
+        source = fixed_data.mid_run_source()
+        source.set_frame(dataclasses.replace(source.frame(), runner=runner))
+        app = create_app(source=source)
+        async with app.run_test(size=size) as pilot:
+            await wait_for(pilot, lambda app=app: "in flight 9876" in screen_text(app), f"the whole count at {size}")
+            app.query_one(LoadPanel).pending_target = 20000  # keyed in, not applied yet
+            await wait_for(pilot, lambda app=app: "target C=10000→20000 · in flight 9876" in screen_text(app),
+                           f"the keyed-in target beside it at {size}")

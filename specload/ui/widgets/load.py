@@ -56,7 +56,7 @@ class LoadPanel(Widget):
 
     def compose(self) -> ComposeResult:
         with Horizontal():
-            yield ValueLabel("concurrency  target –  in flight –", id="load-conc")
+            yield ValueLabel("target C=– · in flight –", id="load-conc")
             yield ValueLabel("level –", id="load-level")
         with Horizontal(classes="bar-row"):
             yield ProgressBar(total=1, show_eta=False, id="load-progress")
@@ -86,12 +86,13 @@ class LoadPanel(Widget):
         level = self.query_one("#load-level", ValueLabel)
         bar = self.query_one(ProgressBar)
         if rs is None:
-            conc.show("concurrency  target –  in flight –")
+            conc.show("target C=– · in flight –")
             level.show("level – (not started)")
             bar.update(total=1, progress=0)
             return
         target = f"{rs.target}" if self.pending_target is None else f"{rs.target}→{self.pending_target}"
-        conc.show(f"concurrency  target [b]{target}[/]  in flight [b]{rs.in_flight}[/]")
+        # 38 columns hold C=10000 in flight with a new target keyed in ("target C=10000→20000 · in flight 10000")
+        conc.show(f"target C=[b]{target}[/] · in flight [b]{rs.in_flight}[/]")
         sv = self.search
         if rs.level_index < 0:
             where = "warm-up"
