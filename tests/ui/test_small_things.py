@@ -299,3 +299,37 @@ async def test_the_load_panel_shows_ten_thousand_in_flight_whole() -> None:
             app.query_one(LoadPanel).pending_target = 20000  # keyed in, not applied yet
             await wait_for(pilot, lambda app=app: "target C=10000→20000 · in flight 9876" in screen_text(app),
                            f"the keyed-in target beside it at {size}")
+
+
+async def test_server_columns_appear_with_the_first_level_that_has_a_figure_in_them() -> None:
+    # a server without /metrics or speculation filled "srv tok/s" and "accept" with dashes, which at 80
+    # columns pushed TTFT and TPOT off the table
+    import dataclasses
+
+    from specload.ui.widgets.levels import LevelTable
+    from tests.ui import fixed_data
+
+    bare = {"server_gen_tok_s": None, "accept_len": None, "accept_rate": None, "request_accept_len": None,
+            "request_accept_rate": None}
+    source = fixed_data.mid_run_source()
+    frame = source.frame()
+    levels = frame.stats.levels
+    plain = tuple(dataclasses.replace(s, **bare) for s in levels)
+    source.set_frame(dataclasses.replace(frame, stats=dataclasses.replace(frame.stats, levels=plain[:3])))
+    app = create_app(source=source)
+    async with app.run_test(size=(80, 24)) as pilot:
+        table = app.query_one(LevelTable)
+        await wait_for(pilot, lambda: len(table.rows) == 3, "three levels shown")
+        labels = [str(c.label) for c in table.columns.values()]
+        assert "srv tok/s" not in labels and "accept" not in labels, labels
+        assert labels[:5] == ["C", "tok/s", "ok/total", "TTFT p50/90/95/99 ms", "TPOT p50/90/95/99 ms"], labels
+        # a level with the server's throughput (not its acceptance): that column comes, for every row
+        srv_only = dataclasses.replace(levels[3], accept_len=None, accept_rate=None, request_accept_len=None,
+                                       request_accept_rate=None)
+        source.set_frame(dataclasses.replace(frame, stats=dataclasses.replace(
+            frame.stats, levels=(*plain[:3], srv_only))))
+        await wait_for(pilot, lambda: len(table.rows) == 4, "the fourth level shown")
+        labels = [str(c.label) for c in table.columns.values()]
+        assert "srv tok/s" in labels and "accept" not in labels, labels
+        assert table.get_row("level-0")[labels.index("srv tok/s")] == "–"
+        assert table.get_row("level-3")[labels.index("srv tok/s")] != "–"

@@ -24,7 +24,7 @@ from specload.ui.widgets.keyed import KeyedTable
 
 # C, tok/s and ok lead (the table scrolls sideways: they are never the columns off screen); the
 # server's own throughput and speculative acceptance (length/rate) over each level follow; per-request
-# tok/s and the rest are in the record, --json and `report --wide`
+# tok/s and the rest are in the record, --json and `report --wide`. Labels are the headless table's.
 COLUMNS = (
     ("c", "C"),
     ("tput", "tok/s"),
@@ -36,25 +36,16 @@ COLUMNS = (
     ("lat", "latency avg/p50/p99 s"),
     ("errors", "errors"),
 )
+# shown once a level has a figure in them: a server without /metrics, or without speculation, would
+# fill them with dashes, and at 80 columns they pushed TTFT and TPOT off the screen
+SERVER_COLUMNS = ("srv", "accept")
 
 
-def level_cells(s: LevelSummary) -> tuple[str, ...]:
-    """The row of one level, formatted by the same function as the headless table."""
-    cells = report_cells(s, dash=DASH)
-    ok = cells["ok"] if s.ok == s.requests else f"✖ {cells['ok']}"
+def own_cells(s: LevelSummary, cells: dict[str, str]) -> dict[str, str]:
+    """The cells the dashboard words its own way; the others are the headless table's, by label."""
     # an open-loop level's load is its rate (its concurrency only a cap)
     load = cells["C"] if s.rate is None else f"{cells['rate']}/s"
-    return (
-        load,
-        cells["tok/s"],
-        ok,
-        cells["srv tok/s"],
-        cells["accept"],
-        cells[TTFT],
-        cells[TPOT],
-        cells["latency avg/p50/p99 s"],
-        cells["errors"],
-    )
+    return {"c": load, "ok": cells["ok"] if s.ok == s.requests else f"✖ {cells['ok']}"}
 
 
 def row_key(s: LevelSummary) -> str:
@@ -72,16 +63,6 @@ BASELINE_COLUMNS = (("ci", "±CI %"), ("base", "baseline"), ("ratio", "vs baseli
 CI_COLUMNS = (("ci", "±CI %"),)
 
 
-def goodput_cells(s: LevelSummary) -> tuple[str, ...]:
-    cells = report_cells(s, dash=DASH)
-    return cells["SLO"], cells["good %"], cells["good tok/s"]
-
-
-def judged_cells(s: LevelSummary, columns: tuple[tuple[str, str], ...]) -> tuple[str, ...]:
-    cells = report_cells(s, dash=DASH)
-    return tuple(cells[label] for _, label in columns)
-
-
 class LevelTable(KeyedTable):
     """The finished levels; with ``--slo`` three more columns (verdict, share of good requests with its
     interval, goodput tok/s), added when the first level with goodput arrives; with ``--baseline`` the
@@ -91,7 +72,7 @@ class LevelTable(KeyedTable):
     LevelTable { height: 1fr; background: $surface; }
     """
     BORDER_TITLE = "levels"
-    COLUMNS = COLUMNS
+    COLUMNS = tuple(c for c in COLUMNS if c[0] not in SERVER_COLUMNS)  # before the first level
 
     snapshot: var[StatsSnapshot | None] = var(None)
     # levels a crash, the server down or a pause has cut and that have not ended (the load is paused,
@@ -104,20 +85,21 @@ class LevelTable(KeyedTable):
         self._goodput = False
         self._cut = False
         self._judged: tuple[tuple[str, str], ...] = ()
+        self._server: set[str] = set()  # the SERVER_COLUMNS some level has a figure in
         self._levels: dict[str, LevelSummary] = {}  # the latest summary of each row, for a relayout
 
     def _columns(self) -> tuple[tuple[str, str], ...]:
         # the judged columns go next to tok/s and ok, the figures they judge (the table scrolls sideways and
         # the verdict must not be the column that falls off)
         cut = CUT_COLUMNS if self._cut else ()
-        return COLUMNS[:3] + self._judged + COLUMNS[3:-1] + cut + COLUMNS[-1:] + (
+        middle = tuple(c for c in COLUMNS[3:-1] if c[0] not in SERVER_COLUMNS or c[0] in self._server)
+        return COLUMNS[:3] + self._judged + middle + cut + COLUMNS[-1:] + (
             GOODPUT_COLUMNS if self._goodput else ())
 
     def _cells(self, s: LevelSummary) -> tuple[str, ...]:
-        base = level_cells(s)
-        cut = (report_cells(s, dash=DASH)["cut"],) if self._cut else ()
-        return base[:3] + judged_cells(s, self._judged) + base[3:-1] + cut + base[-1:] + (
-            goodput_cells(s) if self._goodput else ())
+        cells = report_cells(s, dash=DASH)
+        own = own_cells(s, cells)
+        return tuple(own.get(key) or cells[label] for key, label in self._columns())
 
     def show_level(self, s: LevelSummary) -> None:
         """Add the level's row, or update the cells that changed when it is already there."""
@@ -126,6 +108,8 @@ class LevelTable(KeyedTable):
             self._goodput = True
         if s.cut is not None:
             self._cut = True
+        cells = report_cells(s, dash=DASH)
+        self._server.update(key for key, label in COLUMNS if key in SERVER_COLUMNS and cells[label] != DASH)
         j = s.judged
         if j is not None:
             wanted = BASELINE_COLUMNS if j.baseline is not None else CI_COLUMNS
