@@ -20,23 +20,25 @@ from urllib.parse import urlparse
 
 async def one(host: str, port: int, body: bytes) -> int:
     reader, writer = await asyncio.open_connection(host, port)
-    writer.write(
-        b"POST /v1/completions HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n"
-        b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (host.encode(), len(body), body)
-    )
-    await writer.drain()
-    events = 0
-    tail = b""
-    while True:
-        data = await reader.read(65536)
-        if not data:
-            break
-        buf = tail + data
-        events += buf.count(b"data: ")
-        # keep the last few bytes so a "data: " split across reads is counted once
-        tail = buf[-5:]
-        events -= tail.count(b"data: ")
-    writer.close()
+    try:  # closed also when the server resets it (counted as failed by the caller)
+        writer.write(
+            b"POST /v1/completions HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (host.encode(), len(body), body)
+        )
+        await writer.drain()
+        events = 0
+        tail = b""
+        while True:
+            data = await reader.read(65536)
+            if not data:
+                break
+            buf = tail + data
+            events += buf.count(b"data: ")
+            # keep the last few bytes so a "data: " split across reads is counted once
+            tail = buf[-5:]
+            events -= tail.count(b"data: ")
+    finally:
+        writer.close()
     return events
 
 
