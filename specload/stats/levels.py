@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from array import array
 from dataclasses import dataclass, field, replace
+from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -426,7 +427,7 @@ class LevelColumns:
         "level_index", "concurrency", "requests", "ok", "errors", "estimated",
         "first_start_ns", "last_end_ns", "tokens", "ttft_ns", "tpot_ns", "e2e_ns", "itl", "rate",
         "starts_ns", "ends_ns", "prompt", "requested", "cached", "gap", "buckets", "_held_times",
-        "_held_tokens", "cuts", "failed_ends_ns", "spec", "groups",
+        "_held_tokens", "_streams", "cuts", "failed_ends_ns", "spec", "groups",
     )
 
     def __init__(self, level_index: int, concurrency: int, rate: float | None = None) -> None:
@@ -453,6 +454,8 @@ class LevelColumns:
         self.buckets: dict[int, float] = {}  # 100 ms bucket -> output tokens that arrived in it
         self._held_times: list[np.ndarray] = []  # chunk arrival times (ns) not yet in the buckets ...
         self._held_tokens: list[np.ndarray] = []  # ... and their tokens
+        # (chunk offsets, start_ns, ITL tokens per chunk, tokens per chunk) of streams not yet folded in
+        self._streams: list[tuple[tuple[int, ...], int, float, float]] = []
         # [begin_ns, end_ns or None (still cut), reason]: crash, server_down, pause (LevelBook.cut_begin)
         self.cuts: list[list] = []
         self.failed_ends_ns = array("d")  # when each failed request ended, for the requests a cut lost
@@ -462,8 +465,15 @@ class LevelColumns:
 
     def add(self, rec: RequestRecord) -> None:
         ok = rec.ok
-        # the offsets as an array once, for the ITLs and the gaps (a tuple of 500 ints costs 15 us)
-        offs = np.asarray(rec.chunk_offsets_ns, dtype=np.int64) if ok and len(rec.chunk_offsets_ns) > 1 else None
+        offs = rec.chunk_offsets_ns
+        n = len(offs)
+        per = rec.chunk_tokens
+        # the usual stream (tokens per chunk not told, two chunks or more): its ITLs, gaps and token
+        # times are held as the client's tuple and computed for _HOLD requests at once (_fold_streams)
+        held = ok and n > 1 and (per is None or len(per) != n)
+        arr = None
+        if ok and n > 1 and not held:
+            arr = np.asarray(offs, dtype=np.int64)  # once, for the ITLs and the gaps
         self.add_values(
             start_ns=rec.start_ns,
             end_ns=rec.end_ns,
@@ -474,7 +484,7 @@ class LevelColumns:
             ttft_ns=rec.ttft_ns,
             e2e_ns=rec.e2e_ns,
             tpot_ns=rec.tpot_ns,
-            itl_ns=rec.itl_per_token(offs) if ok else None,
+            itl_ns=rec.itl_per_token(arr) if ok and not held else None,
             prompt_tokens=rec.prompt_tokens,
             prompt_tokens_requested=rec.prompt_tokens_requested,
             prompt_tokens_cached=rec.prompt_tokens_cached,
@@ -482,8 +492,16 @@ class LevelColumns:
             category=rec.category,
             turn=rec.turn,
         )
-        if ok and rec.chunk_offsets_ns:
-            self._add_chunks(rec, offs)
+        if held:
+            out, c = rec.output_tokens, max(n, rec.chunks)
+            # the ITL's tokens per chunk: the first chunk carries the prefill's token, the others share
+            # the rest (over all the chunks that came), as RequestRecord.itl_per_token counts them
+            mean = (out - 1) / (c - 1) if out > c - 1 else 1.0
+            self._streams.append((offs, rec.start_ns, mean, out / n))
+            if len(self._streams) >= _HOLD:
+                self._fold_streams()
+        elif ok and n:
+            self._add_chunks(rec, arr)
 
     def _add_chunks(self, rec: RequestRecord, offs: np.ndarray | None) -> None:
         if offs is None:  # one chunk: no gap between chunks
@@ -501,8 +519,54 @@ class LevelColumns:
         if len(self._held_times) >= _HOLD:
             self._fold_buckets()
 
+    def _fold_streams(self) -> None:
+        """The held streams' ITLs, gaps and token times, in one numpy pass over all their chunks: value
+        for value what ``RequestRecord.itl_per_token`` and ``_add_chunks`` give one by one (each
+        numpy call costs about a microsecond, and a request took some twenty of them)."""
+        streams = self._streams
+        if not streams:
+            return
+        self._streams = []
+        lens = np.fromiter((len(s[0]) for s in streams), np.int64, len(streams))
+        o = np.fromiter(chain.from_iterable(s[0] for s in streams), np.int64, int(lens.sum()))
+        ends = np.cumsum(lens)  # each stream's chunks end before this index
+        d = o[1:] - o[:-1]
+        inside = np.ones(d.size, dtype=bool)
+        inside[ends[:-1] - 1] = False  # (the step from one stream's last chunk to the next one's first)
+        self.gap.add(d[inside].astype(np.float64))
+        self.gap.fold()  # (a batch is already as large as the series holds)
+        # a burst (chunks of one read, one time) begins after each step that is not 0: its ITLs are
+        # the step over the burst's tokens, the k-th partial sum of the stream's mean for k chunks
+        nz = np.flatnonzero(inside & (d != 0))
+        if nz.size:
+            sid = np.searchsorted(ends, nz, side="right")  # the stream of each burst
+            nxt = np.empty_like(nz)
+            nxt[:-1] = nz[1:]
+            last = np.empty(nz.size, dtype=bool)
+            last[:-1] = sid[1:] != sid[:-1]
+            last[-1] = True
+            nxt[last] = ends[sid[last]] - 1  # a stream's last burst ends at its last chunk
+            counts = nxt - nz  # chunks per burst
+            means, which = np.unique(np.array([s[2] for s in streams]), return_inverse=True)
+            kmax = int(counts.max())
+            if means.size * kmax <= 1 << 20:
+                # the sums as the loop adds them: cumsum is sequential, row by row
+                sums = np.cumsum(np.repeat(means, kmax).reshape(means.size, kmax), axis=1)
+                tokens = np.maximum(sums[which[sid], counts - 1], 1e-9)
+            else:  # (huge bursts of many different means: one partial sum per burst)
+                tokens = np.array([max(float(np.cumsum(np.full(k, means[w]))[-1]), 1e-9)
+                                   for k, w in zip(counts.tolist(), which[sid].tolist(), strict=True)])
+            self.itl.add(np.repeat(d[nz].astype(np.float64) / tokens, counts))
+            self.itl.fold()
+        self._held_times.append(o + np.repeat(np.fromiter((s[1] for s in streams), np.int64, len(streams)), lens))
+        self._held_tokens.append(np.repeat(np.array([s[3] for s in streams]), lens))
+        self._fold_buckets()
+
     def _fold_buckets(self) -> None:
         """The held chunks' tokens into their 100 ms buckets, in one pass."""
+        if self._streams:
+            self._fold_streams()  # (which comes back here)
+            return
         if not self._held_times:
             return
         b = np.concatenate(self._held_times) // _BUCKET_NS
@@ -657,6 +721,7 @@ class LevelColumns:
             if valid.any():
                 per_req = float(np.mean(toks[valid] / (e2e[valid] / 1e9)))
         prompt = _pct(self.prompt, 1.0)
+        self._fold_streams()
         self.itl.fold()
         self.gap.fold()
         itl_avg, itl_std = self.itl.moments.mean_std(1e6)

@@ -234,3 +234,59 @@ def test_a_levels_figures_do_not_depend_on_when_they_are_read(answers, every) ->
         hist.add_many(r.itl_per_token_ns())
     p50 = hist.percentile(50)
     assert (a.itl_ms_p50 is None) if p50 is None else a.itl_ms_p50 == pytest.approx(p50 / 1e6, abs=1e-3)
+
+
+class _Values:
+    """Stands in for a level's series: keeps every value it is given, in order (and has no figures)."""
+
+    def __init__(self) -> None:
+        self.values: list[float] = []
+        self.moments = self.hist = self
+
+    def mean_std(self, scale: float) -> tuple[None, None]:
+        return None, None
+
+    def percentile(self, q: float) -> None:
+        return None
+
+    def add(self, values) -> None:
+        self.values.extend(values.tolist())
+
+    def fold(self) -> None:
+        pass
+
+
+@settings(max_examples=25, deadline=None)
+@given(answers=st.lists(st.tuples(st.lists(st.integers(1, 40), min_size=1, max_size=40), st.integers(0, 3),
+                                  st.integers(-5, 600), st.booleans()), min_size=1, max_size=140))
+def test_streams_folded_together_give_each_requests_own_values(answers) -> None:
+    # the level folds the usual streams (tokens per chunk not told) _HOLD at a time in one numpy pass:
+    # the ITLs, gaps and token times are those of each record on its own, to the last bit and in order
+    recs = []
+    for i, (bursts, step0, extra_tokens, capped) in enumerate(answers):
+        offs, t = [], 1_000_000
+        for k, size in enumerate(bursts):
+            t += 0 if (k == 0 and step0 == 0) else 1_000_000 * (1 + (k * 7 + step0) % 5)
+            offs += [t] * size
+        n = len(offs)
+        out = max(1, n + extra_tokens)
+        recs.append(RequestRecord(
+            request_id=i, level=4, level_index=0, warmup=False, start_ns=10**9 + i * 3_000_000,
+            end_ns=10**9 + i * 3_000_000 + t, ttft_ns=offs[0], e2e_ns=offs[-1], output_tokens=out,
+            tokens_estimated=True, prompt_tokens=8, chunks=n + (5 if capped else 0), chunk_offsets_ns=tuple(offs),
+            chunk_tokens=(1,) * (n - 1) if capped and n > 1 else None))  # (a length that is not the chunks')
+    cols = LevelColumns(0, 4)
+    cols.itl, cols.gap = _Values(), _Values()  # type: ignore[assignment]
+    for r in recs:
+        cols.add(r)
+    cols.summary()
+    assert cols.itl.values == [v for r in recs for v in r.itl_per_token_ns()]
+    assert cols.gap.values == [float(v) for r in recs for v in r.chunk_gaps_ns()]
+    # every chunk's tokens at its time, in its 100 ms bucket
+    want: dict[int, float] = {}
+    for r in recs:
+        for o in r.chunk_offsets_ns:
+            k = (r.start_ns + o) // 100_000_000
+            want[k] = want.get(k, 0.0) + r.output_tokens / len(r.chunk_offsets_ns)
+    assert cols.buckets.keys() == want.keys()
+    assert all(cols.buckets[k] == pytest.approx(v, rel=1e-12) for k, v in want.items())
