@@ -548,14 +548,21 @@ class LevelColumns:
             nxt[last] = ends[sid[last]] - 1  # a stream's last burst ends at its last chunk
             counts = nxt - nz  # chunks per burst
             means, which = np.unique(np.array([s[2] for s in streams]), return_inverse=True)
+            k, w = counts - 1, which[sid]
             kmax = int(counts.max())
-            if means.size * kmax <= 1 << 20:
-                # the sums as the loop adds them: cumsum is sequential, row by row
-                sums = np.cumsum(np.repeat(means, kmax).reshape(means.size, kmax), axis=1)
-                tokens = np.maximum(sums[which[sid], counts - 1], 1e-9)
-            else:  # (huge bursts of many different means: one partial sum per burst)
-                tokens = np.array([max(float(np.cumsum(np.full(k, means[w]))[-1]), 1e-9)
-                                   for k, w in zip(counts.tolist(), which[sid].tolist(), strict=True)])
+            # the tokens of a burst of k chunks: the k-th partial sum of its stream's mean, as the loop
+            # adds them (cumsum is sequential), in a table of each mean's sums; or, when a few long
+            # bursts would make that table larger than the batch, each mean's only as far as its own go
+            if means.size * kmax <= 2 * o.size:
+                sums = np.cumsum(np.repeat(means, kmax).reshape(means.size, kmax), axis=1)[w, k]
+            else:
+                sums = np.empty(k.size)
+                for i, m in enumerate(means.tolist()):
+                    sel = w == i
+                    if sel.any():
+                        ks = k[sel]
+                        sums[sel] = np.cumsum(np.full(int(ks.max()) + 1, m))[ks]
+            tokens = np.maximum(sums, 1e-9)
             self.itl.add(np.repeat(d[nz].astype(np.float64) / tokens, counts))
             self.itl.fold()
         self._held_times.append(o + np.repeat(np.fromiter((s[1] for s in streams), np.int64, len(streams)), lens))

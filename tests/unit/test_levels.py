@@ -256,25 +256,21 @@ class _Values:
         pass
 
 
-@settings(max_examples=25, deadline=None)
-@given(answers=st.lists(st.tuples(st.lists(st.integers(1, 40), min_size=1, max_size=40), st.integers(0, 3),
-                                  st.integers(-5, 600), st.booleans()), min_size=1, max_size=140))
-def test_streams_folded_together_give_each_requests_own_values(answers) -> None:
-    # the level folds the usual streams (tokens per chunk not told) _HOLD at a time in one numpy pass:
-    # the ITLs, gaps and token times are those of each record on its own, to the last bit and in order
-    recs = []
-    for i, (bursts, step0, extra_tokens, capped) in enumerate(answers):
-        offs, t = [], 1_000_000
-        for k, size in enumerate(bursts):
-            t += 0 if (k == 0 and step0 == 0) else 1_000_000 * (1 + (k * 7 + step0) % 5)
-            offs += [t] * size
-        n = len(offs)
-        out = max(1, n + extra_tokens)
-        recs.append(RequestRecord(
-            request_id=i, level=4, level_index=0, warmup=False, start_ns=10**9 + i * 3_000_000,
-            end_ns=10**9 + i * 3_000_000 + t, ttft_ns=offs[0], e2e_ns=offs[-1], output_tokens=out,
-            tokens_estimated=True, prompt_tokens=8, chunks=n + (5 if capped else 0), chunk_offsets_ns=tuple(offs),
-            chunk_tokens=(1,) * (n - 1) if capped and n > 1 else None))  # (a length that is not the chunks')
+def _stream(i: int, bursts: list[int], step0: int, extra_tokens: int, capped: bool) -> RequestRecord:
+    """A stream whose chunks come in ``bursts`` (chunks per read), its tokens per chunk not told."""
+    offs, t = [], 1_000_000
+    for k, size in enumerate(bursts):
+        t += 0 if (k == 0 and step0 == 0) else 1_000_000 * (1 + (k * 7 + step0) % 5)
+        offs += [t] * size
+    n = len(offs)
+    return RequestRecord(
+        request_id=i, level=4, level_index=0, warmup=False, start_ns=10**9 + i * 3_000_000,
+        end_ns=10**9 + i * 3_000_000 + t, ttft_ns=offs[0], e2e_ns=offs[-1], output_tokens=max(1, n + extra_tokens),
+        tokens_estimated=True, prompt_tokens=8, chunks=n + (5 if capped else 0), chunk_offsets_ns=tuple(offs),
+        chunk_tokens=(1,) * (n - 1) if capped and n > 1 else None)  # (a length that is not the chunks')
+
+
+def _assert_folded_as_each_alone(recs: list[RequestRecord]) -> None:
     cols = LevelColumns(0, 4)
     cols.itl, cols.gap = _Values(), _Values()  # type: ignore[assignment]
     for r in recs:
@@ -290,3 +286,20 @@ def test_streams_folded_together_give_each_requests_own_values(answers) -> None:
             want[k] = want.get(k, 0.0) + r.output_tokens / len(r.chunk_offsets_ns)
     assert cols.buckets.keys() == want.keys()
     assert all(cols.buckets[k] == pytest.approx(v, rel=1e-12) for k, v in want.items())
+
+
+@settings(max_examples=25, deadline=None)
+@given(answers=st.lists(st.tuples(st.lists(st.integers(1, 40), min_size=1, max_size=40), st.integers(0, 3),
+                                  st.integers(-5, 600), st.booleans()), min_size=1, max_size=140))
+def test_streams_folded_together_give_each_requests_own_values(answers) -> None:
+    # the level folds the usual streams (tokens per chunk not told) _HOLD at a time in one numpy pass:
+    # the ITLs, gaps and token times are those of each record on its own, to the last bit and in order
+    _assert_folded_as_each_alone([_stream(i, *a) for i, a in enumerate(answers)])
+
+
+def test_a_long_burst_among_streams_of_other_lengths_is_folded_as_alone() -> None:
+    # one read of 3,000 chunks beside 63 short streams whose means all differ: the partial sums are
+    # taken per mean as far as its own bursts go, not in a table of 64 x 3,000
+    recs = [_stream(0, [1, 3000, 2], 1, 40, False)]
+    recs += [_stream(i, [1, 2, 3], 1, i, False) for i in range(1, 64)]
+    _assert_folded_as_each_alone(recs)
