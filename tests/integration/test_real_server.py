@@ -200,7 +200,7 @@ def test_speculative_decoding_counts_bursts_and_acceptance(tmp_path: Path) -> No
     # Token counts: from usage, equal to the server's own count, whatever the chunking.
     assert sum(r["output_tokens"] for r in reqs) == delta("tokens_predicted_total")
     zero_gap_share = []
-    itl_vs_tpot = []
+    itl_p50s = []
     for r in reqs:
         assert r["output_tokens"] == 128 == r["server_timings"]["predicted_n"] and not r["tokens_estimated"]
         cm = r["chunk_ms"]
@@ -219,13 +219,13 @@ def test_speculative_decoding_counts_bursts_and_acceptance(tmp_path: Path) -> No
             continue
         assert r["itl_ms_p50"] == pytest.approx(statistics.median(itl), abs=ROUNDING_MS * 2)
         zero_gap_share.append(sum(g <= ROUNDING_MS for g in gaps) / len(gaps))
-        if r["tpot_ms"] > 0:
-            itl_vs_tpot.append(r["itl_ms_p50"] / r["tpot_ms"])
-    # Bursts: accepted drafts reach the client together, so many raw chunk gaps are ~0; the
-    # per-token ITL shares each burst's gap among its tokens, so it stays of the order of TPOT
-    # (below it when a burst is split over several reads) instead of collapsing to 0.
-    if itl_vs_tpot:
-        assert statistics.median(itl_vs_tpot) < 1.5, itl_vs_tpot
+        itl_p50s.append(r["itl_ms_p50"])
+    # Bursts: accepted drafts reach the client together, so many raw chunk gaps are ~0, while the
+    # per-token ITL (checked against the chunk times above) shares each burst's gap among its tokens
+    # and never collapses to 0. Its ratio to TPOT is the server's and the scheduler's, not asserted:
+    # a median of 0.05 on a quiet machine, 3.4 in a CI run on two busy cores, where the client read
+    # most of an answer with its first token.
+    assert all(p > 0 for p in itl_p50s), itl_p50s
     assert statistics.median(zero_gap_share or [1.0]) > 0.05, zero_gap_share
 
     # Acceptance, the server's truth over the run.
