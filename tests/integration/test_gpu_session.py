@@ -43,8 +43,11 @@ async def test_simulated_gpus_give_gpu_lines_and_energy_per_level(sim, tmp_path)
         # the level's own figures agree: tokens over joules, joules over its span
         assert abs(g["tok_per_j"] - lv["output_tokens"] / g["energy_j"]) < 1e-3
         assert abs(g["power_w_mean"] - g["energy_j"] / span) / g["power_w_mean"] < 0.02
-    # the simulated draw follows the load: eight streams draw more than one (both keep the GPUs busy)
-    assert high["power_w_mean"] > low["power_w_mean"]
+    # eight streams share each pass, so a joule gives several times the tokens of one stream's (4.4x
+    # measured, also beside four busy loops). Which level draws more watts is the model's, tested
+    # without a clock in test_sim_model: here the host's time per pass, longer at eight streams, lowers
+    # the busy share about as much as the wider pass raises the draw (743 W against 744 W, quiet).
+    assert high["tok_per_j"] > 2 * low["tok_per_j"]
     assert not [e for e in data.events if e["kind"] == "gpu_fault"]
 
 

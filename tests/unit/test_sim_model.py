@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import random
+import time
 
 import pytest
 
 from specload.sim.config import SimConfig
+from specload.sim.gpus import SimGpus
 from specload.sim.model import (
     VOCAB,
     decode_step_s,
@@ -160,3 +162,21 @@ def test_a_requests_category_comes_from_its_text_and_sets_its_acceptance_and_ans
     assert request_profile(SimConfig(accept_rate=0.9), code, 10)[1] > means["coding"][0]
     assert request_profile(SimConfig(accept_rate=1.0), code, 10)[1] == 1.0
     assert request_profile(SimConfig(eos_prob=0.0), code, 10)[2] == 0.0
+
+
+def _power(cfg: SimConfig, batch: int, busy: float) -> float:
+    """GPU 0's modelled draw after one second of passes at ``batch`` that kept the clock ``busy``."""
+    gpus = SimGpus(cfg)  # its window starts now
+    t0 = time.perf_counter()
+    calls = round(busy / decode_step_s(cfg, batch))
+    families = {f.name: f for f in gpus.families(t0 + 1.0, calls, calls * batch, 0.0)}
+    return families["DCGM_FI_DEV_POWER_USAGE"].samples[0].value
+
+
+def test_simulated_gpu_power_follows_the_batch_and_the_busy_share():
+    cfg = SimConfig(gpus=2, step_ms=10, spec_tokens=3)
+    idle = _power(cfg, 1, 0.0)
+    assert idle == 70.0
+    one, eight = _power(cfg, 1, 1.0), _power(cfg, 8, 1.0)
+    assert idle < one < eight <= 700.0  # a wider pass verifies more positions and draws more
+    assert _power(cfg, 8, 0.5) < eight  # half the time busy, less drawn
