@@ -75,7 +75,7 @@ def level_line(s: LevelSummary) -> str:
     line = (
         f"C={s.concurrency:>3} | {s.requests} requests | throughput: {s.throughput_tok_s:>7.1f} tok/s | "
         f"per-req: {s.per_request_tok_s:>7.1f} tok/s | latency avg/p50/p99: "
-        f"{_f(s.e2e_s_avg, '{:>6.1f}')}/{_f(s.e2e_s_p50, '{:>6.1f}')}/{_f(s.e2e_s_p99, '{:>6.1f}')}s | "
+        f"{_f(s.e2e_s_avg, '{:>6.2f}')}/{_f(s.e2e_s_p50, '{:>6.2f}')}/{_f(s.e2e_s_p99, '{:>6.2f}')}s | "
         f"ok: {s.ok}/{s.requests} | req/s: {s.req_s:.2f}"
     )
     if s.rate is not None:

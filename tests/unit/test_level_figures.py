@@ -92,6 +92,7 @@ def test_every_place_shows_acceptance_and_server_throughput() -> None:
     s = cols.summary().with_server(ServerFigures(2.53, 0.701, None, 182.0, "metrics"))
     line = level_line(s)
     assert line.startswith("C=  4 | 1 requests | throughput:")  # the familiar part is unchanged
+    assert "latency avg/p50/p99:   0.08/  0.08/  0.08s" in line  # a fast server's latency is not 0.0
     assert "accept len/rate: 2.53/70%" in line and "server: 182.0 tok/s" in line and "prompt: 100/100 tok" in line
     cells = level_cells(s)
     assert cells["accept"] == "2.53/70%" and cells["srv tok/s"] == "182.0"
