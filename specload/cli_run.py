@@ -164,6 +164,11 @@ def tui_command(**params: object) -> None:
         tui = build(TuiOptions, params, ui=True)
     except ConfigError as e:
         _fail(str(e))
+    if tui.theme is not None:
+        from specload.ui.themes import unknown_theme
+
+        if problem := unknown_theme(tui.theme):
+            _fail(problem)
     if tui.replay is not None:
         sys.exit(_replay(tui))
     cfg = _config_or_exit(params, ui=not tui.headless)

@@ -138,6 +138,18 @@ def load_themes(dirs: list[Path] | None = None) -> ThemeSet:
     return found
 
 
+def unknown_theme(name: str) -> str | None:
+    """The one-line error for ``--theme NAME`` when no theme has that name (shipped, user or
+    Textual's own), naming the choices and any theme file that could not be read; None when known."""
+    from textual.theme import BUILTIN_THEMES
+
+    found = load_themes()
+    names = {DEFAULT_THEME} | set(found.themes) | set(BUILTIN_THEMES)
+    if name in names:
+        return None
+    return "; ".join([f"unknown theme {name!r}: one of {', '.join(sorted(names))}", *found.problems])
+
+
 # The last resort when even the shipped files are missing (a broken install): the default must exist.
 FALLBACK_DARK = Theme(
     name=DEFAULT_THEME,

@@ -150,6 +150,20 @@ def test_bad_input_is_one_line_and_nonzero(args: list[str], needle: str) -> None
     assert len(p.stderr.strip().splitlines()) == 1, p.stderr
 
 
+def test_an_unknown_theme_is_one_line_before_the_dashboard_starts(tmp_path: Path) -> None:
+    # the dashboard used to start and fall back with a toast; the name is checked before any load
+    themes = tmp_path / "specload" / "themes"
+    themes.mkdir(parents=True)
+    (themes / "broken.toml").write_text('name = "broken"\nprimary = "not-a-colour"\n')
+    env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path)}
+    for name in ("nope", "broken"):
+        p = run(["tui", "--no-record", "--theme", name], timeout=30, env=env)
+        assert p.returncode == 2, (p.returncode, p.stderr)
+        assert p.stderr.count("\n") == 1 and "Traceback" not in p.stderr, p.stderr
+        assert f"unknown theme {name!r}: one of " in p.stderr and "specload-dark" in p.stderr
+        assert "broken.toml" in p.stderr and "not a colour" in p.stderr  # why 'broken' is not there
+
+
 def test_a_line_break_in_an_extra_argument_stays_on_the_error_line() -> None:
     # found by the option rules' property test: click quoted the extra argument as typed, line break and all
     p = run(["run", "--find-max", "nan", "a\r\nb: c"], timeout=30)
