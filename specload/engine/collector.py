@@ -45,8 +45,16 @@ def _refreeze(loop: asyncio.AbstractEventLoop, now: bool = True) -> None:
 
 
 def thaw() -> None:
-    """A load has ended: when it was the last, no more freezing, and everything unfrozen."""
+    """A load has ended: when it was the last, no more freezing, and everything unfrozen. A load on a
+    loop that another loop's load has since taken over (two sessions in one process, on two threads)
+    ends without a word: the other's freezing goes on."""
     global _timer, _loads, _loop
+    try:
+        loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+    except RuntimeError:
+        loop = None
+    if _loop is not None and loop is not _loop:
+        return
     _loads = max(0, _loads - 1)
     if _loads:
         return
