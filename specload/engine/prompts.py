@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from specload.engine.datasets import Conversation, Dataset, PromptError, load_dataset, read_text
-from specload.engine.words import OPENING, TokenModel, fill_words, synthetic_text
+from specload.engine.words import OPENING, KeyedBytes, TokenModel, fill_words, synthetic_text
 from specload.plan import Lengths, ThinkTime
 
 if TYPE_CHECKING:
@@ -158,7 +158,7 @@ class PromptSource:
             self._prefix_tokens = float(self.shared_prefix_tokens)
 
     def text_of(self, n_tokens: int, serial: int) -> str:
-        rng = random.Random(f"{self.seed}:{self.nonce}:{serial}")
+        rng = KeyedBytes(f"{self.seed}:{self.nonce}:{serial}")
         return synthetic_text(n_tokens, self.model, rng, self._prefix, self._prefix_tokens)
 
     def restart(self) -> None:

@@ -20,7 +20,6 @@ naming the file, the line and the field.
 from __future__ import annotations
 
 import hashlib
-import random
 from collections import OrderedDict
 from dataclasses import dataclass, replace
 
@@ -28,7 +27,7 @@ import orjson
 
 from specload.engine.datasets import PromptError, first_byte, read_lines, read_once
 from specload.engine.load import Arrivals
-from specload.engine.words import OPENING, TokenModel, fill_words
+from specload.engine.words import OPENING, KeyedBytes, TokenModel, fill_words
 from specload.plan import LevelSpec, LoadPlan
 
 BLOCK_TOKENS = 512
@@ -151,7 +150,7 @@ class BlockTexts:
         if got is not None:
             self._texts.move_to_end(key)
             return got
-        rng = random.Random(f"{self.seed}:{self.nonce}:block:{hash_id}")
+        rng = KeyedBytes(f"{self.seed}:{self.nonce}:block:{hash_id}")
         if first:  # the prompt's start: the opening word, then words (as synthetic prompts begin)
             words = fill_words(rng, tokens - model.opening, model)
             text = OPENING + "".join(" " + w for w in words)

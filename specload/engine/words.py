@@ -7,8 +7,12 @@ prompt sources (``prompts.py``) and the trace's block texts (``trace.py``) both 
 
 from __future__ import annotations
 
-import random
+import hashlib
+from bisect import bisect_left
 from dataclasses import dataclass, field
+from functools import cached_property
+from itertools import accumulate
+from typing import Protocol
 
 from specload.engine.datasets import TOKENS_PER_WORD
 
@@ -21,10 +25,32 @@ VOCABULARY: tuple[str, ...] = tuple(
             "the quick brown fox jumps over a lazy dog while seven wizards quietly judge boxing matches "
             "inference servers batch requests together so that every decode step serves many sequences "
             "speculative decoding drafts several tokens and verifies them in one forward pass of the target "
-            "model which raises throughput when the draft is accepted often enough to pay for itself"
+            "model which raises throughput when the draft is accepted often enough to pay for itself "
+            "each prefill fills memory pages the scheduler caches"
         ).split()
     )
 )
+
+
+class Bytes(Protocol):
+    """Where a prompt's random bytes come from: ``random.Random``, or a ``KeyedBytes``."""
+
+    def randbytes(self, n: int, /) -> bytes: ...
+
+
+class KeyedBytes:
+    """The bytes of SHAKE-128 of a key, read on: a prompt per request keyed by its number, at a
+    fifth of the cost of seeding a ``random.Random`` with the key (its 624-word state)."""
+
+    __slots__ = ("_hash", "_read")
+
+    def __init__(self, key: str) -> None:
+        self._hash = hashlib.shake_128(key.encode("utf-8", "surrogatepass"))
+        self._read = 0
+
+    def randbytes(self, n: int) -> bytes:
+        self._read += n
+        return self._hash.digest(self._read)[-n:] if n else b""
 
 
 @dataclass(frozen=True)
@@ -44,6 +70,13 @@ class TokenModel:
     word_tokens: dict[str, int] | None = field(default=None)
     detail: str = ""  # how it was found, for the record
 
+    @cached_property
+    def draws(self) -> _Draws:
+        """The tables a prompt's words are drawn from, one random byte a word (built once a model)."""
+        exact = self.word_tokens
+        vocab = VOCABULARY if exact is None else tuple(w for w in VOCABULARY if exact.get(w, 0) > 0)
+        return _Draws(vocab, exact)
+
     def describe(self) -> dict:
         return {
             "method": self.method,
@@ -55,39 +88,54 @@ class TokenModel:
         }
 
 
-def fill_words(rng: random.Random, target: float, model: TokenModel) -> list[str]:
-    """Words whose tokens add up to ``target`` (exactly when the model knows each word)."""
-    words: list[str] = []
+class _Draws:
+    """A byte picks a word: ``table[b]`` (each of 64 words four times, so none is favoured; a vocabulary
+    of another size is spread as evenly as 256 allows), and under an exact model its count, the
+    largest count and, for the last few tokens, the words of each count and those that fit."""
+
+    def __init__(self, vocab: tuple[str, ...], exact: dict[str, int] | None) -> None:
+        self.table = tuple(vocab[i * len(vocab) >> 8] for i in range(256))
+        if exact is None:
+            return
+        self.counts = tuple(exact[w] for w in self.table)
+        self.biggest = max(self.counts)
+        self.mean = sum(self.counts) / 256
+        self.same = {c: tuple(w for w in vocab if exact[w] == c) for c in set(self.counts)}
+        self.fits = [tuple(w for w in vocab if exact[w] <= left) for left in range(self.biggest + 1)]
+        self.exact = exact
+
+
+def fill_words(rng: Bytes, target: float, model: TokenModel) -> list[str]:
+    """Words whose tokens add up to ``target`` (exactly when the model knows each word). One prompt a
+    request: at the client's ceiling this was a tenth of its CPU, so a word is one random byte looked
+    up in a table, and an exact model's counts are summed in C (``accumulate``)."""
     if target <= 0:
-        return words
-    exact = model.word_tokens
-    if exact is None:
-        # one prompt per request: at the client's ceiling this loop is a tenth of its CPU, so it
-        # reads locals only
-        n = max(0, round(target / model.per_word))
-        draw, size, words_of = rng.random, len(VOCABULARY), VOCABULARY
-        return [words_of[int(draw() * size)] for _ in range(n)]
+        return []
+    d = model.draws
+    table = d.table
+    if model.word_tokens is None:
+        return [table[b] for b in rng.randbytes(max(0, round(target / model.per_word)))]
+    words: list[str] = []
     left = int(round(target))
-    vocab = [w for w in VOCABULARY if exact.get(w, 0) > 0]
-    biggest = max(exact[w] for w in vocab)
-    while left > biggest:
-        w = vocab[int(rng.random() * len(vocab))]
-        words.append(w)
-        left -= exact[w]
+    counts = d.counts
+    while left > d.biggest:  # words until what is left fits in one
+        drawn = rng.randbytes(int((left - d.biggest) / d.mean) + 4)
+        total = list(accumulate([counts[b] for b in drawn]))
+        end = bisect_left(total, left - d.biggest) + 1
+        words += [table[b] for b in drawn[:end]]
+        left -= total[min(end, len(total)) - 1]
     # the last few tokens: words that fit, preferring an exact fit
-    while left > 0:
-        fits = [w for w in vocab if exact[w] <= left]
-        if not fits:
-            break  # no word is small enough (no one-token word): the prompt ends a little short
-        same = [w for w in fits if exact[w] == left]
-        w = same[int(rng.random() * len(same))] if same else fits[int(rng.random() * len(fits))]
+    while left > 0 and d.fits[left]:  # (no word small enough, no one-token word: a little short)
+        same = d.same.get(left)
+        pick = same or d.fits[left]
+        w = pick[rng.randbytes(1)[0] * len(pick) >> 8]
         words.append(w)
-        left -= exact[w]
+        left -= d.exact[w]
     return words
 
 
 def synthetic_text(
-    n_tokens: int, model: TokenModel, rng: random.Random, prefix: str = "", prefix_tokens: float = 0.0
+    n_tokens: int, model: TokenModel, rng: Bytes, prefix: str = "", prefix_tokens: float = 0.0
 ) -> str:
     """A prompt the server should count as ``n_tokens`` (its overhead included)."""
     if prefix:

@@ -22,6 +22,20 @@ def test_guessed_prompts_have_the_guessed_length_and_differ() -> None:
     assert a != b
 
 
+def test_words_are_drawn_evenly_and_only_words_the_model_counts() -> None:
+    # a word is one random byte: 64 words, each four times in the byte's table, none favoured
+    table = TokenModel().draws.table
+    assert len(VOCABULARY) == 64 and all(table.count(w) == 4 for w in VOCABULARY)
+    text = synthetic_text(50_000, TokenModel(), random.Random(1))
+    seen = [text.split().count(w) for w in VOCABULARY]
+    assert min(seen) > 0.8 * max(seen)
+    # an exact model that counts no tokens for a word never draws it
+    partial = dict.fromkeys(VOCABULARY[:10], 1) | dict.fromkeys(VOCABULARY[10:], 0)
+    model = TokenModel("tokenize", 1.0, 0.0, 1.0, partial)
+    assert set(model.draws.table) == set(VOCABULARY[:10])
+    assert set(synthetic_text(300, model, random.Random(2)).split()[1:]) <= set(VOCABULARY[:10])
+
+
 @pytest.mark.parametrize(
     ("spec", "kind", "mean", "low", "high"),
     [("128", "fixed", 128, 128, 128), ("128:32", "uniform", 128, 96, 160), ("64,128,256", "choice", 448 / 3, 64, 256),
