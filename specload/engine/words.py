@@ -8,7 +8,7 @@ prompt sources (``prompts.py``) and the trace's block texts (``trace.py``) both 
 from __future__ import annotations
 
 import hashlib
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
 from functools import cached_property
 from itertools import accumulate
@@ -42,15 +42,19 @@ class KeyedBytes:
     """The bytes of SHAKE-128 of a key, read on: a prompt per request keyed by its number, at a
     fifth of the cost of seeding a ``random.Random`` with the key (its 624-word state)."""
 
-    __slots__ = ("_hash", "_read")
+    __slots__ = ("_hash", "_out", "_read")
 
     def __init__(self, key: str) -> None:
         self._hash = hashlib.shake_128(key.encode("utf-8", "surrogatepass"))
+        self._out = b""
         self._read = 0
 
     def randbytes(self, n: int) -> bytes:
-        self._read += n
-        return self._hash.digest(self._read)[-n:] if n else b""
+        end = self._read + n
+        if end > len(self._out):  # the output is read ahead, doubling: many small reads stay linear
+            self._out = self._hash.digest(max(end, 2 * len(self._out), 256))
+        got, self._read = self._out[self._read:end], end
+        return got
 
 
 @dataclass(frozen=True)
@@ -101,8 +105,12 @@ class _Draws:
         self.biggest = max(self.counts)
         self.mean = sum(self.counts) / 256
         self.same = {c: tuple(w for w in vocab if exact[w] == c) for c in set(self.counts)}
-        self.fits = [tuple(w for w in vocab if exact[w] <= left) for left in range(self.biggest + 1)]
+        self.by_count = sorted(vocab, key=exact.__getitem__)  # the words that fit: a prefix of these
+        self.sorted_counts = [exact[w] for w in self.by_count]
         self.exact = exact
+
+    def fits(self, left: int) -> list[str]:
+        return self.by_count[:bisect_right(self.sorted_counts, left)]
 
 
 def fill_words(rng: Bytes, target: float, model: TokenModel) -> list[str]:
@@ -125,9 +133,10 @@ def fill_words(rng: Bytes, target: float, model: TokenModel) -> list[str]:
         words += [table[b] for b in drawn[:end]]
         left -= total[min(end, len(total)) - 1]
     # the last few tokens: words that fit, preferring an exact fit
-    while left > 0 and d.fits[left]:  # (no word small enough, no one-token word: a little short)
-        same = d.same.get(left)
-        pick = same or d.fits[left]
+    while left > 0:
+        pick = d.same.get(left) or d.fits(left)
+        if not pick:
+            break  # no word is small enough (no one-token word): the prompt ends a little short
         w = pick[rng.randbytes(1)[0] * len(pick) >> 8]
         words.append(w)
         left -= d.exact[w]

@@ -10,7 +10,7 @@ import pytest
 
 from specload.engine.datasets import TOKENS_PER_WORD, load_dataset
 from specload.engine.prompts import PromptError, PromptSource
-from specload.engine.words import OPENING, VOCABULARY, TokenModel, synthetic_text
+from specload.engine.words import OPENING, VOCABULARY, KeyedBytes, TokenModel, synthetic_text
 from specload.plan import Lengths
 from specload.sim import tokenizer
 
@@ -34,6 +34,15 @@ def test_words_are_drawn_evenly_and_only_words_the_model_counts() -> None:
     model = TokenModel("tokenize", 1.0, 0.0, 1.0, partial)
     assert set(model.draws.table) == set(VOCABULARY[:10])
     assert set(synthetic_text(300, model, random.Random(2)).split()[1:]) <= set(VOCABULARY[:10])
+    # a tokenizer endpoint's absurd count for one word costs no table of that size
+    hostile = TokenModel("tokenize", 1.0, 0.0, 1.0, dict.fromkeys(VOCABULARY, 1) | {"the": 10**12})
+    words = synthetic_text(300, hostile, random.Random(3)).split()[1:]
+    assert len(words) == 299 and "the" not in words
+    # a key's bytes are the same however they are read (one read, or many small ones)
+    one, many = KeyedBytes("0:n:7"), KeyedBytes("0:n:7")
+    pieces = b"".join(many.randbytes(k % 7) for k in range(1000))  # 2,997 bytes in 1,000 reads
+    assert len(pieces) == 2997 and one.randbytes(2997) == pieces
+    assert KeyedBytes("0:n:8").randbytes(64) != pieces[:64]  # another request's key: other bytes
 
 
 @pytest.mark.parametrize(
