@@ -126,6 +126,8 @@ def test_a_steady_latency_is_a_low_line_with_its_scale_not_a_wall() -> None:
     assert len(bars) == 34 and set(bars) <= set("▁▂▃▄"), bars  # low, not full
     spiked = _bars([26.0] * 30 + [52.0] * 10, 40)
     assert spiked.startswith("▁" * 10) and "█" in spiked and spiked.endswith(" 26–52"), spiked
+    flat = _bars([8.75] * 40, 40)  # a steady row once, not "8.8–8.8" beside its "p50 8.75 ms"
+    assert flat.endswith("▁ 8.8") and "–" not in flat, flat
     narrow = _bars(steady, 10)
     assert len(narrow) == 10 and "–" not in narrow, narrow  # no room for the scale: the bars alone
     # an objective keeps its scale from zero (the limit at a fixed height), and no band is drawn

@@ -48,14 +48,16 @@ BAND = 0.5  # a banded row's scale spans at least half its lowest value
 
 
 def span_text(lo: float, hi: float) -> str:
-    """``26–870``, ``5.4s–9.5s``: a latency row's scale in ms (the row's numbers beside it say so),
-    seconds from one, two or three digits a figure, so it fits a narrow row."""
+    """``26–870``, ``5.4s–9.5s``: a latency row's range in ms (the row's numbers beside it say so),
+    seconds from one, two or three digits a figure, so it fits a narrow row; a steady row's one
+    figure once (``8.8``, not ``8.8–8.8``)."""
 
     def short(v: float) -> str:
         return (f"{v:.1f}" if v < 10 else f"{v:.0f}" if v < 1000 else f"{v / 1000:.1f}s" if v < 10_000
                 else f"{v / 1000:.0f}s")
 
-    return f"{short(lo)}–{short(hi)}"
+    a, b = short(lo), short(hi)
+    return a if a == b else f"{a}–{b}"
 
 
 class _LimitBars:
