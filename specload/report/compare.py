@@ -359,9 +359,9 @@ def _level_flags(sides: Sequence[Side], keyed: dict[str, list[dict[LevelKey, lis
     out: list[Flag] = []
     means: dict[str, tuple[float | None, float | None]] = {}
     for s in sides:
-        for run, levels in zip(s.runs, keyed[s.label], strict=True):
+        for i, (run, levels) in enumerate(zip(s.runs, keyed[s.label], strict=True)):
             for lv in levels.get(key, ()):
-                _flags_of(out, means, s, run, lv)
+                _flags_of(out, means, s, run, i, lv)
     base = means.get(sides[0].label)
     if base is not None:
         for s in sides[1:]:
@@ -381,8 +381,10 @@ def _level_flags(sides: Sequence[Side], keyed: dict[str, list[dict[LevelKey, lis
 
 
 def _flags_of(out: list[Flag], means: dict[str, tuple[float | None, float | None]], s: Side, run: Run,
-              lv: LevelRequests) -> None:
-    who = s.label if s.repeats == 1 and not lv.repeat else f"{s.label} ({run.label}" + (
+              index: int, lv: LevelRequests) -> None:
+    # which run of the side: its own label, or (a sweep's repeats all carry the configuration's) its number
+    name = run.label if run.label != s.label else f"run {index + 1} of {s.repeats}"
+    who = s.label if s.repeats == 1 and not lv.repeat else f"{s.label} ({name}" + (
         f" repeat {lv.repeat + 1})" if lv.repeat else ")")
     if lv.tokens_estimated is not None and bool(np.any(lv.tokens_estimated & lv.ok)):
         out.append(Flag(s.label, "estimated_tokens", f"{who}: token counts estimated from chunks"))

@@ -57,6 +57,13 @@ def test_flags_for_unsound_levels(tmp_path: Path) -> None:
     assert {"errors", "estimated_tokens", "client_saturated", "client_starved"} <= kinds["C=1"]
     assert "crash" in kinds["C=4"] and "client_saturated" not in kinds["C=4"]
     assert any("max_tokens 50 vs 64" in f.detail for f in c.shape_flags)
+    # a side of two runs names the one flagged: by its label, or by its number when the runs all
+    # carry the side's (a sweep's repeats), not "b (b)"
+    for labels, named in ((("b1", "b2"), "b (b2)"), (("b", "b"), "b (run 2 of 2)")):
+        two = Side("b", (load_run(str(a), label=labels[0]), load_run(str(b), label=labels[1])))
+        c2 = compare([Side("a", (load_run(str(a)),)), two], metrics=THROUGHPUT)
+        (sat,) = [f for lc in c2.levels for f in lc.flags if f.kind == "client_saturated"]
+        assert sat.detail.startswith(f"{named}: specload's client was saturated 1 s"), sat.detail
     clean = compare([Side("a", (load_run(str(a)),)), Side("a2", (load_run(str(a), label="a2"),))], metrics=THROUGHPUT)
     assert all(not lc.flags for lc in clean.levels) and not clean.shape_flags
 
