@@ -25,6 +25,7 @@ import asyncio
 
 from specload.datatypes import RequestRecord
 from specload.engine import collector
+from specload.stats import client_load
 
 _frozen = False
 
@@ -63,9 +64,16 @@ def _exercise() -> None:
 def settle_before_load() -> None:
     """Called once the client, the watchers and the record are set up, right before the first request."""
     global _frozen
+    try:
+        clock = asyncio.get_running_loop().time
+    except RuntimeError:
+        clock = None
+    begin = clock() if clock is not None else 0.0
     _exercise()
     collector.freeze_while_loading()
     _frozen = True
+    if clock is not None:
+        client_load.excuse(begin, clock())  # the monitor's lag is the load's, not this pause's
 
 
 def after_load() -> None:

@@ -15,7 +15,7 @@ import pytest
 from specload.datatypes import HealthChanged, LoadControl
 from specload.record.reader import read_record
 from specload.session import Session
-from specload.stats.client_load import ClientLoad, ClientLoadMonitor
+from specload.stats.client_load import LATENESS, ClientLoad, ClientLoadMonitor, excuse, lag_outside
 from tests import processes
 from tests.conftest import Heard, make_config
 from tests.integration.conftest import sim_process
@@ -45,6 +45,45 @@ async def test_monitor_flags_a_blocked_loop() -> None:
     assert not flagged.starved and flagged.state == "saturated"
     if flagged.lag_cpu_wait_ms is not None:  # Linux: the run-queue share of the delay is known
         assert flagged.lag_cpu_wait_ms < flagged.loop_lag_ms / 2
+
+
+async def test_a_pause_the_loop_excuses_is_not_lag() -> None:
+    # the full collection before a load's first request (warmup.settle_before_load, 15-50 ms) was
+    # counted as the first second's lag: a sweep judged that level "saturated" and withheld its verdict
+    samples: list[ClientLoad] = []
+    mon = ClientLoadMonitor(interval_s=0.3, tick_s=0.02, on_sample=samples.append)
+    task = asyncio.ensure_future(mon.run())
+    loop = asyncio.get_running_loop()
+
+    def excused_block() -> None:
+        begin = loop.time()
+        block_loop(0.6)
+        excuse(begin, loop.time())
+
+    try:
+        await until(lambda: samples, what="a first, idle interval")
+        seen = len(samples)
+        loop.call_soon(excused_block)
+        await asyncio.sleep(0)
+        await until(lambda: len(samples) > seen + 1, what="the interval of the pause and the next")
+    finally:
+        mon.stop()
+        await asyncio.wait_for(task, 5)
+    assert max(s.loop_lag_ms for s in samples[seen:]) < 300, samples[seen:]  # not the 600 ms pause
+    assert lag_outside(0.65, 10.0, 10.67, (10.01, 10.61)) == pytest.approx(0.05)  # the rest of the wait
+    assert lag_outside(0.2, 20.0, 20.2, (10.01, 10.61)) == 0.2  # a wait the pause did not touch
+
+
+async def test_the_settle_before_a_load_is_excused() -> None:
+    from specload import warmup
+
+    before = asyncio.get_running_loop().time()
+    warmup.settle_before_load()
+    try:
+        begin, end = LATENESS.excused
+        assert before <= begin <= end <= asyncio.get_running_loop().time()
+    finally:
+        warmup.after_load()
 
 
 def spin(seconds: float) -> None:
