@@ -138,11 +138,15 @@ class Runner:
         extend: Callable[[int, int], int] | None = None,
         arrivals: Arrivals | None = None,
         before_level: Callable[[int], Awaitable[None]] | None = None,
+        on_ramp_end: Callable[[], None] | None = None,
     ) -> None:
         self.client = client
         # awaited before each measured level starts (--check-outputs: the prompts begin again, the
         # server's cache is reset)
         self.before_level = before_level
+        # a run that stays open: called as it becomes "finished" (the ramp over, nothing in flight),
+        # before anyone can see that state (the session writes out the record's batch then)
+        self._on_ramp_end = on_ramp_end or (lambda: None)
         self.prompts = prompts
         self.plan = plan
         self.clock = clock
@@ -384,6 +388,8 @@ class Runner:
                 elif self.stay_open:
                     # the ramp is over; the TUI stays and waits for the user to set a concurrency
                     self.state = "finished" if self.in_flight == 0 else "draining"
+                    if self.state == "finished":
+                        self._on_ramp_end()
                     self._level_open = False
                     self._wake.clear()
                     await self._wake.wait()

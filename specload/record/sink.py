@@ -96,6 +96,11 @@ class RecordSink:
         if self.recorder is not None:
             self.recorder.client(self.clock.now_ns(), load, level)
 
+    def flush(self) -> None:
+        """The batched lines written out now (the ramp's end: someone reads the file next)."""
+        if self.recorder is not None and self.recorder.error is None:
+            self.recorder.flush()
+
     async def flush_loop(self) -> None:
         while self.recorder is not None and self.recorder.error is None:
             await asyncio.sleep(FLUSH_S)

@@ -191,7 +191,8 @@ class Session:
         extend = self.judge.extend if self.judge is not None and self.judge.judging else None
         self.runner = runner = Runner(client, prompts, plan, clock=self.clock, on_record=fan.request, on_event=fan.event,
                                       on_level=fan.level, stay_open=self.stay_open, seed=cfg.seed, extend=extend,
-                                      arrivals=arrivals, before_level=check.before_level if check else None)
+                                      arrivals=arrivals, before_level=check.before_level if check else None,
+                                      on_ramp_end=self.record.flush)  # (the dashboard reads it then)
         search.search_from_the_start(cfg, self.capacity, runner)
         self.policy.attach(runner)  # a crash seen while starting pauses it now (--on-crash pause)
         fan.tg = tg

@@ -11,8 +11,11 @@ import asyncio
 import re
 from pathlib import Path
 
+from specload.session import Session
 from specload.sources.local import SessionControl
+from tests.conftest import make_config
 from tests.virtual_runs import virtual_record
+from tests.waiting import until
 
 DATA = Path(__file__).parent.parent / "data"
 _T = re.compile(rb'^\{"type":"event","t_s":([-0-9.e]+),')
@@ -66,3 +69,26 @@ def test_a_virtual_run_writes_the_event_lines_it_wrote_before(tmp_path) -> None:
 
     assert health(got) == health(want)
     assert [ln for ln in got if b'"kind":"health"' not in ln] == [ln for ln in want if b'"kind":"health"' not in ln]
+
+
+
+async def test_when_the_ramp_ends_its_requests_are_in_the_file(sim, tmp_path) -> None:
+    # the dashboard reads the record to judge it by category as soon as it sees "finished"; the last
+    # level's summary waits for a /metrics scrape, and until then its requests were in the writer's
+    # 0.5 s batch: the dialog judged fewer requests than the report later did
+    server = await sim(ttft_ms=2, itl_ms=2, spec_tokens=0)
+    path = tmp_path / "run.jsonl"
+    cfg = make_config(server.url, concurrency=(2, 4), requests_per_level=12, max_tokens=8, health=False,
+                      path=str(path))
+    session = Session(cfg, stay_open=True)
+    task = asyncio.ensure_future(session.run())
+    try:
+        await until(lambda: session.runner is not None and session.runner.state == "finished", interval=0)
+        started = session.runner.started
+        on_disk = path.read_bytes().count(b'{"type":"request"')
+        session.runner.stop("completed")
+        await asyncio.wait_for(task, 30)
+    finally:
+        if not task.done():
+            task.cancel()
+    assert started >= 24 and on_disk == started
