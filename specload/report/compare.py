@@ -813,7 +813,9 @@ def category_tables(c: Comparison, width: int) -> list:  # rich Tables
                 parts = []
                 for m in ("per_request_tok_s", "request_accept_rate"):
                     res = table.get((s.label, m))
-                    if res is not None and res.decision is not None and res.estimate.value is not None:
+                    # (nothing to set against: a baseline without speculation has no acceptance)
+                    if (res is not None and res.decision is not None and res.estimate.value is not None
+                            and (res.ratio is not None or res.difference is not None)):
                         parts.append(f"{escape(fmt_ratio(res).split(' [')[0])} {fmt_verdict(res.decision)}")
                 cells.append("  ".join(parts) or "-")
             rows.append([escape(cat), *cells])

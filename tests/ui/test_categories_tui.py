@@ -58,6 +58,8 @@ async def test_the_ramps_end_shows_each_categorys_verdict(sim, base: Path, tmp_p
     verdicts = {cat: side[label]["per_request_tok_s"]["verdict"] for cat, side in lv["categories"].items()}
     assert set(verdicts) == {"coding", "creative"}
     assert "by category: this run / baseline" in shown
+    # the baseline has no speculation: no acceptance to set against, so none is judged ("- ? insufficient")
+    assert "- ?" not in shown, shown
     for cat, verdict in verdicts.items():
         (row,) = [line for line in shown.splitlines() if f" {cat} " in line]
         assert verdict.split()[-1] in row, (cat, verdict, row)
