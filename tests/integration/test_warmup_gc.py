@@ -19,28 +19,30 @@ def frozen(objs: list) -> int:
     return sum(id(o) not in walked for o in objs)
 
 
-async def test_the_load_freezes_what_lived_a_second_and_its_end_unfreezes(monkeypatch) -> None:
+async def _frozen_while_loading_and_thawed_after(monkeypatch, meanwhile=lambda: None) -> None:
+    """A load begins, ``meanwhile`` runs, and objects that then live across a re-freeze are frozen;
+    the load's end unfreezes them."""
     monkeypatch.setattr(collector, "REFREEZE_S", 0.05)
     warmup.settle_before_load()
-    held = [[i] for i in range(1000)]  # objects of the load, alive across a re-freeze
     try:
+        meanwhile()
+        held = [[i] for i in range(1000)]  # objects of the load, alive across a re-freeze
         await until(lambda: frozen(held) == len(held), interval=0.05, what="a re-freeze")
     finally:
         warmup.after_load()
     assert frozen(held) == 0
+
+
+async def test_the_load_freezes_what_lived_a_second_and_its_end_unfreezes(monkeypatch) -> None:
+    await _frozen_while_loading_and_thawed_after(monkeypatch)
 
 
 async def test_a_worker_in_the_sessions_process_does_not_end_the_sessions_freezing(monkeypatch) -> None:
-    monkeypatch.setattr(collector, "REFREEZE_S", 0.05)
-    warmup.settle_before_load()
-    try:
-        collector.freeze_while_loading()  # a load worker started in the same process (as in tests)
-        collector.thaw()  # ... and stopped: the session's load goes on, and so does its freezing
-        held = [[i] for i in range(1000)]
-        await until(lambda: frozen(held) == len(held), interval=0.05, what="a re-freeze")
-    finally:
-        warmup.after_load()
-    assert frozen(held) == 0
+    def a_worker_started_and_stopped() -> None:  # in the same process (as in tests): the session's load
+        collector.freeze_while_loading()  # goes on, and so does its freezing
+        collector.thaw()
+
+    await _frozen_while_loading_and_thawed_after(monkeypatch, a_worker_started_and_stopped)
 
 
 async def test_a_load_ending_on_another_loop_does_not_end_this_loops_freezing(monkeypatch) -> None:
