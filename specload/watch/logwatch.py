@@ -12,8 +12,8 @@ server-stats parser, whose samples of the server's periodic stats lines are take
 line per line; per-request lines are all kept). Crashes and stats samples leave through the callbacks
 given.
 
-At the end of a run, ``drain`` gives the sources a last read (the final requests' log lines, a crash
-printed at the very end) before ``stop`` cancels the readers, and ``finish`` flushes the detector.
+At the end of a run, ``drain`` reads on until the log is quiet (the final requests' log lines, a
+crash printed at the very end) before ``stop`` cancels the readers, and ``finish`` flushes the detector.
 """
 
 from __future__ import annotations
@@ -160,16 +160,12 @@ class LogWatch:
         return [(p, m.line if (m := self.expect.seen.get(p)) else None) for p in self.cfg.expect_log]
 
     async def drain(self) -> None:
-        """Read the server's last lines before the readers are cancelled. Files get a last read; other
-        sources get until their output is quiet (bounded)."""
+        """Read the server's last lines before the readers are cancelled: every source until the
+        log is quiet for QUIET_S (at most DRAIN_S), then a file or a command its last read. A server
+        prints a request's lines after its last byte (later when it waits for a CPU), so a file
+        stopped at once lost them."""
         if not self._sources:
             return
-        for src in self._sources:
-            if src is not self._launched:  # the launched server's output ends when it is stopped
-                try:
-                    await src.stop()
-                except Exception:  # noqa: BLE001 - teardown goes on whatever a source does
-                    pass
         loop = asyncio.get_running_loop()
         deadline = loop.time() + DRAIN_S
         seq, quiet_since = self.seq, loop.time()
@@ -179,6 +175,16 @@ class LogWatch:
                 seq, quiet_since = self.seq, loop.time()
             elif loop.time() - quiet_since >= QUIET_S:
                 break
+        readers = []
+        for src, reader in zip(self._sources, self._tasks, strict=False):
+            if src is not self._launched:  # the launched server's output ends when it is stopped
+                try:
+                    await src.stop()
+                except Exception:  # noqa: BLE001 - teardown goes on whatever a source does
+                    pass
+                readers.append(reader)
+        if readers:  # a stopped file reads what was written before the stop, then ends
+            await asyncio.wait(readers, timeout=QUIET_S)
 
     async def stop(self) -> None:
         for t in self._tasks:

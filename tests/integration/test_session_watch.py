@@ -348,3 +348,31 @@ async def test_a_quit_after_the_server_went_down_skips_the_last_metrics_scrape(s
         result = await asyncio.wait_for(task, 30)
     assert result.reason in ("server down", "crashed", "interrupted"), result
     assert tried == [], "the teardown scraped /metrics of a server it had found down"
+
+
+async def test_a_line_the_server_logs_after_the_last_answer_is_recorded(sim, tmp_path) -> None:
+    # llama-server prints a request's timings and draft acceptance after the answer's last byte, and
+    # later when it waits for a CPU: a followed file is read until the log is quiet, not once as the
+    # load ends (a real-server test under load missed 1 of 82 draft lines that way)
+    log = tmp_path / "server.log"
+    log.write_text("")
+    server = await sim(ttft_ms=5, itl_ms=5, spec_tokens=0)
+    rec = tmp_path / "run.jsonl"
+    late = ("0.05.000.000 I slot print_timing: id  3 | task 77 | draft acceptance = 0.75000 "
+            "(    3 accepted /     4 generated), mean len = 4.00\n")
+    loop = asyncio.get_running_loop()
+
+    def log_late() -> None:
+        with log.open("a") as f:
+            f.write(late)
+
+    class Listener(NullListener):
+        def level_done(self, summary) -> None:  # the load is over: the server logs 50 ms later
+            loop.call_later(0.05, log_late)
+
+    session = Session(cfg(server.url, rec, levels=(1,), n=3, watch=WatchConfig(
+        server_log=str(log), metrics_url="off")), listener=Listener())
+    result = await asyncio.wait_for(session.run(), 30)
+    assert result.reason == "completed"
+    spec = [s for s in read_record(str(rec)).servers if s["source"] == "log:llamacpp"]
+    assert [(s["extra"]["accepted_tokens"], s["extra"]["drafted_tokens"]) for s in spec] == [(3, 4)]
