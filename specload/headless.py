@@ -31,6 +31,8 @@ from specload.stats.lossless import divergence_text
 from specload.warmup import install_loop
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from specload.report.compare import Comparison
 
 STATUS_INTERVAL_S = 1.0
@@ -214,11 +216,24 @@ def print_tui_end(result: SessionResult | None, record_path: str | None, stream=
 
             render_categories(by_category, console)
         if result is not None:
+            print_findings(console, result)
             console.print(f"end: {result.reason}", highlight=False)
         if record_path and os.path.isfile(record_path) and os.path.getsize(record_path) == 0:
             console.print("record: none (the run ended before anything was recorded)", highlight=False)
         else:
             console.print(f"record: {record_path}" if record_path else "record: none (--no-record)", highlight=False)
+
+
+def print_findings(console: Console, result: SessionResult) -> None:
+    """What a run's end says beside its table, headless and after the TUI: the workload's warnings
+    (the dashboard's were toasts, gone in seconds) and the server's crash signatures."""
+    from rich.markup import escape
+
+    for line in result.workload_warnings:
+        console.print(f"[yellow]⚠ workload: {escape(line)}[/]")
+    for c in result.crashes:
+        # the server's text is never markup: a log line holding "[/]" must not end the run in a traceback
+        console.print(f"[red]crash[/] {escape(c.exception_type)}: {escape(c.message)} (x{c.count})", highlight=False)
 
 
 def print_summary(
@@ -265,8 +280,6 @@ def print_summary(
                                             if lv.get("categories")}
         sys.stdout.write(orjson.dumps(summary_json(levels, extra), option=orjson.OPT_INDENT_2).decode() + "\n")
         return
-    from rich.markup import escape
-
     from specload.report.report import wide_console
 
     console = wide_console()
@@ -274,11 +287,7 @@ def print_summary(
         console.print(level_table(levels, width=console.width))
     errs = ", ".join(f"{k} {n}" for k, n in snap.errors_by_kind) or "none"
     console.print(f"{snap.requests_ok}/{snap.requests_total} ok; errors: {errs}; end: {result.reason}")
-    for line in session.workload_warnings:
-        console.print(f"[yellow]⚠ workload: {escape(line)}[/]")
-    for c in snap.crashes:
-        # the server's text is never markup: a log line holding "[/]" must not end the run in a traceback
-        console.print(f"[red]crash[/] {escape(c.exception_type)}: {escape(c.message)} (x{c.count})", highlight=False)
+    print_findings(console, result)
     by_category = baseline_by_category(session.cfg, levels)
     if by_category is not None:
         from specload.report.compare import render_categories

@@ -231,13 +231,13 @@ class Session:
 
     def _finish(self, reason: str, message: str | None) -> SessionResult:
         code = policy.exit_code(reason, self.signal, diverged=self.policy.diverged)
-        end = policy.end_line(reason, bool(self.stats.snapshot().crashes))
-        record_error = self.record.close(end, header=self._header(), message=message,
-                                         extra={"workload_warnings": self.workload_warnings})
+        snap, warnings = self.stats.snapshot(), self.workload_warnings
+        record_error = self.record.close(policy.end_line(reason, bool(snap.crashes)), header=self._header(),
+                                         message=message, extra={"workload_warnings": warnings})
         if record_error is not None:
             message, code = message or record_error, code or ExitCode.ERROR
         found = self.capacity.results[-1] if self.capacity is not None and self.capacity.results else None
-        result = SessionResult(reason, code, tuple(self.stats.snapshot().levels), message, found)
+        result = SessionResult(reason, code, tuple(snap.levels), message, found, snap.crashes, tuple(warnings))
         self.phase = policy.last_phase(reason)
         self.listener.ended(result)
         return result

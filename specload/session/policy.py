@@ -40,6 +40,8 @@ class SessionResult:
     levels: tuple[LevelSummary, ...]
     message: str | None = None  # one line for the user when reason == "error"
     search: SearchResult | None = None  # the capacity search's result (the last one, in the TUI)
+    crashes: tuple[CrashEvent, ...] = ()  # the server's crash signatures, as the run's end saw them
+    workload_warnings: tuple[str, ...] = ()  # judgement.workload_warnings the run gave
 
 
 class RunPolicy:

@@ -128,3 +128,20 @@ def test_an_unreachable_server_ends_the_tui_at_once_with_exit_1_and_the_reason(t
     assert "Traceback" not in after
     data = read_record(str(rec))
     assert data.end is not None and data.end["reason"] == "stopped" and data.requests == []
+
+
+def test_quit_repeats_the_workload_warnings_and_the_crashes(tmp_path: Path) -> None:
+    """The dashboard shows both as toasts, gone in seconds: after 'q' the terminal keeps them under the
+    table, as a headless run prints them (speculation measured on synthetic prompts; the simulator's
+    SGLang crash in the second level)."""
+    sim = "--ttft-ms 5 --itl-ms 5 --crash-after 6"
+    with TuiInPty(["-c", "1,2", "-n", "4", "--max-tokens", "8", "--sim-args", sim], cwd=tmp_path, cols=160) as tui:
+        wait_until(lambda: [p for p in tmp_path.glob("specload-*.jsonl") if b'"type":"crash"' in p.read_bytes()],
+                   what="the crash in the record")
+        tui.send(b"q")
+        assert tui.wait_exit() == 3
+    after = bytes(tui.output).rsplit(b"\x1b[?1049l", 1)[-1]
+    text = re.sub(rb"\x1b\[[0-9;?]*[A-Za-z]", b"", after).decode(errors="replace").replace("\r\n", "\n")
+    assert "⚠ workload: speculative decoding measured on synthetic prompts" in text
+    assert "crash AttributeError: 'EAGLEWorkerV2' object has no attribute 'draft_model_runner' (x1)" in text
+    assert text.index("⚠ workload") < text.index("end: crashed")

@@ -20,6 +20,7 @@ from specload.datatypes import RequestRecord
 from specload.formatting import KEY_COLUMNS, fit_columns, level_cells, table_columns
 from specload.headless import print_tui_end
 from specload.report.report import group_table, level_table
+from specload.session.policy import SessionResult
 from specload.stats.judgement import LevelJudgement
 from specload.stats.levels import LevelColumns, LevelSummary
 from specload.stats.slo import Interval, LevelGoodput
@@ -126,12 +127,10 @@ def _read_all(fd: int) -> str:
 def test_the_tui_quit_summary_fits_its_terminal(cols: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """On a terminal of ``cols`` columns (a pty; COLUMNS saying otherwise is ignored there), the quit
     summary is the level table with C, TTFT and TPOT, fitted to the terminal."""
-    from types import SimpleNamespace
-
     monkeypatch.setenv("COLUMNS", "300")
     master, stream = _pty_stream(cols)
     try:
-        print_tui_end(SimpleNamespace(levels=LEVELS, reason="completed"), None, stream=stream)  # type: ignore[arg-type]
+        print_tui_end(SessionResult("completed", 0, tuple(LEVELS)), None, stream=stream)
     finally:
         stream.close()
     text = _read_all(master)
