@@ -162,8 +162,8 @@ class LogWatch:
     async def drain(self) -> None:
         """Read the server's last lines before the readers are cancelled: every source until the
         log is quiet for QUIET_S (at most DRAIN_S), then a file or a command its last read. A server
-        prints a request's lines after its last byte (later when it waits for a CPU), so a file
-        stopped at once lost them."""
+        prints a request's lines after its last byte (later when it waits for a CPU): one read of a
+        file as the load ends misses them."""
         if not self._sources:
             return
         loop = asyncio.get_running_loop()
