@@ -39,6 +39,9 @@ class Modal(KeyTaker, ModalScreen[T]):
     Modal .modal-hint { color: $text-muted; margin: 1 0 0 0; }
     Modal .modal-error { color: $error; text-style: bold; width: 1fr; }
     Modal Label { max-width: 100%; }
+    /* a dialog is not covered by information toasts (the start-up one took half of it at 80x24);
+       they are back when it closes, and warnings and errors (a crash) show over it */
+    Modal Toast.-information { display: none; }
     """
     BINDINGS = [Binding("escape", "cancel", "Cancel")]
 

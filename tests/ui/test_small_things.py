@@ -31,6 +31,23 @@ async def test_the_concurrency_dialog_shows_its_limit_and_whole_error() -> None:
         await wait_for(pilot, lambda: whole in _flat(screen_text(app)), "the whole error in the dialog")
 
 
+async def test_a_dialog_is_not_covered_by_information_toasts() -> None:
+    # at 80x24 the start-up toast covered the right half of the 'c' dialog for the run's first
+    # seconds: information toasts wait behind a dialog and are back when it closes; errors show over it
+    app = create_app(source=mid_run_source())
+    async with app.run_test(size=(80, 24), notifications=True) as pilot:
+        app.notify("\n".join(f"start-up note {i} " + "x" * 12 for i in range(8)), timeout=60)
+        await wait_for(pilot, lambda: "start-up note 0" in screen_text(app), "the toast on the dashboard")
+        await app.push_screen(ConcurrencyScreen(4))
+        app.notify("the server crashed", severity="error", timeout=60)
+        # the dialog's toasts are drawn together: once the error shows, the start-up toast would too
+        await wait_for(pilot, lambda: "the server crashed" in screen_text(app), "an error toast over the dialog")
+        text = screen_text(app)
+        assert f"1 to {MAX_CONCURRENCY} · enter: apply · escape: cancel" in text and "start-up note" not in text
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: "start-up note 0" in screen_text(app), "the toast back on the dashboard")
+
+
 async def test_help_names_the_palette_entry_as_it_is() -> None:
     app = create_app(source=mid_run_source())
     async with app.run_test(size=(100, 40)) as pilot:
