@@ -268,7 +268,7 @@ def print_summary(
             "client_saturated_levels": sorted(saturated),
             "client_starved_levels": sorted(starved),
             "record": session.cfg.record.path,
-            "workload_warnings": session.workload_warnings,
+            "workload_warnings": list(result.workload_warnings),
         }
         if result.search is not None:
             extra["search"] = result.search.as_record()

@@ -82,7 +82,6 @@ class Session:
 
     on_crash = property(lambda self: self.policy.on_crash)
     log_lines = property(lambda self: self.logs.lines)
-    workload_warnings = property(lambda self: build.workload_warnings(self.fan, self._prompts))
 
     def state_label(self) -> str:
         if self.phase != "running" or self.runner is None:
@@ -231,7 +230,7 @@ class Session:
 
     def _finish(self, reason: str, message: str | None) -> SessionResult:
         code = policy.exit_code(reason, self.signal, diverged=self.policy.diverged)
-        snap, warnings = self.stats.snapshot(), self.workload_warnings
+        snap, warnings = self.stats.snapshot(), build.workload_warnings(self.fan, self._prompts)
         record_error = self.record.close(policy.end_line(reason, bool(snap.crashes)), header=self._header(),
                                          message=message, extra={"workload_warnings": warnings})
         if record_error is not None:
