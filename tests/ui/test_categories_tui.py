@@ -12,6 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from specload.headless import print_tui_end
+from specload.report.compare import VERDICT_TEXT
 from specload.report.report import report_command
 from specload.ui.screens import CategoryScreen
 from tests.ui.conftest import live_app, quit_app, screen_text, wait_for
@@ -62,7 +63,8 @@ async def test_the_ramps_end_shows_each_categorys_verdict(sim, base: Path, tmp_p
     assert "- ?" not in shown, shown
     for cat, verdict in verdicts.items():
         (row,) = [line for line in shown.splitlines() if f" {cat} " in line]
-        assert verdict.split()[-1] in row, (cat, verdict, row)
+        # the screen's wording ("no difference"), not the JSON's key ("no_difference")
+        assert VERDICT_TEXT[verdict] in row, (cat, verdict, row)
     # the summary run_app prints once the dashboard has gone: the same table below the levels
     stream = io.StringIO()
     print_tui_end(app.result, str(record), stream=stream, cfg=app.source.cfg)
